@@ -1,0 +1,289 @@
+package db_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/goose"
+)
+
+type testBundle struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	return &testBundle{ctx: context.Background(), tx: dbtest.Tx(t)}
+}
+
+// newFulfilment stores an event and its pending fulfilment.
+func newFulfilment(t *testing.T, ctx context.Context, q db.DBTX, eventID, paymentID string) string {
+	t.Helper()
+	pk, inserted, err := db.InsertEvent(ctx, q, db.EventParams{Provider: "stripe", EventID: eventID, Type: "payment_intent.succeeded", PaymentID: paymentID, Payload: []byte(`{"id":"` + eventID + `"}`)})
+	require.NoError(t, err)
+	require.True(t, inserted)
+	id, inserted, err := db.InsertFulfilment(ctx, q, pk, "stripe", paymentID, "test")
+	require.NoError(t, err)
+	require.True(t, inserted)
+	return id
+}
+
+func TestInsertEvent(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DuplicateDeliveryIsCountedNotStored", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		p := db.EventParams{Provider: "stripe", EventID: "evt_1", Type: "charge.updated", Payload: []byte(`{"a":1}`)}
+		id1, inserted, err := db.InsertEvent(b.ctx, b.tx, p)
+		require.NoError(t, err)
+		require.True(t, inserted)
+		id2, inserted, err := db.InsertEvent(b.ctx, b.tx, p)
+		require.NoError(t, err)
+		require.False(t, inserted)
+		require.Equal(t, id1, id2)
+
+		e, err := db.GetEvent(b.ctx, b.tx, "stripe", "evt_1")
+		require.NoError(t, err)
+		require.Equal(t, 2, e.Deliveries)
+		n, err := db.CountEvents(b.ctx, b.tx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+	})
+
+	t.Run("SameEventIDOtherProviderIsAnotherEvent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, prov := range []string{"stripe", "standard"} {
+			_, inserted, err := db.InsertEvent(b.ctx, b.tx, db.EventParams{Provider: prov, EventID: "evt_1", Type: "x", Payload: []byte(`{}`)})
+			require.NoError(t, err)
+			require.True(t, inserted)
+		}
+	})
+
+	t.Run("UnknownEventIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := db.GetEvent(b.ctx, b.tx, "stripe", "evt_nope")
+		require.ErrorIs(t, err, db.ErrNotFound)
+	})
+}
+
+func TestInsertFulfilment(t *testing.T) {
+	t.Parallel()
+
+	t.Run("OnePerPaymentAcrossEvents", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
+		pk, _, err := db.InsertEvent(b.ctx, b.tx, db.EventParams{Provider: "stripe", EventID: "evt_b", Type: "checkout.session.completed", PaymentID: "pi_1", Payload: []byte(`{}`)})
+		require.NoError(t, err)
+		_, inserted, err := db.InsertFulfilment(b.ctx, b.tx, pk, "stripe", "pi_1", "test")
+		require.NoError(t, err)
+		require.False(t, inserted)
+
+		fs, err := db.FulfilmentsByPayment(b.ctx, b.tx, "stripe", "pi_1")
+		require.NoError(t, err)
+		require.Len(t, fs, 1)
+	})
+
+	t.Run("FailedFreesThePayment", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
+		_, err := db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "pending", To: "dispatching", Actor: "t", Reason: "r"})
+		require.NoError(t, err)
+		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "failed", Attempt: 1, Actor: "t", Reason: "r"})
+		require.NoError(t, err)
+		newFulfilment(t, b.ctx, b.tx, "evt_b", "pi_1")
+	})
+
+	t.Run("CreationIsLogged", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
+		ts, err := db.Transitions(b.ctx, b.tx, id)
+		require.NoError(t, err)
+		require.Len(t, ts, 1)
+		require.Equal(t, "", ts[0].From)
+		require.Equal(t, "pending", ts[0].To)
+	})
+}
+
+func TestTransit(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ClaimTakesTheNextAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
+		f, err := db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "pending", To: "dispatching", Actor: "worker", Reason: "claim"})
+		require.NoError(t, err)
+		require.Equal(t, 1, f.Attempt)
+		require.NotNil(t, f.DispatchedAt)
+	})
+
+	t.Run("WrongStateIsConflict", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
+		_, err := db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "fulfilled", Actor: "w", Reason: "r"})
+		require.ErrorIs(t, err, db.ErrConflict)
+		ts, err := db.Transitions(b.ctx, b.tx, id)
+		require.NoError(t, err)
+		require.Len(t, ts, 1, "a conflicting move logs nothing")
+	})
+
+	t.Run("StaleAttemptIsConflict", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
+		_, err := db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "pending", To: "dispatching", Actor: "w", Reason: "r"})
+		require.NoError(t, err)
+		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "fulfilled", Attempt: 2, Actor: "w", Reason: "r"})
+		require.ErrorIs(t, err, db.ErrConflict)
+		f, err := db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "fulfilled", Attempt: 1, Actor: "w", Reason: "r", Evidence: map[string]int{"status": 200}})
+		require.NoError(t, err)
+		require.Equal(t, "fulfilled", f.State)
+		ts, err := db.Transitions(b.ctx, b.tx, id)
+		require.NoError(t, err)
+		require.Len(t, ts, 3)
+		require.JSONEq(t, `{"status":200}`, string(ts[2].Evidence))
+	})
+
+	t.Run("TransitionLogIsAppendOnly", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
+		_, err := b.tx.Exec(b.ctx, `SAVEPOINT s1`)
+		require.NoError(t, err)
+		_, err = b.tx.Exec(b.ctx, `UPDATE fulfilment_transition SET reason = 'rewritten' WHERE fulfilment_id = $1`, id)
+		require.ErrorContains(t, err, "append-only")
+		_, err = b.tx.Exec(b.ctx, `ROLLBACK TO SAVEPOINT s1`)
+		require.NoError(t, err)
+		_, err = b.tx.Exec(b.ctx, `DELETE FROM fulfilment_transition WHERE fulfilment_id = $1`, id)
+		require.ErrorContains(t, err, "append-only")
+	})
+}
+
+// TestDatabaseGuardMatchesStateMachine tries every pair of states directly in
+// SQL and checks the trigger allows exactly app/state's transitions.
+func TestDatabaseGuardMatchesStateMachine(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
+
+	for _, from := range state.All {
+		for _, to := range state.All {
+			if from == to {
+				continue
+			}
+			_, err := b.tx.Exec(b.ctx, `SAVEPOINT pair`)
+			require.NoError(t, err)
+			// Place the row in `from` with the guard off, then try the move with it on.
+			_, err = b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`)
+			require.NoError(t, err)
+			_, err = b.tx.Exec(b.ctx, `UPDATE fulfilment SET state = $2 WHERE id = $1`, id, string(from))
+			require.NoError(t, err)
+			_, err = b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = origin`)
+			require.NoError(t, err)
+			_, err = b.tx.Exec(b.ctx, `UPDATE fulfilment SET state = $2, attempt = attempt + CASE WHEN $2 = 'dispatching' THEN 1 ELSE 0 END WHERE id = $1`, id, string(to))
+			var pgErr *pgconn.PgError
+			dbAllowed := err == nil
+			if err != nil {
+				require.ErrorAs(t, err, &pgErr)
+				require.Equal(t, "23514", pgErr.Code, "%s -> %s: %v", from, to, err)
+			}
+			require.Equal(t, state.Allowed(from, to), dbAllowed, "%s -> %s", from, to)
+			_, err = b.tx.Exec(b.ctx, `ROLLBACK TO SAVEPOINT pair`)
+			require.NoError(t, err)
+		}
+	}
+
+	_, err := b.tx.Exec(b.ctx, `SAVEPOINT bad`)
+	require.NoError(t, err)
+	_, err = b.tx.Exec(b.ctx, `INSERT INTO fulfilment (event_pk, provider, payment_id, state) SELECT event_pk, provider, 'pi_2', 'shipped' FROM fulfilment WHERE id = $1`, id)
+	require.ErrorContains(t, err, "fulfilment_state_check")
+}
+
+func TestSweepStale(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := newFulfilment(t, b.ctx, b.tx, "evt_old", "pi_old")
+	fresh := newFulfilment(t, b.ctx, b.tx, "evt_new", "pi_new")
+	for _, id := range []string{old, fresh} {
+		_, err := db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "pending", To: "dispatching", Actor: "w", Reason: "r"})
+		require.NoError(t, err)
+	}
+	_, err := b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`)
+	require.NoError(t, err)
+	_, err = b.tx.Exec(b.ctx, `UPDATE fulfilment SET dispatched_at = now() - interval '10 minutes' WHERE id = $1`, old)
+	require.NoError(t, err)
+	_, err = b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = origin`)
+	require.NoError(t, err)
+
+	moved, err := db.SweepStale(b.ctx, b.tx, 5*time.Minute, "sweeper")
+	require.NoError(t, err)
+	require.Len(t, moved, 1)
+	require.Equal(t, old, moved[0].ID)
+	require.Equal(t, "needs_reconciliation", moved[0].State)
+
+	f, err := db.GetFulfilment(b.ctx, b.tx, fresh)
+	require.NoError(t, err)
+	require.Equal(t, "dispatching", f.State)
+}
+
+func TestMigrations(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RiverSchemaIsCurrent", func(t *testing.T) {
+		t.Parallel()
+		d := dbtest.NewDB(t)
+		migrator, err := rivermigrate.New(riverpgxv5.New(d.Pool), nil)
+		require.NoError(t, err)
+		res, err := migrator.Validate(context.Background(), nil)
+		require.NoError(t, err)
+		require.True(t, res.OK, "river migrations: %v", res.Messages)
+	})
+
+	t.Run("DownAndUpAgain", func(t *testing.T) {
+		t.Parallel()
+		d := dbtest.NewDB(t)
+		ctx := context.Background()
+		m, err := goose.NewMigrator(d.Pool)
+		require.NoError(t, err)
+		defer m.Close()
+		current, err := m.Current(ctx)
+		require.NoError(t, err)
+		require.True(t, current)
+		for {
+			_, err = m.Down(ctx)
+			if errors.Is(err, goose.ErrNoNextVersion) {
+				break
+			}
+			require.NoError(t, err)
+		}
+		var n int
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename IN ('fulfilment', 'river_job')`).Scan(&n))
+		require.Zero(t, n)
+		current, err = m.Current(ctx)
+		require.NoError(t, err)
+		require.False(t, current)
+		_, err = m.Up(ctx)
+		require.NoError(t, err)
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename IN ('fulfilment', 'river_job')`).Scan(&n))
+		require.Equal(t, 2, n)
+	})
+}

@@ -1,0 +1,120 @@
+package db
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Transition is one row of the append-only fulfilment_transition log.
+type Transition struct {
+	ID           int64           `json:"id"`
+	FulfilmentID string          `json:"fulfilment_id"`
+	From         string          `json:"from_state,omitempty"`
+	To           string          `json:"to_state"`
+	Attempt      int             `json:"attempt"`
+	Actor        string          `json:"actor"`
+	Reason       string          `json:"reason"`
+	Evidence     json.RawMessage `json:"evidence"`
+	CreatedAt    time.Time       `json:"created_at"`
+}
+
+// TransitionParams names one conditional move.
+type TransitionParams struct {
+	ID   string
+	From string
+	To   string
+	// Attempt, when not zero, must equal the row's attempt: the fencing
+	// number of the dispatcher that claimed it. Moving to dispatching takes
+	// the next attempt instead.
+	Attempt  int
+	Actor    string
+	Reason   string
+	Evidence any // marshalled to JSON; nil means {}
+}
+
+// Transit moves one fulfilment from p.From to p.To if, and only if, it is
+// still in p.From (and at p.Attempt when given), and logs the move in the
+// same statement. It returns the row as moved, or ErrConflict when the row
+// was no longer where the caller expected it. The database rejects moves the
+// state machine does not allow.
+func Transit(ctx context.Context, q DBTX, p TransitionParams) (Fulfilment, error) {
+	evidence := []byte("{}")
+	if p.Evidence != nil {
+		var err error
+		if evidence, err = json.Marshal(p.Evidence); err != nil {
+			return Fulfilment{}, wrap("marshal evidence", err)
+		}
+	}
+	f, err := scanFulfilment(q.QueryRow(ctx, `
+		WITH moved AS (
+			UPDATE fulfilment SET
+				state = $3,
+				attempt = attempt + CASE WHEN $3 = 'dispatching' THEN 1 ELSE 0 END,
+				dispatched_at = CASE WHEN $3 = 'dispatching' THEN now() ELSE dispatched_at END
+			WHERE id = $1 AND state = $2 AND ($4 = 0 OR attempt = $4)
+			RETURNING `+fulfilmentColumns+`
+		), logged AS (
+			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
+			SELECT id, $2, $3, attempt, $5, $6, $7 FROM moved
+		)
+		SELECT `+fulfilmentColumns+` FROM moved`,
+		p.ID, p.From, p.To, p.Attempt, p.Actor, p.Reason, string(evidence),
+	))
+	if err == pgx.ErrNoRows {
+		return Fulfilment{}, ErrConflict
+	}
+	return f, wrap("transit "+p.From+" -> "+p.To, err)
+}
+
+// Transitions returns a fulfilment's log, oldest first.
+func Transitions(ctx context.Context, q DBTX, fulfilmentID string) ([]Transition, error) {
+	rows, err := q.Query(ctx, `
+		SELECT id, fulfilment_id, coalesce(from_state, ''), to_state, attempt, actor, reason, evidence, created_at
+		FROM fulfilment_transition WHERE fulfilment_id = $1 ORDER BY id`, fulfilmentID)
+	if err != nil {
+		return nil, wrap("list transitions", err)
+	}
+	ts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Transition, error) {
+		var t Transition
+		var ev []byte
+		err := r.Scan(&t.ID, &t.FulfilmentID, &t.From, &t.To, &t.Attempt, &t.Actor, &t.Reason, &ev, &t.CreatedAt)
+		t.Evidence = ev
+		return t, err
+	})
+	return ts, wrap("list transitions", err)
+}
+
+// SweepStale moves every fulfilment that has been dispatching for longer
+// than lease to needs_reconciliation, logging each move, and returns the
+// rows it moved. Rows are locked with SKIP LOCKED so a dispatcher finishing
+// at the same moment wins or loses cleanly, never both.
+func SweepStale(ctx context.Context, q DBTX, lease time.Duration, actor string) ([]Fulfilment, error) {
+	rows, err := q.Query(ctx, `
+		WITH stale AS (
+			SELECT id FROM fulfilment
+			WHERE state = 'dispatching' AND dispatched_at < now() - make_interval(secs => $1)
+			ORDER BY dispatched_at
+			LIMIT 1000
+			FOR UPDATE SKIP LOCKED
+		), moved AS (
+			UPDATE fulfilment f SET state = 'needs_reconciliation'
+			FROM stale WHERE f.id = stale.id AND f.state = 'dispatching'
+			RETURNING f.id, f.event_pk, f.provider, f.payment_id, f.state, f.attempt, f.created_at, f.updated_at, f.dispatched_at
+		), logged AS (
+			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
+			SELECT id, 'dispatching', 'needs_reconciliation', attempt, $2,
+			       'dispatch lease expired: the connector call may or may not have happened',
+			       jsonb_build_object('lease_seconds', $1::float8, 'dispatched_at', dispatched_at)
+			FROM moved
+		)
+		SELECT `+fulfilmentColumns+` FROM moved`,
+		lease.Seconds(), actor)
+	if err != nil {
+		return nil, wrap("sweep stale dispatching", err)
+	}
+	fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fulfilment, error) { return scanFulfilment(r) })
+	return fs, wrap("sweep stale dispatching", err)
+}
