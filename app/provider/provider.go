@@ -1,0 +1,83 @@
+// Package provider verifies payment providers' webhook deliveries and reads
+// the event each one carries. A provider is a signature scheme plus a payload
+// shape; adding one is a new file implementing Provider.
+package provider
+
+import (
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Event is a delivery whose signature checked out.
+type Event struct {
+	// Provider names the provider that signed the event ("stripe").
+	Provider string
+	// ID is the provider's event id; (Provider, ID) is unique.
+	ID string
+	// Type is the provider's event type.
+	Type string
+	// PaymentID is the payment the event pays for. It is set only when Type
+	// is one of the provider's fulfilling types.
+	PaymentID string
+	// Payload is the raw body as received.
+	Payload []byte
+}
+
+// Fulfils reports whether the event asks for a fulfilment.
+func (e Event) Fulfils() bool { return e.PaymentID != "" }
+
+// Provider verifies one provider's deliveries.
+//
+// Verify must be safe for concurrent use. It checks the signature over the
+// exact bytes of body, the timestamp against now within the provider's
+// tolerance both ways, and the payload's shape. Every error it returns wraps
+// one of ErrSignature, ErrTimestamp or ErrMalformed, whose text is fit to show
+// the sender; the wrapping text never holds a secret or an expected
+// signature.
+type Provider interface {
+	// Name is the provider's path segment and storage name ("stripe").
+	Name() string
+	Verify(header http.Header, body []byte, now time.Time) (Event, error)
+}
+
+var (
+	// ErrSignature means no configured secret produced the delivery's signature,
+	// or the signature headers are missing or unreadable.
+	ErrSignature = errors.New("bad signature")
+	// ErrTimestamp means the signed timestamp is outside the tolerance, in
+	// the past or in the future.
+	ErrTimestamp = errors.New("timestamp outside tolerance")
+	// ErrMalformed means the signed body is not an event this provider sends:
+	// invalid or non-strict JSON, or a required field missing.
+	ErrMalformed = errors.New("malformed event")
+)
+
+// DefaultTolerance is how far a signed timestamp may be from now, either way.
+const DefaultTolerance = 300 * time.Second
+
+// maxIDLength bounds event and payment ids: longer ones are not real.
+const maxIDLength = 255
+
+func checkTimestamp(signed, now time.Time, tolerance time.Duration) error {
+	if d := now.Sub(signed); d > tolerance || d < -tolerance {
+		return ErrTimestamp
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func orDefault(list, def []string) []string {
+	if len(list) == 0 {
+		return def
+	}
+	return list
+}

@@ -1,0 +1,306 @@
+package provider
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	stripeSecret   = "whsec_test_stripe_secret"
+	stripeRotated  = "whsec_test_stripe_rotated"
+	standardSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	standardOther  = "whsec_c2Vjb25kIHNlY3JldCBmb3Igcm90YXRpb24="
+)
+
+var now = time.Unix(1_800_000_000, 0)
+
+const checkoutCompleted = `{"id":"evt_1","object":"event","api_version":"2020-08-27","type":"checkout.session.completed","data":{"object":{"id":"cs_1","object":"checkout.session","payment_intent":"pi_1"}}}`
+const intentSucceeded = `{"id":"evt_2","object":"event","api_version":"2025-01-27.acacia","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","object":"payment_intent"}}}`
+
+func newStripe(t *testing.T, secrets ...string) *Stripe {
+	t.Helper()
+	s, err := NewStripe(StripeConfig{Secrets: secrets})
+	require.NoError(t, err)
+	return s
+}
+
+func newStandard(t *testing.T, secrets ...string) *Standard {
+	t.Helper()
+	s, err := NewStandard(StandardConfig{Secrets: secrets})
+	require.NoError(t, err)
+	return s
+}
+
+func TestStripe(t *testing.T) {
+	t.Parallel()
+
+	t.Run("BothPurchaseEventsNameThePaymentIntent", func(t *testing.T) {
+		t.Parallel()
+		s := newStripe(t, stripeSecret)
+		for _, body := range []string{checkoutCompleted, intentSucceeded} {
+			ev, err := s.Verify(SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
+			require.NoError(t, err)
+			require.Equal(t, "pi_1", ev.PaymentID)
+			require.True(t, ev.Fulfils())
+			require.Equal(t, body, string(ev.Payload))
+		}
+	})
+
+	t.Run("CheckoutWithoutPaymentIntentUsesSessionID", func(t *testing.T) {
+		t.Parallel()
+		s := newStripe(t, stripeSecret)
+		body := `{"id":"evt_3","type":"checkout.session.completed","data":{"object":{"id":"cs_9","payment_intent":null}}}`
+		ev, err := s.Verify(SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
+		require.NoError(t, err)
+		require.Equal(t, "cs_9", ev.PaymentID)
+	})
+
+	t.Run("OtherTypesDoNotFulfil", func(t *testing.T) {
+		t.Parallel()
+		s := newStripe(t, stripeSecret)
+		body := `{"id":"evt_4","type":"customer.created","data":{"object":{"id":"cus_1"}}}`
+		ev, err := s.Verify(SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
+		require.NoError(t, err)
+		require.False(t, ev.Fulfils())
+	})
+
+	t.Run("ConfiguredTypes", func(t *testing.T) {
+		t.Parallel()
+		s, err := NewStripe(StripeConfig{Secrets: []string{stripeSecret}, FulfilTypes: []string{"invoice.paid"}})
+		require.NoError(t, err)
+		body := `{"id":"evt_5","type":"invoice.paid","data":{"object":{"id":"in_1","payment_intent":"pi_7"}}}`
+		ev, err := s.Verify(SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
+		require.NoError(t, err)
+		require.Equal(t, "pi_7", ev.PaymentID)
+		ev, err = s.Verify(SignStripe([]byte(intentSucceeded), stripeSecret, now), []byte(intentSucceeded), now)
+		require.NoError(t, err)
+		require.False(t, ev.Fulfils())
+	})
+
+	t.Run("RotationAcceptsEitherSecret", func(t *testing.T) {
+		t.Parallel()
+		s := newStripe(t, stripeSecret, stripeRotated)
+		for _, secret := range []string{stripeSecret, stripeRotated} {
+			_, err := s.Verify(SignStripe([]byte(intentSucceeded), secret, now), []byte(intentSucceeded), now)
+			require.NoError(t, err)
+		}
+		// Stripe sends two v1 signatures while a secret rolls: one matching is enough.
+		h := SignStripe([]byte(intentSucceeded), "whsec_unknown", now)
+		h.Set("Stripe-Signature", h.Get("Stripe-Signature")+",v1="+strings.TrimPrefix(strings.Split(SignStripe([]byte(intentSucceeded), stripeRotated, now).Get("Stripe-Signature"), ",")[1], "v1="))
+		_, err := s.Verify(h, []byte(intentSucceeded), now)
+		require.NoError(t, err)
+	})
+
+	t.Run("Rejections", func(t *testing.T) {
+		t.Parallel()
+		s := newStripe(t, stripeSecret)
+		body := []byte(intentSucceeded)
+		tests := []struct {
+			name   string
+			header http.Header
+			body   []byte
+			want   error
+		}{
+			{"WrongSecret", SignStripe(body, "whsec_other", now), body, ErrSignature},
+			{"NoHeader", http.Header{}, body, ErrSignature},
+			{"Garbage", http.Header{"Stripe-Signature": {"t=abc,v1=zz"}}, body, ErrSignature},
+			{"TamperedBody", SignStripe(body, stripeSecret, now), []byte(strings.Replace(intentSucceeded, "pi_1", "pi_2", 1)), ErrSignature},
+			{"Stale", SignStripe(body, stripeSecret, now.Add(-301*time.Second)), body, ErrTimestamp},
+			{"Future", SignStripe(body, stripeSecret, now.Add(301*time.Second)), body, ErrTimestamp},
+			{"DuplicateKeys", SignStripe([]byte(`{"id":"evt_1","id":"evt_2","type":"x","data":{"object":{}}}`), stripeSecret, now), []byte(`{"id":"evt_1","id":"evt_2","type":"x","data":{"object":{}}}`), ErrMalformed},
+			{"NestedDuplicateKeys", SignStripe([]byte(`{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","id":"pi_2"}}}`), stripeSecret, now), []byte(`{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","id":"pi_2"}}}`), ErrMalformed},
+			{"NotJSON", SignStripe([]byte(`not json`), stripeSecret, now), []byte(`not json`), ErrMalformed},
+			{"TrailingData", SignStripe([]byte(intentSucceeded+`{}`), stripeSecret, now), []byte(intentSucceeded + `{}`), ErrMalformed},
+			{"NoID", SignStripe([]byte(`{"type":"x","data":{}}`), stripeSecret, now), []byte(`{"type":"x","data":{}}`), ErrMalformed},
+			{"FulfillingWithoutPayment", SignStripe([]byte(`{"id":"e","type":"payment_intent.succeeded","data":{"object":{}}}`), stripeSecret, now), []byte(`{"id":"e","type":"payment_intent.succeeded","data":{"object":{}}}`), ErrMalformed},
+		}
+		for _, tt := range tests {
+			_, err := s.Verify(tt.header, tt.body, now)
+			require.ErrorIs(t, err, tt.want, tt.name)
+			require.NotContains(t, err.Error(), stripeSecret, tt.name)
+		}
+	})
+
+	t.Run("WithinToleranceBothWays", func(t *testing.T) {
+		t.Parallel()
+		s := newStripe(t, stripeSecret)
+		for _, d := range []time.Duration{-299 * time.Second, 299 * time.Second} {
+			_, err := s.Verify(SignStripe([]byte(intentSucceeded), stripeSecret, now.Add(d)), []byte(intentSucceeded), now)
+			require.NoError(t, err)
+		}
+	})
+
+	t.Run("EmptySecretRefused", func(t *testing.T) {
+		t.Parallel()
+		_, err := NewStripe(StripeConfig{Secrets: []string{"", "  "}})
+		require.Error(t, err)
+		_, err = NewStripe(StripeConfig{})
+		require.Error(t, err)
+	})
+}
+
+func TestStandard(t *testing.T) {
+	t.Parallel()
+
+	body := []byte(`{"type":"payment.succeeded","data":{"payment_id":"pay_1","amount":1000}}`)
+
+	t.Run("Verifies", func(t *testing.T) {
+		t.Parallel()
+		s := newStandard(t, standardSecret)
+		h, err := SignStandard("msg_1", body, standardSecret, now)
+		require.NoError(t, err)
+		ev, err := s.Verify(h, body, now)
+		require.NoError(t, err)
+		require.Equal(t, Event{Provider: "standard", ID: "msg_1", Type: "payment.succeeded", PaymentID: "pay_1", Payload: body}, ev)
+	})
+
+	t.Run("RotationAndSeveralSignatures", func(t *testing.T) {
+		t.Parallel()
+		s := newStandard(t, standardOther, standardSecret)
+		h, err := SignStandard("msg_1", body, standardSecret, now)
+		require.NoError(t, err)
+		h.Set("webhook-signature", "v1,AAAA "+h.Get("webhook-signature"))
+		_, err = s.Verify(h, body, now)
+		require.NoError(t, err)
+	})
+
+	t.Run("Rejections", func(t *testing.T) {
+		t.Parallel()
+		s := newStandard(t, standardSecret)
+		sign := func(id string, b []byte, secret string, at time.Time) http.Header {
+			h, err := SignStandard(id, b, secret, at)
+			require.NoError(t, err)
+			return h
+		}
+		noID := sign("msg_1", body, standardSecret, now)
+		noID.Del("webhook-id")
+		otherID := sign("msg_1", body, standardSecret, now)
+		otherID.Set("webhook-id", "msg_2")
+		dup := []byte(`{"type":"payment.succeeded","type":"refund","data":{"payment_id":"p"}}`)
+		noPay := []byte(`{"type":"payment.succeeded","data":{"payment_id":7}}`)
+		tests := []struct {
+			name   string
+			header http.Header
+			body   []byte
+			want   error
+		}{
+			{"WrongSecret", sign("msg_1", body, standardOther, now), body, ErrSignature},
+			{"MissingID", noID, body, ErrSignature},
+			{"IDNotSigned", otherID, body, ErrSignature},
+			{"Stale", sign("msg_1", body, standardSecret, now.Add(-10*time.Minute)), body, ErrTimestamp},
+			{"Future", sign("msg_1", body, standardSecret, now.Add(10*time.Minute)), body, ErrTimestamp},
+			{"DuplicateKeys", sign("msg_1", dup, standardSecret, now), dup, ErrMalformed},
+			{"PaymentIDNotString", sign("msg_1", noPay, standardSecret, now), noPay, ErrMalformed},
+		}
+		for _, tt := range tests {
+			_, err := s.Verify(tt.header, tt.body, now)
+			require.ErrorIs(t, err, tt.want, tt.name)
+		}
+	})
+
+	t.Run("BadSecretsRefused", func(t *testing.T) {
+		t.Parallel()
+		for _, secrets := range [][]string{nil, {""}, {"whsec_"}, {"whsec_not base64!"}} {
+			_, err := NewStandard(StandardConfig{Secrets: secrets})
+			require.Error(t, err, "%q", secrets)
+		}
+	})
+}
+
+func TestDecodeStrict(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		in     string
+		wantOK bool
+	}{
+		{`{}`, true},
+		{`{"a":[{"b":1},{"b":2}]}`, true},
+		{`{"a":1,"b":{"a":2}}`, true},
+		{`{"a":1,"a":1}`, false},
+		{`{"a":{"b":1,"b":2}}`, false},
+		{`[{"x":1,"x":2}]`, false},
+		{`{"a":1} {"b":2}`, false},
+		{`{"a":`, false},
+		{strings.Repeat("[", 100) + strings.Repeat("]", 100), false},
+		{``, false},
+	}
+	for _, tt := range tests {
+		var v any
+		err := decodeStrict([]byte(tt.in), &v)
+		if (err == nil) != tt.wantOK {
+			t.Errorf("decodeStrict(%.30q) error = %v, want ok %v", tt.in, err, tt.wantOK)
+		}
+	}
+}
+
+func FuzzStripeVerify(f *testing.F) {
+	for _, body := range []string{checkoutCompleted, intentSucceeded, `{"id":"e","type":"t","data":{"object":{"payment_intent":{"id":"pi"}}}}`} {
+		f.Add(SignStripe([]byte(body), stripeSecret, now).Get("Stripe-Signature"), []byte(body))
+	}
+	f.Add("t=1800000000,v1=00,v0=11,t=5", []byte(`{}`))
+	s, err := NewStripe(StripeConfig{Secrets: []string{stripeSecret}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, header string, body []byte) {
+		ev, err := s.Verify(http.Header{"Stripe-Signature": {header}}, body, now)
+		if err == nil {
+			if ev.ID == "" || ev.Type == "" {
+				t.Fatalf("accepted an event without id or type: %+v", ev)
+			}
+			return
+		}
+		if !errors.Is(err, ErrSignature) && !errors.Is(err, ErrTimestamp) && !errors.Is(err, ErrMalformed) {
+			t.Fatalf("unclassified error %v", err)
+		}
+		if strings.Contains(err.Error(), stripeSecret) {
+			t.Fatal("error leaks the secret")
+		}
+	})
+}
+
+func FuzzStandardVerify(f *testing.F) {
+	body := []byte(`{"type":"payment.succeeded","data":{"payment_id":"pay_1"}}`)
+	h, err := SignStandard("msg_1", body, standardSecret, now)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("msg_1", "1800000000", h.Get("webhook-signature"), body)
+	f.Add("msg_1", "-1", "v1,AAAA v2,x", []byte(`[]`))
+	s, err := NewStandard(StandardConfig{Secrets: []string{standardSecret}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, id, ts, sig string, body []byte) {
+		h := http.Header{}
+		h.Set("webhook-id", id)
+		h.Set("webhook-timestamp", ts)
+		h.Set("webhook-signature", sig)
+		ev, err := s.Verify(h, body, now)
+		if err == nil {
+			if ev.ID != id || ev.Type == "" {
+				t.Fatalf("accepted a bad event: %+v", ev)
+			}
+			return
+		}
+		if !errors.Is(err, ErrSignature) && !errors.Is(err, ErrTimestamp) && !errors.Is(err, ErrMalformed) {
+			t.Fatalf("unclassified error %v", err)
+		}
+	})
+}
+
+func FuzzDecodeStrict(f *testing.F) {
+	for _, s := range []string{checkoutCompleted, intentSucceeded, `{"a":1,"a":2}`, `[1,{"b":[]}]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var v any
+		_ = decodeStrict(data, &v)
+	})
+}

@@ -1,0 +1,45 @@
+package provider
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stripe/stripe-go/v82/webhook"
+)
+
+// SignStripe returns the headers Stripe would send with body, signed with
+// secret at t by stripe-go. Guardian's demo, load generator and tests sign
+// with it, so what they send is what Stripe's own library makes.
+func SignStripe(body []byte, secret string, t time.Time) http.Header {
+	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: secret, Timestamp: t})
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("Stripe-Signature", signed.Header)
+	return h
+}
+
+// SignStandard returns the Standard Webhooks headers for a message with id
+// and body, signed with secret ("whsec_...") at t by the scheme's reference
+// library.
+func SignStandard(id string, body []byte, secret string, t time.Time) (http.Header, error) {
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		return nil, err
+	}
+	sig, err := wh.Sign(id, t, body)
+	if err != nil {
+		return nil, err
+	}
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set(standardwebhooks.HeaderWebhookID, id)
+	h.Set(standardwebhooks.HeaderWebhookTimestamp, strconvTime(t))
+	h.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	return h, nil
+}
+
+func strconvTime(t time.Time) string {
+	return strconv.FormatInt(t.Unix(), 10)
+}
