@@ -1,0 +1,184 @@
+package connector
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/guardian-pay/guardian/app/state"
+)
+
+// HTTPConfig configures the HTTP connector.
+type HTTPConfig struct {
+	// URL receives the POST. Required.
+	URL string
+	// Secret signs each request with the Standard Webhooks scheme
+	// ("whsec_" and base64), so the receiver can verify it. Required.
+	Secret string
+	// Timeout bounds one call, connection included. Defaults to 30 seconds.
+	Timeout time.Duration
+	// Transport sends requests. Defaults to a clone of http.DefaultTransport.
+	Transport http.RoundTripper
+	// Now is the clock for signature timestamps. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// HTTP POSTs each fulfilment as JSON to a URL, with
+// Idempotency-Key: <fulfilment id> and Standard Webhooks signature headers.
+//
+// Outcomes by fact: 2xx, or 409 (already done for this key), is Done; a
+// connection that was never established is NotSent; 4xx other than 408, 409,
+// 425 and 429 is Rejected; everything else (timeout, reset, 5xx, a
+// connection lost mid-answer) is Unknown.
+type HTTP struct {
+	url     string
+	signer  *standardwebhooks.Webhook
+	client  *http.Client
+	timeout time.Duration
+	now     func() time.Time
+}
+
+// NewHTTP returns an HTTP connector, or an error if the URL or secret is unusable.
+func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("connector URL must be an absolute http(s) URL")
+	}
+	if len(cfg.Secret) <= len("whsec_") {
+		return nil, errors.New("connector secret is required (whsec_ followed by base64)")
+	}
+	signer, err := standardwebhooks.NewWebhook(cfg.Secret)
+	if err != nil {
+		return nil, errors.New("connector secret must be whsec_ followed by base64")
+	}
+	if cfg.Timeout < 0 {
+		return nil, errors.New("connector timeout must not be negative")
+	}
+	transport := cfg.Transport
+	if transport == nil {
+		transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &HTTP{
+		url:     cfg.URL,
+		signer:  signer,
+		client:  &http.Client{Transport: transport, CheckRedirect: noRedirects},
+		timeout: cmp.Or(cfg.Timeout, 30*time.Second),
+		now:     now,
+	}, nil
+}
+
+// A redirect would resend the action elsewhere: answer with the 3xx instead,
+// which classifies as Unknown.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// maxEvidenceBody is how much of an answer is kept as evidence.
+const maxEvidenceBody = 512
+
+// Fulfil sends one attempt and classifies its outcome.
+func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
+	start := time.Now()
+	body, err := json.Marshal(r)
+	if err != nil {
+		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "encode request: " + err.Error()}}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+
+	var connected atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "build request: " + err.Error()}}
+	}
+	msgID := r.FulfilmentID + "." + strconv.Itoa(r.Attempt)
+	sig, err := c.signer.Sign(msgID, c.now(), body)
+	if err != nil {
+		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "sign request"}}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(standardwebhooks.HeaderWebhookID, msgID)
+	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(c.now().Unix(), 10))
+	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	req.Header.Set("Guardian-Attempt", strconv.Itoa(r.Attempt))
+	// Set under a non-canonical map key on purpose: net/http treats a POST
+	// carrying "Idempotency-Key" as replayable and may resend it on a reused
+	// connection, which would break "at most once per attempt". Header names
+	// are case-insensitive on the wire, so the receiver sees the same header.
+	req.Header["idempotency-key"] = []string{r.FulfilmentID}
+
+	resp, err := c.client.Do(req)
+	evidence := map[string]any{"attempt": r.Attempt, "duration_ms": time.Since(start).Milliseconds()}
+	if err != nil {
+		evidence["error"] = classifyError(err)
+		if !connected.Load() {
+			// No connection was ever established: not a byte of the request
+			// left this process.
+			evidence["connected"] = false
+			return Result{Outcome: state.NotSent, Evidence: evidence}
+		}
+		return Result{Outcome: state.Unknown, Evidence: evidence}
+	}
+	defer resp.Body.Close()
+	excerpt, readErr := io.ReadAll(io.LimitReader(resp.Body, maxEvidenceBody))
+	evidence["status"] = resp.StatusCode
+	if len(excerpt) > 0 {
+		evidence["body"] = string(excerpt)
+	}
+	if readErr != nil && resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusConflict {
+		evidence["error"] = classifyError(readErr)
+	}
+	return Result{Outcome: ClassifyStatus(resp.StatusCode), Evidence: evidence}
+}
+
+// ClassifyStatus maps an HTTP answer to an outcome.
+func ClassifyStatus(code int) state.Outcome {
+	switch {
+	case code/100 == 2, code == http.StatusConflict:
+		return state.Done
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests:
+		return state.Unknown
+	case code/100 == 4:
+		return state.Rejected
+	default:
+		return state.Unknown
+	}
+}
+
+// classifyError names an error's class for evidence, without URLs or secrets.
+func classifyError(err error) string {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return "timeout"
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "connection closed mid-answer"
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return fmt.Sprintf("%s: %v", opErr.Op, opErr.Err)
+	}
+	return "transport error"
+}

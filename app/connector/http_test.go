@@ -1,0 +1,136 @@
+package connector
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/state"
+)
+
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+var req = Request{FulfilmentID: "0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11", Attempt: 1, PaymentID: "pi_1", EventID: "evt_1", EventType: "payment_intent.succeeded", Payload: json.RawMessage(`{"id":"evt_1"}`)}
+
+func newHTTP(t *testing.T, url string, timeout time.Duration) *HTTP {
+	t.Helper()
+	c, err := NewHTTP(HTTPConfig{URL: url, Secret: secret, Timeout: timeout})
+	require.NoError(t, err)
+	return c
+}
+
+func TestHTTPOutcomes(t *testing.T) {
+	t.Parallel()
+
+	status := func(code int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(code) }
+	}
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		want    state.Outcome
+	}{
+		{"OK", status(200), state.Done},
+		{"Created", status(201), state.Done},
+		{"ConflictMeansAlreadyDone", status(409), state.Done},
+		{"BadRequestRejects", status(400), state.Rejected},
+		{"UnprocessableRejects", status(422), state.Rejected},
+		{"RequestTimeoutUnknown", status(408), state.Unknown},
+		{"TooEarlyUnknown", status(425), state.Unknown},
+		{"TooManyRequestsUnknown", status(429), state.Unknown},
+		{"ServerErrorUnknown", status(500), state.Unknown},
+		{"BadGatewayUnknown", status(502), state.Unknown},
+		{"RedirectUnknown", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/elsewhere", http.StatusFound) }, state.Unknown},
+		{"ResetUnknown", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body)
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.(*net.TCPConn).SetLinger(0)
+				_ = conn.Close()
+			}
+		}, state.Unknown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(tt.handler)
+			defer srv.Close()
+			res := newHTTP(t, srv.URL, 5*time.Second).Fulfil(context.Background(), req)
+			require.Equal(t, tt.want, res.Outcome, "evidence: %v", res.Evidence)
+		})
+	}
+
+	t.Run("TimeoutUnknown", func(t *testing.T) {
+		t.Parallel()
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+		defer srv.Close()
+		defer close(release)
+		res := newHTTP(t, srv.URL, 100*time.Millisecond).Fulfil(context.Background(), req)
+		require.Equal(t, state.Unknown, res.Outcome)
+		require.Equal(t, "timeout", res.Evidence["error"])
+	})
+
+	t.Run("RefusedIsNotSent", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		res := newHTTP(t, "http://"+addr, time.Second).Fulfil(context.Background(), req)
+		require.Equal(t, state.NotSent, res.Outcome, "evidence: %v", res.Evidence)
+	})
+}
+
+func TestHTTPRequest(t *testing.T) {
+	t.Parallel()
+
+	var calls atomic.Int32
+	var got http.Header
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		got = r.Header.Clone()
+		body, _ = io.ReadAll(r.Body)
+		wh, err := standardwebhooks.NewWebhook(secret)
+		if err != nil || wh.Verify(body, r.Header) != nil {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+
+	res := newHTTP(t, srv.URL, time.Second).Fulfil(context.Background(), req)
+	require.Equal(t, state.Done, res.Outcome, "the receiver verifies the Standard Webhooks signature")
+	require.EqualValues(t, 1, calls.Load())
+	require.Equal(t, req.FulfilmentID, got.Get("Idempotency-Key"))
+	require.Equal(t, "1", got.Get("Guardian-Attempt"))
+	var sent Request
+	require.NoError(t, json.Unmarshal(body, &sent))
+	require.Equal(t, req, sent)
+	require.NotContains(t, res.Evidence, "secret")
+}
+
+func TestNewHTTPValidates(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []HTTPConfig{
+		{URL: "", Secret: secret},
+		{URL: "ftp://x", Secret: secret},
+		{URL: "http://127.0.0.1:1", Secret: ""},
+		{URL: "http://127.0.0.1:1", Secret: "whsec_"},
+		{URL: "http://127.0.0.1:1", Secret: "whsec_!!"},
+	} {
+		_, err := NewHTTP(cfg)
+		require.Error(t, err, "%+v", cfg)
+	}
+}

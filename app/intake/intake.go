@@ -1,0 +1,153 @@
+// Package intake decides what a verified delivery means and records it: the
+// one Postgres transaction that stores the event, creates the payment's
+// fulfilment and enqueues its dispatch, with the optional filter in front.
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/guardian-pay/guardian/app/filter"
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// Enqueuer inserts the dispatch job for a fulfilment inside the caller's
+// transaction, so the job exists if and only if the fulfilment does.
+type Enqueuer interface {
+	EnqueueDispatchTx(ctx context.Context, tx pgx.Tx, fulfilmentID string) error
+}
+
+// Outcome says what a delivery turned out to be.
+type Outcome int
+
+const (
+	// NewEvent means the event was stored by this delivery.
+	NewEvent Outcome = iota
+	// DuplicateFiltered means the filter knew the event was committed;
+	// Postgres was not touched.
+	DuplicateFiltered
+	// DuplicatePostgres means Postgres already held the event; the delivery
+	// was counted.
+	DuplicatePostgres
+)
+
+// String names the outcome for logs and metrics.
+func (o Outcome) String() string {
+	switch o {
+	case DuplicateFiltered:
+		return "duplicate_filter"
+	case DuplicatePostgres:
+		return "duplicate_postgres"
+	default:
+		return "new"
+	}
+}
+
+// Result reports what Accept did.
+type Result struct {
+	Outcome Outcome
+	// FulfilmentID is set when this delivery created a fulfilment.
+	FulfilmentID string
+}
+
+// Config configures a Service.
+type Config struct {
+	Store    *db.Store
+	Enqueuer Enqueuer
+	// Filter is optional; nil means every delivery goes to Postgres.
+	Filter filter.Filter
+	Logger *slog.Logger
+	// OnFilterError, if set, is called when the filter fails open.
+	OnFilterError func(op string, err error)
+}
+
+// Service accepts verified events.
+type Service struct {
+	store         *db.Store
+	enqueuer      Enqueuer
+	filter        filter.Filter
+	logger        *slog.Logger
+	onFilterError func(string, error)
+}
+
+// New returns a Service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Enqueuer == nil || cfg.Logger == nil {
+		return nil, errors.New("intake: store, enqueuer and logger are required")
+	}
+	onErr := cfg.OnFilterError
+	if onErr == nil {
+		onErr = func(string, error) {}
+	}
+	return &Service{store: cfg.Store, enqueuer: cfg.Enqueuer, filter: cfg.Filter, logger: cfg.Logger, onFilterError: onErr}, nil
+}
+
+// Accept records ev exactly once. It returns only after the event is
+// committed to Postgres (or was already), so an acknowledgement sent after
+// Accept returns nil is never lost. An error means nothing is known to be
+// committed and the provider must retry.
+func (s *Service) Accept(ctx context.Context, ev provider.Event) (Result, error) {
+	log := s.logger.With("provider", ev.Provider, "event_id", ev.ID)
+	if s.filter != nil {
+		seen, err := s.filter.Committed(ctx, ev.Provider, ev.ID)
+		if err != nil {
+			s.onFilterError("check", err)
+			log.DebugContext(ctx, "duplicate filter unavailable, asking Postgres", "error", err)
+		} else if seen {
+			return Result{Outcome: DuplicateFiltered}, nil
+		}
+	}
+
+	var res Result
+	err := s.store.InTx(ctx, func(tx pgx.Tx) error {
+		eventPK, inserted, err := db.InsertEvent(ctx, tx, db.EventParams{
+			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload,
+		})
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			res = Result{Outcome: DuplicatePostgres}
+			return nil
+		}
+		res = Result{Outcome: NewEvent}
+		if !ev.Fulfils() {
+			return nil
+		}
+		id, created, err := db.InsertFulfilment(ctx, tx, eventPK, ev.Provider, ev.PaymentID, "intake")
+		if err != nil || !created {
+			return err
+		}
+		if err := s.enqueuer.EnqueueDispatchTx(ctx, tx, id); err != nil {
+			return fmt.Errorf("enqueue dispatch: %w", err)
+		}
+		res.FulfilmentID = id
+		return nil
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("record event: %w", err)
+	}
+
+	switch {
+	case res.FulfilmentID != "":
+		log.InfoContext(ctx, "event stored, fulfilment created", "payment_id", ev.PaymentID, "fulfilment_id", res.FulfilmentID, "event_type", ev.Type)
+	case res.Outcome == NewEvent && ev.Fulfils():
+		log.InfoContext(ctx, "event stored; payment already has a fulfilment", "payment_id", ev.PaymentID, "event_type", ev.Type)
+	case res.Outcome == NewEvent:
+		log.DebugContext(ctx, "event stored; type does not fulfil", "event_type", ev.Type)
+	}
+
+	// Only now, after the commit, may the filter learn the event.
+	if s.filter != nil {
+		if err := s.filter.MarkCommitted(ctx, ev.Provider, ev.ID); err != nil {
+			s.onFilterError("mark", err)
+			log.DebugContext(ctx, "duplicate filter mark failed; later duplicates go to Postgres", "error", err)
+		}
+	}
+	return res, nil
+}
