@@ -1,0 +1,170 @@
+package web
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/guardian-pay/guardian/app/intake"
+	"github.com/guardian-pay/guardian/app/provider"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Addr is the listen address. Defaults to ":8080".
+	Addr string
+	// Providers are served at /webhooks/{Name()}.
+	Providers []provider.Provider
+	Intake    *intake.Service
+	// Ready reports whether the server can take traffic (Postgres reachable,
+	// migrations current). Required.
+	Ready  func(ctx context.Context) error
+	Logger *slog.Logger
+	// MaxBodyBytes caps a webhook body. Defaults to 1 MiB.
+	MaxBodyBytes int64
+	// IntakeTimeout bounds one delivery's work. Defaults to 10 seconds.
+	IntakeTimeout time.Duration
+	// Now is the clock for signature timestamps. Defaults to time.Now.
+	Now func() time.Time
+	// Metrics, if set, counts deliveries.
+	Metrics Metrics
+}
+
+// Metrics receives what the server observes. The zero value of a Server
+// uses a no-op.
+type Metrics interface {
+	Delivery(provider, outcome string, seconds float64)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Delivery(string, string, float64) {}
+
+// Server serves Guardian's HTTP endpoints.
+type Server struct {
+	cfg       Config
+	echo      *echo.Echo
+	providers map[string]provider.Provider
+	now       func() time.Time
+	metrics   Metrics
+
+	mu       sync.Mutex
+	http     *http.Server
+	listener net.Listener
+}
+
+// New returns a Server; Start serves it.
+func New(cfg Config) (*Server, error) {
+	if cfg.Intake == nil || cfg.Ready == nil || cfg.Logger == nil {
+		return nil, errors.New("web: intake, ready and logger are required")
+	}
+	if len(cfg.Providers) == 0 {
+		return nil, errors.New("web: at least one provider is required")
+	}
+	cfg.Addr = cmp.Or(cfg.Addr, ":8080")
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, 1<<20)
+	cfg.IntakeTimeout = cmp.Or(cfg.IntakeTimeout, 10*time.Second)
+	s := &Server{cfg: cfg, providers: map[string]provider.Provider{}, now: cfg.Now, metrics: cfg.Metrics}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.metrics == nil {
+		s.metrics = noMetrics{}
+	}
+	for _, p := range cfg.Providers {
+		if _, dup := s.providers[p.Name()]; dup {
+			return nil, fmt.Errorf("web: provider %q configured twice", p.Name())
+		}
+		s.providers[p.Name()] = p
+	}
+
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = errorHandler(cfg.Logger)
+	e.POST("/webhooks/:provider", s.handleWebhook)
+	e.GET("/healthz", s.handleHealth)
+	e.GET("/readyz", s.handleReady)
+	s.echo = e
+	return s, nil
+}
+
+// Handler returns the server's routes, for tests and embedding.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Echo returns the Echo instance, for mounting further routes.
+func (s *Server) Echo() *echo.Echo { return s.echo }
+
+// Start listens on the configured address and serves in the background. It
+// returns once the listener is open, or with the error that prevented it.
+func (s *Server) Start(ctx context.Context) error {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
+	}
+	srv := &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	s.mu.Lock()
+	s.http, s.listener = srv, ln
+	s.mu.Unlock()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.cfg.Logger.Error("http server stopped", "error", err)
+		}
+	}()
+	s.cfg.Logger.Info("listening", "addr", ln.Addr().String())
+	return nil
+}
+
+// Addr returns the address the server listens on, once started.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listener == nil {
+		return ""
+	}
+	return s.listener.Addr().String()
+}
+
+// Stop stops accepting connections and waits for in-flight requests until
+// ctx ends, then closes what remains. Safe before Start and more than once.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	srv := s.http
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		_ = srv.Close()
+		return err
+	}
+	return nil
+}
+
+func (s *Server) handleHealth(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReady(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	if err := s.cfg.Ready(ctx); err != nil {
+		return &HTTPError{Code: http.StatusServiceUnavailable, Msg: "not ready", Err: err}
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}

@@ -1,0 +1,95 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/guardian-pay/guardian/app/intake"
+	"github.com/guardian-pay/guardian/app/provider"
+)
+
+// webhookAnswer is the body of a 200 to a provider.
+type webhookAnswer struct {
+	Status  string `json:"status"` // "accepted" or "duplicate"
+	EventID string `json:"event_id"`
+}
+
+func (s *Server) handleWebhook(c echo.Context) error {
+	start := time.Now()
+	name := c.Param("provider")
+	p, ok := s.providers[name]
+	if !ok {
+		return &HTTPError{Code: http.StatusNotFound, Msg: "unknown provider"}
+	}
+	outcome, err := s.receive(c, p)
+	s.metrics.Delivery(name, outcome, time.Since(start).Seconds())
+	return err
+}
+
+// receive handles one delivery and returns the outcome's name for metrics.
+func (s *Server) receive(c echo.Context, p provider.Provider) (string, error) {
+	body, err := readCapped(c.Request().Body, s.cfg.MaxBodyBytes)
+	if err != nil {
+		var tooLarge *errTooLarge
+		if errors.As(err, &tooLarge) {
+			return "rejected_too_large", &HTTPError{Code: http.StatusRequestEntityTooLarge, Msg: "body too large", Err: err}
+		}
+		return "rejected_unreadable", &HTTPError{Code: http.StatusBadRequest, Msg: "unreadable body", Err: err}
+	}
+
+	ev, err := p.Verify(c.Request().Header, body, s.now())
+	if err != nil {
+		reason, msg := rejection(err)
+		return "rejected_" + reason, &HTTPError{Code: http.StatusBadRequest, Msg: msg, Err: err}
+	}
+
+	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.IntakeTimeout)
+	defer cancel()
+	res, err := s.cfg.Intake.Accept(ctx, ev)
+	if err != nil {
+		// Nothing is known to be committed: the provider must retry.
+		return "unavailable", &HTTPError{Code: http.StatusServiceUnavailable, Msg: "storage unavailable, retry later", Err: err}
+	}
+	status := "accepted"
+	if res.Outcome != intake.NewEvent {
+		status = "duplicate"
+	}
+	return res.Outcome.String(), c.JSON(http.StatusOK, webhookAnswer{Status: status, EventID: ev.ID})
+}
+
+// rejection names a verification error for metrics and for the sender.
+// Signature and timestamp failures say only that; a malformed body says what
+// is wrong with it, which the sender wrote and may read.
+func rejection(err error) (reason, msg string) {
+	switch {
+	case errors.Is(err, provider.ErrSignature):
+		return "signature", provider.ErrSignature.Error()
+	case errors.Is(err, provider.ErrTimestamp):
+		return "timestamp", provider.ErrTimestamp.Error()
+	case errors.Is(err, provider.ErrMalformed):
+		return "malformed", err.Error()
+	default:
+		return "invalid", "invalid delivery"
+	}
+}
+
+type errTooLarge struct{ limit int64 }
+
+func (e *errTooLarge) Error() string { return "body exceeds the size cap" }
+
+// readCapped reads all of r, or fails once more than limit bytes arrive.
+func readCapped(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, &errTooLarge{limit: limit}
+	}
+	return b, nil
+}
