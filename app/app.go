@@ -1,0 +1,194 @@
+// Package app is Guardian's configuration, wiring and lifecycle: it builds
+// the pool, migrations, providers, connector, filter, River client and HTTP
+// server from a Config, and starts and stops them in order. Only main
+// imports it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/filter"
+	"github.com/guardian-pay/guardian/app/intake"
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/goose"
+	"github.com/guardian-pay/guardian/jobs"
+	"github.com/guardian-pay/guardian/web"
+)
+
+// App is a running Guardian: HTTP intake and River dispatch over one pool.
+type App struct {
+	cfg    Config
+	logger *slog.Logger
+	pool   *pgxpool.Pool
+	redis  *redis.Client
+	jobs   *jobs.Client
+	web    *web.Server
+}
+
+// New builds an App from cfg, migrating the database first unless
+// cfg.Migrate is false. Nothing is served until Start.
+func New(ctx context.Context, cfg Config, logger *slog.Logger) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Dev {
+		logger.Warn("DEVELOPMENT PROFILE: public development secrets and the logging connector are in use; never point a real provider or real money at this server")
+		if err := db.EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
+			return nil, err
+		}
+	}
+	pool, err := db.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	a := &App{cfg: cfg, logger: logger, pool: pool}
+	if err := a.build(ctx); err != nil {
+		a.close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *App) build(ctx context.Context) error {
+	cfg := a.cfg
+	if cfg.Migrate {
+		if err := Migrate(ctx, a.pool, a.logger); err != nil {
+			return err
+		}
+	}
+
+	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes})
+	if err != nil {
+		return err
+	}
+	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: cfg.StandardSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StandardFulfilTypes})
+	if err != nil {
+		return err
+	}
+
+	var conn connector.Connector
+	if cfg.ConnectorURL != "" {
+		if conn, err = connector.NewHTTP(connector.HTTPConfig{URL: cfg.ConnectorURL, Secret: cfg.ConnectorSecret, Timeout: cfg.ConnectorTimeout}); err != nil {
+			return err
+		}
+	} else {
+		conn = connector.Log{Logger: a.logger}
+	}
+
+	var dupFilter filter.Filter
+	if cfg.RedisURL != "" {
+		if a.redis, err = filter.NewRedisClient(cfg.RedisURL); err != nil {
+			return err
+		}
+		if dupFilter, err = filter.NewRedis(filter.RedisConfig{Client: a.redis, Prefix: cfg.RedisPrefix}); err != nil {
+			return err
+		}
+	}
+
+	if a.jobs, err = jobs.New(jobs.Config{
+		Pool: a.pool, Connector: conn, Logger: a.logger,
+		ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
+		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers,
+	}); err != nil {
+		return err
+	}
+	store := db.New(a.pool)
+	in, err := intake.New(intake.Config{Store: store, Enqueuer: a.jobs, Filter: dupFilter, Logger: a.logger})
+	if err != nil {
+		return err
+	}
+	a.web, err = web.New(web.Config{
+		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Intake: in,
+		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready,
+	})
+	return err
+}
+
+// ready reports whether Postgres answers and every migration is applied.
+func (a *App) ready(ctx context.Context) error {
+	if err := a.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	m, err := goose.NewMigrator(a.pool)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	current, err := m.Current(ctx)
+	if err != nil {
+		return err
+	}
+	if !current {
+		return errors.New("migrations pending")
+	}
+	return nil
+}
+
+// Start starts dispatch, then intake. It returns once both run.
+func (a *App) Start(ctx context.Context) error {
+	if err := a.jobs.Start(ctx); err != nil {
+		return fmt.Errorf("start river: %w", err)
+	}
+	if err := a.web.Start(ctx); err != nil {
+		_ = a.jobs.Stop(ctx)
+		return err
+	}
+	return nil
+}
+
+// Addr returns the HTTP listen address, once started.
+func (a *App) Addr() string { return a.web.Addr() }
+
+// Stop stops intake first (no new events), then dispatch (running calls
+// finish until ctx ends), then closes connections. Safe before Start and
+// more than once.
+func (a *App) Stop(ctx context.Context) error {
+	var errs []error
+	if a.web != nil {
+		errs = append(errs, a.web.Stop(ctx))
+	}
+	if a.jobs != nil {
+		errs = append(errs, a.jobs.Stop(ctx))
+	}
+	a.close()
+	return errors.Join(errs...)
+}
+
+func (a *App) close() {
+	if a.redis != nil {
+		_ = a.redis.Close()
+		a.redis = nil
+	}
+	if a.pool != nil {
+		a.pool.Close()
+		a.pool = nil
+	}
+}
+
+// Migrate applies pending migrations, logging each.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	m, err := goose.NewMigrator(pool)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	start := time.Now()
+	res, err := m.Up(ctx)
+	for _, r := range res {
+		logger.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
+	}
+	if err != nil {
+		return err
+	}
+	logger.Info("migrations current", "applied", len(res), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}

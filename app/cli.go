@@ -1,0 +1,180 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/goose"
+)
+
+// Exit codes scripts can rely on.
+const (
+	ExitOK       = 0
+	ExitFailure  = 1 // the command ran and failed
+	ExitUsage    = 2 // bad arguments or configuration
+	ExitNotFound = 3 // the thing asked for does not exist
+)
+
+const usage = `guardian: exactly-once fulfilment for payment webhooks
+
+Usage:
+  guardian serve [--no-migrate]     serve webhooks and dispatch fulfilments
+  guardian migrate up|down|status   manage the database schema
+  guardian demo [--url URL]         send signed sample deliveries to a dev server
+  guardian help                     show this
+
+Configuration comes from the environment; see README.md.
+`
+
+// Main runs the command in args and returns the process exit code.
+func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return runServe(ctx, rest, getenv, stderr)
+	case "migrate":
+		return runMigrate(ctx, rest, getenv, stdout, stderr)
+	case "demo":
+		return runDemo(ctx, rest, getenv, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	default:
+		fmt.Fprintf(stderr, "guardian: unknown command %q\n\n%s", cmd, usage)
+		return ExitUsage
+	}
+}
+
+// NewLogger returns the process logger: JSON for machines, text for a terminal.
+func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("GUARDIAN_LOG_LEVEL: want debug, info, warn or error, got %q", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewJSONHandler(w, opts)), nil
+}
+
+func runServe(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	noMigrate := fs.Bool("no-migrate", false, "do not apply pending migrations at start")
+	shutdown := fs.Duration("shutdown-timeout", 0, "how long a stop waits for in-flight work (default: connector timeout + 15s)")
+	if err := fs.Parse(args); err != nil {
+		return ExitUsage
+	}
+	cfg, err := ConfigFromEnv(getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian: configuration refused:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return ExitUsage
+	}
+	if *noMigrate {
+		cfg.Migrate = false
+	}
+	logger, err := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian: %v\n", err)
+		return ExitUsage
+	}
+	a, err := New(ctx, cfg, logger)
+	if err != nil {
+		logger.Error("cannot start", "error", err)
+		return ExitFailure
+	}
+	if err := a.Start(ctx); err != nil {
+		logger.Error("cannot start", "error", err)
+		_ = a.Stop(context.Background())
+		return ExitFailure
+	}
+	<-ctx.Done()
+	timeout := *shutdown
+	if timeout == 0 {
+		timeout = cfg.ConnectorTimeout + 15*time.Second
+	}
+	logger.Info("stopping", "drain_timeout", timeout)
+	stopCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := a.Stop(stopCtx); err != nil {
+		logger.Error("stopped with errors", "error", err)
+		return ExitFailure
+	}
+	logger.Info("stopped")
+	return ExitOK
+}
+
+func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) != 1 || (args[0] != "up" && args[0] != "down" && args[0] != "status") {
+		fmt.Fprintln(stderr, "usage: guardian migrate up|down|status")
+		return ExitUsage
+	}
+	url := getenv("DATABASE_URL")
+	if url == "" {
+		url = DefaultDatabaseURL
+	}
+	logger, _ := NewLogger(stderr, "text", "info")
+	pool, err := db.Connect(ctx, url)
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian: %v\n", err)
+		return ExitFailure
+	}
+	defer pool.Close()
+	switch args[0] {
+	case "up":
+		if err := Migrate(ctx, pool, logger); err != nil {
+			fmt.Fprintf(stderr, "guardian: %v\n", err)
+			return ExitFailure
+		}
+		return ExitOK
+	}
+	m, err := goose.NewMigrator(pool)
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian: %v\n", err)
+		return ExitFailure
+	}
+	defer m.Close()
+	if args[0] == "down" {
+		res, err := m.Down(ctx)
+		if errors.Is(err, goose.ErrNoNextVersion) {
+			fmt.Fprintln(stdout, "nothing to roll back")
+			return ExitOK
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "guardian: %v\n", err)
+			return ExitFailure
+		}
+		fmt.Fprintf(stdout, "rolled back %s\n", res.Source.Path)
+		return ExitOK
+	}
+	st, err := m.Status(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian: %v\n", err)
+		return ExitFailure
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tFILE")
+	for _, s := range st {
+		applied := ""
+		if !s.AppliedAt.IsZero() {
+			applied = s.AppliedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Source.Version, s.State, applied, s.Source.Path)
+	}
+	_ = tw.Flush()
+	return ExitOK
+}
+

@@ -1,0 +1,188 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/guardian-pay/guardian/app/provider"
+)
+
+// Config is Guardian's configuration, read from the environment by
+// ConfigFromEnv. The README's table documents every variable.
+type Config struct {
+	// DatabaseURL is the Postgres URL. Defaults to DefaultDatabaseURL.
+	DatabaseURL string
+	// Addr is the HTTP listen address. Defaults to ":8080".
+	Addr string
+	// RedisURL enables the duplicate filter when set.
+	RedisURL string
+	// RedisPrefix starts the filter's keys. Defaults to "idem:".
+	RedisPrefix string
+
+	StripeSecrets       []string
+	StandardSecrets     []string
+	StripeFulfilTypes   []string
+	StandardFulfilTypes []string
+	// Tolerance bounds signed timestamps both ways. Defaults to 300 seconds.
+	Tolerance time.Duration
+	// MaxBodyBytes caps webhook bodies. Defaults to 1 MiB.
+	MaxBodyBytes int64
+
+	ConnectorURL    string
+	ConnectorSecret string
+	// ConnectorTimeout bounds one connector call. Defaults to 30 seconds.
+	ConnectorTimeout time.Duration
+	// DispatchLease is how long a fulfilment may stay dispatching before it
+	// is parked. Defaults to 5 minutes; must exceed ConnectorTimeout.
+	DispatchLease time.Duration
+	// SweepInterval is how often the leader sweeps. Defaults to 30 seconds.
+	SweepInterval time.Duration
+	// DispatchWorkers is the number of concurrent dispatches per process.
+	// Defaults to 50.
+	DispatchWorkers int
+
+	// Migrate applies pending migrations at start. Defaults to true.
+	Migrate bool
+	// Dev is the local development profile: clearly marked development
+	// secrets and the logging connector fill what is missing, and the
+	// database is created if absent. Never for real money.
+	Dev bool
+	// LogFormat is "json" or "text". Defaults to json, or text in Dev.
+	LogFormat string
+	// LogLevel is debug, info, warn or error. Defaults to info.
+	LogLevel string
+}
+
+// DefaultDatabaseURL is the local Postgres of a development machine.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/guardian?sslmode=disable"
+
+// Development secrets, used only with GUARDIAN_DEV=1. They are public: a
+// server started with them must never see real money.
+const (
+	DevStripeSecret   = "whsec_DEVELOPMENT_ONLY_stripe"
+	DevStandardSecret = "whsec_REVWRUxPUE1FTlQgT05MWSBzdGFuZGFyZA=="
+)
+
+// ConfigFromEnv reads the configuration from getenv (os.Getenv in main).
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	var errs []error
+	dur := func(name string, def time.Duration) time.Duration {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: want a positive duration such as 30s, got %q", name, v))
+			return def
+		}
+		return d
+	}
+	integer := func(name string, def int64) int64 {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("%s: want a positive integer, got %q", name, v))
+			return def
+		}
+		return n
+	}
+	boolean := func(name string, def bool) bool {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: want true or false, got %q", name, v))
+			return def
+		}
+		return b
+	}
+
+	cfg := Config{
+		DatabaseURL:         or(getenv("DATABASE_URL"), DefaultDatabaseURL),
+		Addr:                or(getenv("GUARDIAN_ADDR"), ":8080"),
+		RedisURL:            getenv("REDIS_URL"),
+		RedisPrefix:         or(getenv("GUARDIAN_REDIS_PREFIX"), "idem:"),
+		StripeSecrets:       list(getenv("GUARDIAN_STRIPE_SECRETS"), ","),
+		StandardSecrets:     list(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"),
+		StripeFulfilTypes:   list(getenv("GUARDIAN_STRIPE_FULFIL_TYPES"), ","),
+		StandardFulfilTypes: list(getenv("GUARDIAN_STANDARD_FULFIL_TYPES"), ","),
+		Tolerance:           dur("GUARDIAN_TIMESTAMP_TOLERANCE", provider.DefaultTolerance),
+		MaxBodyBytes:        integer("GUARDIAN_MAX_BODY_BYTES", 1<<20),
+		ConnectorURL:        getenv("GUARDIAN_CONNECTOR_URL"),
+		ConnectorSecret:     getenv("GUARDIAN_CONNECTOR_SECRET"),
+		ConnectorTimeout:    dur("GUARDIAN_CONNECTOR_TIMEOUT", 30*time.Second),
+		DispatchLease:       dur("GUARDIAN_DISPATCH_LEASE", 5*time.Minute),
+		SweepInterval:       dur("GUARDIAN_SWEEP_INTERVAL", 30*time.Second),
+		DispatchWorkers:     int(integer("GUARDIAN_DISPATCH_WORKERS", 50)),
+		Migrate:             boolean("GUARDIAN_MIGRATE", true),
+		Dev:                 boolean("GUARDIAN_DEV", false),
+		LogLevel:            or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
+	}
+	cfg.LogFormat = getenv("GUARDIAN_LOG_FORMAT")
+	if cfg.LogFormat == "" {
+		cfg.LogFormat = "json"
+		if cfg.Dev {
+			cfg.LogFormat = "text"
+		}
+	}
+	if cfg.Dev {
+		if len(cfg.StripeSecrets) == 0 {
+			cfg.StripeSecrets = []string{DevStripeSecret}
+		}
+		if len(cfg.StandardSecrets) == 0 {
+			cfg.StandardSecrets = []string{DevStandardSecret}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return cfg, errors.Join(errs...)
+}
+
+// Validate reports every problem that must stop the server from starting.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.StripeSecrets) == 0 {
+		errs = append(errs, errors.New("GUARDIAN_STRIPE_SECRETS is empty: set the endpoint signing secret(s), comma-separated"))
+	}
+	if len(c.StandardSecrets) == 0 {
+		errs = append(errs, errors.New("GUARDIAN_STANDARD_SECRETS is empty: set the whsec_ signing secret(s), space-separated"))
+	}
+	if !c.Dev && c.ConnectorURL == "" {
+		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_URL is empty: Guardian needs a connector to fulfil payments (GUARDIAN_DEV=1 uses a logging connector for local development)"))
+	}
+	if c.ConnectorURL != "" && c.ConnectorSecret == "" {
+		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_SECRET is empty: set a whsec_ secret to sign connector requests"))
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		errs = append(errs, fmt.Errorf("GUARDIAN_LOG_FORMAT: want json or text, got %q", c.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// list splits v on any of seps, trimming and dropping empty items.
+func list(v, seps string) []string {
+	var out []string
+	for _, item := range strings.FieldsFunc(v, func(r rune) bool { return strings.ContainsRune(seps, r) }) {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}

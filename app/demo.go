@@ -1,0 +1,146 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// runDemo sends signed sample deliveries, duplicates and forgeries included,
+// to a running development server and shows what became of them.
+func runDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	base := fs.String("url", or(getenv("GUARDIAN_URL"), "http://127.0.0.1:8080"), "Guardian's base URL")
+	if err := fs.Parse(args); err != nil {
+		return ExitUsage
+	}
+	stripeSecret := first(list(getenv("GUARDIAN_STRIPE_SECRETS"), ","), DevStripeSecret)
+	standardSecret := first(list(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"), DevStandardSecret)
+
+	run := randomID()
+	pi := "pi_demo_" + run
+	pay := "pay_demo_" + run
+	now := time.Now()
+	checkout := fmt.Sprintf(`{"id":"evt_demo_cs_%s","object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_demo_%s","object":"checkout.session","payment_intent":%q}}}`, run, run, pi)
+	intent := fmt.Sprintf(`{"id":"evt_demo_pi_%s","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":%q,"object":"payment_intent"}}}`, run, pi)
+	customer := fmt.Sprintf(`{"id":"evt_demo_cus_%s","object":"event","type":"customer.created","data":{"object":{"id":"cus_demo_%s"}}}`, run, run)
+	standard := fmt.Sprintf(`{"type":"payment.succeeded","data":{"payment_id":%q,"amount":4200}}`, pay)
+	standardHeaders, err := provider.SignStandard("msg_demo_"+run, []byte(standard), standardSecret, now)
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian demo: standard secret: %v\n", err)
+		return ExitUsage
+	}
+
+	type delivery struct {
+		what   string
+		path   string
+		body   string
+		header http.Header
+	}
+	deliveries := []delivery{
+		{"stripe checkout.session.completed", "stripe", checkout, provider.SignStripe([]byte(checkout), stripeSecret, now)},
+		{"  same event again (provider retry)", "stripe", checkout, provider.SignStripe([]byte(checkout), stripeSecret, now)},
+		{"  and again", "stripe", checkout, provider.SignStripe([]byte(checkout), stripeSecret, now)},
+		{"stripe payment_intent.succeeded, same payment", "stripe", intent, provider.SignStripe([]byte(intent), stripeSecret, now)},
+		{"stripe customer.created (does not fulfil)", "stripe", customer, provider.SignStripe([]byte(customer), stripeSecret, now)},
+		{"standard payment.succeeded", "standard", standard, standardHeaders},
+		{"  same message again", "standard", standard, standardHeaders},
+		{"forged: signed with the wrong secret", "stripe", intent, provider.SignStripe([]byte(intent), "whsec_forged", now)},
+		{"replayed: signed 10 minutes ago", "stripe", intent, provider.SignStripe([]byte(intent), stripeSecret, now.Add(-10*time.Minute))},
+	}
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "DELIVERY\tSTATUS\tANSWER\n")
+	for _, d := range deliveries {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(*base, "/")+"/webhooks/"+d.path, bytes.NewReader([]byte(d.body)))
+		if err != nil {
+			fmt.Fprintf(stderr, "guardian demo: %v\n", err)
+			return ExitUsage
+		}
+		req.Header = d.header.Clone()
+		resp, err := client.Do(req)
+		if err != nil {
+			_ = tw.Flush()
+			fmt.Fprintf(stderr, "guardian demo: is `just run` serving at %s? %v\n", *base, err)
+			return ExitFailure
+		}
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", d.what, resp.StatusCode, strings.TrimSpace(string(answer)))
+	}
+	_ = tw.Flush()
+
+	pool, err := db.Connect(ctx, or(getenv("DATABASE_URL"), DefaultDatabaseURL))
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian demo: cannot read fulfilments: %v\n", err)
+		return ExitFailure
+	}
+	defer pool.Close()
+	fmt.Fprintf(stdout, "\nFulfilments (waiting for dispatch):\n")
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var rows []db.Fulfilment
+		for _, p := range []struct{ provider, payment string }{{"stripe", pi}, {"standard", pay}} {
+			fs, err := db.FulfilmentsByPayment(ctx, pool, p.provider, p.payment)
+			if err != nil {
+				fmt.Fprintf(stderr, "guardian demo: %v\n", err)
+				return ExitFailure
+			}
+			rows = append(rows, fs...)
+		}
+		settled := len(rows) == 2
+		for _, f := range rows {
+			settled = settled && (f.State != "pending" && f.State != "dispatching")
+		}
+		if settled || time.Now().After(deadline) {
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "PAYMENT\tFULFILMENT\tSTATE\tATTEMPT\n")
+			for _, f := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", f.PaymentID, f.ID, f.State, f.Attempt)
+			}
+			_ = tw.Flush()
+			fulfilled := 0
+			for _, f := range rows {
+				if f.State == "fulfilled" {
+					fulfilled++
+				}
+			}
+			fmt.Fprintf(stdout, "\n%d deliveries, 2 payments, %d fulfilments, %d fulfilled.\n", len(deliveries), len(rows), fulfilled)
+			if fulfilled != 2 || len(rows) != 2 {
+				return ExitFailure
+			}
+			return ExitOK
+		}
+		select {
+		case <-ctx.Done():
+			return ExitFailure
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func first(list []string, def string) string {
+	if len(list) == 0 {
+		return def
+	}
+	return list[0]
+}
+
+func randomID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,80 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Connect opens a pool on url and checks that Postgres answers. Connection
+// attempts time out after 5 seconds unless the URL says otherwise, so an
+// unreachable database fails a request rather than hanging it.
+func Connect(ctx context.Context, rawURL string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, errors.New("DATABASE_URL is not a valid Postgres URL")
+	}
+	if !strings.Contains(rawURL, "connect_timeout") {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to %s: %w", Redact(rawURL), err)
+	}
+	return pool, nil
+}
+
+// EnsureDatabase creates the database url names if it does not exist, by
+// connecting to the server's "postgres" database. For development only.
+func EnsureDatabase(ctx context.Context, rawURL string) error {
+	cfg, err := pgx.ParseConfig(rawURL)
+	if err != nil {
+		return errors.New("DATABASE_URL is not a valid Postgres URL")
+	}
+	name := cfg.Database
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err == nil {
+		return conn.Close(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
+		return fmt.Errorf("connect to %s: %w", Redact(rawURL), err)
+	}
+	cfg.Database = "postgres"
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect to create database %q: %w", name, err)
+	}
+	defer admin.Close(ctx)
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // created meanwhile
+			return nil
+		}
+		return fmt.Errorf("create database %q: %w", name, err)
+	}
+	return nil
+}
+
+// Redact returns url without its password, for logs and errors.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparseable database URL)"
+	}
+	return u.Redacted()
+}

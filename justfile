@@ -1,0 +1,45 @@
+# Guardian's verbs. `just run` serves a local development profile; `just test`
+# runs every suite against the local Postgres and Redis.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+export DATABASE_URL := env_var_or_default("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/guardian?sslmode=disable")
+export TEST_DATABASE_URL := env_var_or_default("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
+export TEST_REDIS_URL := env_var_or_default("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# List the recipes.
+default:
+    @just --list
+
+# Serve the local development profile: creates and migrates the database,
+# public development secrets, a logging connector. Never for real money.
+run:
+    GUARDIAN_DEV=1 go run . serve
+
+# Send signed sample deliveries (duplicates and forgeries included) to `just run`.
+demo:
+    go run . demo
+
+# Every suite: unit, storage, integration and black-box, against real Postgres and Redis.
+test:
+    go vet ./...
+    go test -count=1 -timeout 10m ./...
+
+# Build the binary into ./bin.
+build:
+    go build -o bin/guardian .
+
+# Apply, roll back or list migrations: just migrate up|down|status
+migrate direction="status":
+    go run . migrate {{direction}}
+
+# Static checks.
+lint:
+    gofmt -l . | (! grep .)
+    go vet ./...
+
+# Fuzz the untrusted-input parsers for a while each.
+fuzz time="30s":
+    go test ./app/provider -run '^$' -fuzz FuzzStripeVerify -fuzztime {{time}}
+    go test ./app/provider -run '^$' -fuzz FuzzStandardVerify -fuzztime {{time}}
+    go test ./app/provider -run '^$' -fuzz FuzzDecodeStrict -fuzztime {{time}}
