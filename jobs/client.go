@@ -45,7 +45,8 @@ type Config struct {
 	// River's generated id.
 	ID string
 	// FetchPollInterval is how often River polls when LISTEN/NOTIFY is quiet.
-	// Defaults to River's default (1 second).
+	// Defaults to River's default (1 second); a shorter one also shortens
+	// River's fetch cooldown to match.
 	FetchPollInterval time.Duration
 	// Workless, when true, makes a client that only inserts jobs.
 	Workless bool
@@ -108,6 +109,7 @@ func New(cfg Config) (*Client, error) {
 		Logger:               cfg.Logger.With("component", "river"),
 		RescueStuckJobsAfter: cfg.DispatchLease,
 		FetchPollInterval:    cfg.FetchPollInterval,
+		FetchCooldown:        min(cfg.FetchPollInterval, river.FetchCooldownDefault),
 		Workers:              workers,
 	}
 	if !cfg.Workless {
