@@ -1,0 +1,123 @@
+// Package faultproxy is a TCP proxy for tests that need a dependency to
+// vanish and come back: it forwards connections to a target and can refuse
+// new ones and cut live ones on demand, on the same address throughout.
+package faultproxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+)
+
+// Proxy forwards TCP connections from Addr to a target.
+type Proxy struct {
+	target string
+
+	mu       sync.Mutex
+	addr     string
+	listener net.Listener
+	conns    map[net.Conn]struct{}
+	wg       sync.WaitGroup
+}
+
+// New starts a proxy on a free loopback port in front of target.
+func New(target string) (*Proxy, error) {
+	p := &Proxy{target: target, conns: map[net.Conn]struct{}{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	return p, nil
+}
+
+// Addr is the address clients dial.
+func (p *Proxy) Addr() string { return p.addr }
+
+func (p *Proxy) serve(ln net.Listener) {
+	p.listener = ln
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.forward(c)
+		}
+	}()
+}
+
+func (p *Proxy) forward(client net.Conn) {
+	upstream, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.listener == nil { // cut while dialling
+		p.mu.Unlock()
+		_ = client.Close()
+		_ = upstream.Close()
+		return
+	}
+	p.conns[client] = struct{}{}
+	p.conns[upstream] = struct{}{}
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		done <- struct{}{}
+	}
+	go pipe(upstream, client)
+	go pipe(client, upstream)
+	<-done
+	_ = client.Close()
+	_ = upstream.Close()
+	p.mu.Lock()
+	delete(p.conns, client)
+	delete(p.conns, upstream)
+	p.mu.Unlock()
+}
+
+// Down stops accepting (new connections are refused) and resets every live
+// connection, as a dependency that dies does.
+func (p *Proxy) Down() {
+	p.mu.Lock()
+	ln := p.listener
+	p.listener = nil
+	conns := p.conns
+	p.conns = map[net.Conn]struct{}{}
+	p.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	for c := range conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
+	}
+	p.wg.Wait()
+}
+
+// Up accepts connections again on the same address.
+func (p *Proxy) Up() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.listener != nil {
+		return errors.New("faultproxy: already up")
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return err
+	}
+	p.serve(ln)
+	return nil
+}
+
+// Close takes the proxy down for good.
+func (p *Proxy) Close() { p.Down() }

@@ -1,0 +1,400 @@
+package web_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/connector/connectortest"
+	"github.com/guardian-pay/guardian/app/filter"
+	"github.com/guardian-pay/guardian/app/filter/redistest"
+	"github.com/guardian-pay/guardian/app/intake"
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/e2e/faultproxy"
+	"github.com/guardian-pay/guardian/jobs"
+	"github.com/guardian-pay/guardian/web"
+)
+
+const (
+	stripeSecret   = "whsec_test_stripe"
+	standardSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+)
+
+type filterMode int
+
+const (
+	noFilter filterMode = iota
+	redisFilter
+	deadRedisFilter // pointed at a closed port
+)
+
+type testBundle struct {
+	ctx      context.Context
+	db       *dbtest.DB
+	rec      *connectortest.Recorder
+	srv      *httptest.Server
+	filterFn func() // flushes the filter's keys, when there is one
+}
+
+type setupOpts struct {
+	filter filterMode
+	// pool, when set, is what intake writes through (for outage tests).
+	pool func(d *dbtest.DB) *pgxpool.Pool
+}
+
+func setup(t *testing.T, opts setupOpts) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	d := dbtest.NewDB(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rec := &connectortest.Recorder{}
+	client, err := jobs.New(jobs.Config{Pool: d.Pool, Connector: rec, Logger: logger, FetchPollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(ctx))
+	})
+
+	b := &testBundle{ctx: ctx, db: d, rec: rec}
+	var f filter.Filter
+	switch opts.filter {
+	case redisFilter:
+		rc, prefix := redistest.Client(t)
+		fc, err := filter.NewRedisClient(redistest.URL(t))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = fc.Close() })
+		f, err = filter.NewRedis(filter.RedisConfig{Client: fc, Prefix: prefix})
+		require.NoError(t, err)
+		b.filterFn = func() { redistest.DeletePrefix(t, rc, prefix) }
+	case deadRedisFilter:
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		fc, err := filter.NewRedisClient("redis://" + addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = fc.Close() })
+		f, err = filter.NewRedis(filter.RedisConfig{Client: fc, Backoff: time.Millisecond})
+		require.NoError(t, err)
+	}
+	pool := d.Pool
+	if opts.pool != nil {
+		pool = opts.pool(d)
+	}
+	in, err := intake.New(intake.Config{Store: db.New(pool), Enqueuer: client, Filter: f, Logger: logger})
+	require.NoError(t, err)
+	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}})
+	require.NoError(t, err)
+	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: []string{standardSecret}})
+	require.NoError(t, err)
+	s, err := web.New(web.Config{
+		Providers: []provider.Provider{stripe, standard}, Intake: in, Logger: logger,
+		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: 64 << 10,
+	})
+	require.NoError(t, err)
+	b.srv = httptest.NewServer(s.Handler())
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+type answer struct {
+	code int
+	body map[string]string
+}
+
+func (b *testBundle) post(t *testing.T, path string, header http.Header, body []byte) answer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.srv.URL+path, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header = header.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var m map[string]string
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	_ = json.Unmarshal(raw, &m)
+	return answer{code: resp.StatusCode, body: m}
+}
+
+func (b *testBundle) postStripe(t *testing.T, body string) answer {
+	t.Helper()
+	return b.post(t, "/webhooks/stripe", provider.SignStripe([]byte(body), stripeSecret, time.Now()), []byte(body))
+}
+
+func (b *testBundle) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(b.ctx, query, args...).Scan(&n))
+	return n
+}
+
+// waitFulfilled waits until every fulfilment of the payment is fulfilled and
+// returns how many there are.
+func (b *testBundle) waitFulfilled(t *testing.T, paymentID string) int {
+	t.Helper()
+	var fs []db.Fulfilment
+	require.Eventually(t, func() bool {
+		var err error
+		fs, err = db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", paymentID)
+		require.NoError(t, err)
+		for _, f := range fs {
+			if f.State != "fulfilled" {
+				return false
+			}
+		}
+		return len(fs) > 0
+	}, 15*time.Second, 10*time.Millisecond)
+	return len(fs)
+}
+
+func intentEvent(eventID, paymentID string) string {
+	return fmt.Sprintf(`{"id":%q,"object":"event","type":"payment_intent.succeeded","data":{"object":{"id":%q,"object":"payment_intent"}}}`, eventID, paymentID)
+}
+
+func checkoutEvent(eventID, paymentID string) string {
+	return fmt.Sprintf(`{"id":%q,"object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_%s","object":"checkout.session","payment_intent":%q}}}`, eventID, eventID, paymentID)
+}
+
+// storm sends each body n times, all at once, and returns the answers.
+func (b *testBundle) storm(t *testing.T, n int, bodies ...string) []answer {
+	t.Helper()
+	answers := make([]answer, n*len(bodies))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range answers {
+		wg.Go(func() {
+			<-start
+			answers[i] = b.postStripe(t, bodies[i%len(bodies)])
+		})
+	}
+	close(start)
+	wg.Wait()
+	return answers
+}
+
+func TestConcurrentDuplicateDeliveries(t *testing.T) {
+	t.Parallel()
+
+	for _, mode := range []struct {
+		name string
+		mode filterMode
+	}{{"WithoutRedis", noFilter}, {"WithRedis", redisFilter}, {"WithRedisDown", deadRedisFilter}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, setupOpts{filter: mode.mode})
+			answers := b.storm(t, 64, intentEvent("evt_storm", "pi_storm"))
+			accepted := 0
+			for _, a := range answers {
+				require.Equal(t, http.StatusOK, a.code)
+				if a.body["status"] == "accepted" {
+					accepted++
+				} else {
+					require.Equal(t, "duplicate", a.body["status"])
+				}
+			}
+			require.Equal(t, 1, accepted, "exactly one delivery stores the event")
+			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_event`))
+			require.Equal(t, 1, b.waitFulfilled(t, "pi_storm"))
+			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+			require.Equal(t, 1, b.rec.CallsForPayment("pi_storm"), "one connector call")
+			deliveries := b.count(t, `SELECT deliveries FROM webhook_event`)
+			if mode.mode == noFilter || mode.mode == deadRedisFilter {
+				require.Equal(t, 64, deliveries, "every delivery reached Postgres and was counted")
+			} else {
+				require.LessOrEqual(t, deliveries, 64)
+			}
+
+			// Later duplicates: with the filter they never reach Postgres.
+			before := b.count(t, `SELECT deliveries FROM webhook_event`)
+			for range 5 {
+				a := b.postStripe(t, intentEvent("evt_storm", "pi_storm"))
+				require.Equal(t, http.StatusOK, a.code)
+				require.Equal(t, "duplicate", a.body["status"])
+			}
+			after := b.count(t, `SELECT deliveries FROM webhook_event`)
+			if mode.mode == redisFilter {
+				require.Equal(t, before, after, "the filter answered without touching Postgres")
+			} else {
+				require.Equal(t, before+5, after)
+			}
+		})
+	}
+}
+
+func TestTwoEventTypesForOnePaymentFulfilOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	answers := b.storm(t, 16, checkoutEvent("evt_cs", "pi_both"), intentEvent("evt_pi", "pi_both"))
+	for _, a := range answers {
+		require.Equal(t, http.StatusOK, a.code)
+	}
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM webhook_event`), "both events are stored")
+	require.Equal(t, 1, b.waitFulfilled(t, "pi_both"))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM fulfilment`))
+	require.Equal(t, 1, b.rec.CallsForPayment("pi_both"))
+}
+
+func TestRedisFlushedMidRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{filter: redisFilter})
+	for i := range 20 {
+		body := intentEvent(fmt.Sprintf("evt_%d", i%5), fmt.Sprintf("pi_%d", i%5))
+		a := b.postStripe(t, body)
+		require.Equal(t, http.StatusOK, a.code)
+		if i%4 == 3 {
+			b.filterFn() // the filter forgets everything
+		}
+	}
+	require.Equal(t, 5, b.count(t, `SELECT count(*) FROM webhook_event`))
+	require.Equal(t, 5, b.count(t, `SELECT count(*) FROM fulfilment`))
+	for i := range 5 {
+		require.Equal(t, 1, b.waitFulfilled(t, fmt.Sprintf("pi_%d", i)))
+		require.Equal(t, 1, b.rec.CallsForPayment(fmt.Sprintf("pi_%d", i)))
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{filter: redisFilter})
+
+	good := []byte(intentEvent("evt_1", "pi_1"))
+	now := time.Now()
+	sign := func(body []byte, at time.Time) http.Header { return provider.SignStripe(body, stripeSecret, at) }
+	dupKeys := []byte(`{"id":"evt_1","id":"evt_2","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1"}}}`)
+	huge := []byte(`{"id":"evt_big","type":"x","data":{"object":{"pad":"` + strings.Repeat("a", 70<<10) + `"}}}`)
+	stdBody := []byte(`{"type":"payment.succeeded","data":{"payment_id":"pay_1"}}`)
+	stdStale, err := provider.SignStandard("msg_1", stdBody, standardSecret, now.Add(-time.Hour))
+	require.NoError(t, err)
+	stdWrong, err := provider.SignStandard("msg_1", stdBody, "whsec_c2Vjb25kIHNlY3JldCBmb3Igcm90YXRpb24=", now)
+	require.NoError(t, err)
+
+	tests := []struct {
+		name   string
+		path   string
+		header http.Header
+		body   []byte
+		code   int
+		reason string
+	}{
+		{"WrongSecret", "/webhooks/stripe", provider.SignStripe(good, "whsec_wrong", now), good, 400, "bad signature"},
+		{"NoSignature", "/webhooks/stripe", http.Header{}, good, 400, "bad signature"},
+		{"Stale", "/webhooks/stripe", sign(good, now.Add(-10*time.Minute)), good, 400, "timestamp outside tolerance"},
+		{"Future", "/webhooks/stripe", sign(good, now.Add(10*time.Minute)), good, 400, "timestamp outside tolerance"},
+		{"DuplicateKeys", "/webhooks/stripe", sign(dupKeys, now), dupKeys, 400, "malformed event"},
+		{"NotJSON", "/webhooks/stripe", sign([]byte("{nope"), now), []byte("{nope"), 400, "malformed event"},
+		{"TooLarge", "/webhooks/stripe", sign(huge, now), huge, 413, "body too large"},
+		{"UnknownProvider", "/webhooks/paypal", sign(good, now), good, 404, "unknown provider"},
+		{"StandardStale", "/webhooks/standard", stdStale, stdBody, 400, "timestamp outside tolerance"},
+		{"StandardWrongSecret", "/webhooks/standard", stdWrong, stdBody, 400, "bad signature"},
+	}
+	for _, tt := range tests {
+		a := b.post(t, tt.path, tt.header, tt.body)
+		require.Equal(t, tt.code, a.code, tt.name)
+		require.True(t, strings.HasPrefix(a.body["error"], tt.reason), "%s: %q", tt.name, a.body["error"])
+		require.NotContains(t, a.body["error"], stripeSecret)
+	}
+	require.Zero(t, b.count(t, `SELECT count(*) FROM webhook_event`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM fulfilment`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+	require.Empty(t, b.rec.Calls())
+}
+
+func TestNonFulfillingTypeIsStoredOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	a := b.postStripe(t, `{"id":"evt_cus","type":"customer.created","data":{"object":{"id":"cus_1"}}}`)
+	require.Equal(t, http.StatusOK, a.code)
+	require.Equal(t, "accepted", a.body["status"])
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_cus' AND payment_id IS NULL`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM fulfilment`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+}
+
+func TestStandardWebhooksFulfil(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	body := []byte(`{"type":"payment.succeeded","data":{"payment_id":"pay_std"}}`)
+	h, err := provider.SignStandard("msg_std", body, standardSecret, time.Now())
+	require.NoError(t, err)
+	for range 3 {
+		a := b.post(t, "/webhooks/standard", h, body)
+		require.Equal(t, http.StatusOK, a.code)
+	}
+	require.Eventually(t, func() bool { return b.rec.CallsForPayment("pay_std") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM fulfilment WHERE provider = 'standard' AND payment_id = 'pay_std'`))
+	require.Equal(t, 3, b.count(t, `SELECT deliveries FROM webhook_event WHERE event_id = 'msg_std'`))
+}
+
+func TestPostgresOutage(t *testing.T) {
+	t.Parallel()
+	var proxy *faultproxy.Proxy
+	b := setup(t, setupOpts{pool: func(d *dbtest.DB) *pgxpool.Pool {
+		u, err := url.Parse(d.URL)
+		require.NoError(t, err)
+		proxy, err = faultproxy.New(u.Host)
+		require.NoError(t, err)
+		t.Cleanup(proxy.Close)
+		u.Host = proxy.Addr()
+		q := u.Query()
+		q.Set("connect_timeout", "2")
+		u.RawQuery = q.Encode()
+		pool, err := pgxpool.New(context.Background(), u.String())
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		return pool
+	}})
+
+	body := intentEvent("evt_outage", "pi_outage")
+	// Warm the pool so the outage also cuts live connections.
+	require.Equal(t, http.StatusOK, b.postStripe(t, intentEvent("evt_before", "pi_before")).code)
+
+	proxy.Down()
+	for range 3 {
+		a := b.postStripe(t, body)
+		require.Equal(t, http.StatusServiceUnavailable, a.code, "no 2xx without a commit")
+		require.Equal(t, "storage unavailable, retry later", a.body["error"])
+	}
+	require.Zero(t, b.count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_outage'`))
+
+	require.NoError(t, proxy.Up())
+	var a answer
+	require.Eventually(t, func() bool { // the provider's retry
+		a = b.postStripe(t, body)
+		return a.code == http.StatusOK
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, "accepted", a.body["status"])
+	require.Equal(t, "duplicate", b.postStripe(t, body).body["status"])
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_outage'`))
+	require.Equal(t, 1, b.waitFulfilled(t, "pi_outage"))
+	require.Equal(t, 1, b.rec.CallsForPayment("pi_outage"))
+}
+
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(b.srv.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+	}
+}
