@@ -184,11 +184,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 	start := time.Now()
 	res, err := m.Up(ctx)
 	for _, r := range res {
-		logger.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
+		logger.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration.String())
 	}
 	if err != nil {
 		return err
 	}
-	logger.Info("migrations current", "applied", len(res), "took", time.Since(start).Round(time.Millisecond))
+	logger.Info("migrations current", "applied", len(res), "took", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }

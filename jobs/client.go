@@ -108,6 +108,7 @@ func New(cfg Config) (*Client, error) {
 		ID:                   cfg.ID,
 		Logger:               cfg.Logger.With("component", "river"),
 		RescueStuckJobsAfter: cfg.DispatchLease,
+		JobTimeout:           cfg.ConnectorTimeout + recordMargin,
 		FetchPollInterval:    cfg.FetchPollInterval,
 		FetchCooldown:        min(cfg.FetchPollInterval, river.FetchCooldownDefault),
 		Workers:              workers,

@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/db/dbtest"
+)
+
+// TestDeliveriesBecomeOneFulfilmentEach drives the real binary: 20 payments,
+// each announced by two Stripe event types, each delivered three times, 16 at
+// once, plus Standard Webhooks deliveries; the connector must see each
+// payment exactly once.
+func TestDeliveriesBecomeOneFulfilmentEach(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	conn := newFakeConnector(t)
+	g := start(t, baseEnv(t, d, conn))
+
+	type delivery struct {
+		path   string
+		header http.Header
+		body   []byte
+	}
+	var deliveries []delivery
+	now := time.Now()
+	for i := range 20 {
+		pi := fmt.Sprintf("pi_bb_%d", i)
+		for _, body := range []string{
+			fmt.Sprintf(`{"id":"evt_cs_%d","type":"checkout.session.completed","data":{"object":{"id":"cs_%d","payment_intent":%q}}}`, i, i, pi),
+			fmt.Sprintf(`{"id":"evt_pi_%d","type":"payment_intent.succeeded","data":{"object":{"id":%q}}}`, i, pi),
+		} {
+			for range 3 {
+				deliveries = append(deliveries, delivery{"/webhooks/stripe", provider.SignStripe([]byte(body), stripeSecret, now), []byte(body)})
+			}
+		}
+		std := []byte(fmt.Sprintf(`{"type":"payment.succeeded","data":{"payment_id":"pay_bb_%d"}}`, i))
+		h, err := provider.SignStandard(fmt.Sprintf("msg_bb_%d", i), std, standardSecret, now)
+		require.NoError(t, err)
+		deliveries = append(deliveries, delivery{"/webhooks/standard", h, std}, delivery{"/webhooks/standard", h, std})
+	}
+
+	codes := make([]int, len(deliveries))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, dl := range deliveries {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			codes[i] = g.post(t, dl.path, dl.header, dl.body)
+		})
+	}
+	wg.Wait()
+	for i, c := range codes {
+		require.Equal(t, http.StatusOK, c, "delivery %d", i)
+	}
+
+	require.Eventually(t, func() bool { return stateCount(t, d, "fulfilled") == 40 }, 30*time.Second, 20*time.Millisecond)
+	calls := conn.snapshot()
+	require.Len(t, calls, 40, "one fulfilment per payment reached the connector")
+	for key, n := range calls {
+		require.Equal(t, 1, n, "fulfilment %s called %d times", key, n)
+	}
+
+	forged := []byte(`{"id":"evt_forged","type":"payment_intent.succeeded","data":{"object":{"id":"pi_forged"}}}`)
+	require.Equal(t, http.StatusBadRequest, g.post(t, "/webhooks/stripe", provider.SignStripe(forged, "whsec_attacker", now), forged))
+	require.NotContains(t, g.stderr.String(), stripeSecret, "no secret in logs")
+	require.NotContains(t, g.stderr.String(), connectorSecret, "no secret in logs")
+
+	g.stop(t)
+}
+
+// TestCrashMidCallIsParkedNotRepeated kills guardian while the connector
+// holds a call open, restarts it, and checks the fulfilment ends
+// needs_reconciliation without a second call.
+func TestCrashMidCallIsParkedNotRepeated(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	conn := newFakeConnector(t)
+	conn.hold = "pi_crash"
+	e := baseEnv(t, d, conn)
+	e["GUARDIAN_CONNECTOR_TIMEOUT"] = "1s"
+	e["GUARDIAN_DISPATCH_LEASE"] = "17s"
+	e["GUARDIAN_SWEEP_INTERVAL"] = "1s"
+	g := start(t, e)
+
+	body := []byte(`{"id":"evt_crash","type":"payment_intent.succeeded","data":{"object":{"id":"pi_crash"}}}`)
+	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+	key := <-conn.entered // the call is in flight
+	g.kill(t)
+	require.Equal(t, 1, stateCount(t, d, "dispatching"), "the crash left the row dispatching")
+
+	g2 := start(t, e)
+	require.Eventually(t, func() bool { return stateCount(t, d, "needs_reconciliation") == 1 }, 45*time.Second, 100*time.Millisecond)
+	require.Equal(t, map[string]int{key: 1}, conn.snapshot(), "the connector was not called again")
+	g2.stop(t)
+}
+
+// TestRefusesToStartWithoutSecrets checks the production profile's guards.
+func TestRefusesToStartWithoutSecrets(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"NoSecrets", []string{"GUARDIAN_CONNECTOR_URL=http://127.0.0.1:1", "GUARDIAN_CONNECTOR_SECRET=" + connectorSecret}, "GUARDIAN_STRIPE_SECRETS is empty"},
+		{"EmptySecrets", []string{"GUARDIAN_STRIPE_SECRETS= , ", "GUARDIAN_STANDARD_SECRETS=" + standardSecret, "GUARDIAN_CONNECTOR_URL=http://127.0.0.1:1", "GUARDIAN_CONNECTOR_SECRET=" + connectorSecret}, "GUARDIAN_STRIPE_SECRETS is empty"},
+		{"NoConnector", []string{"GUARDIAN_STRIPE_SECRETS=" + stripeSecret, "GUARDIAN_STANDARD_SECRETS=" + standardSecret}, "GUARDIAN_CONNECTOR_URL is empty"},
+	}
+	for _, tt := range tests {
+		cmd := exec.Command(binary, "serve")
+		cmd.Env = append([]string{"GUARDIAN_ADDR=127.0.0.1:0", "DATABASE_URL=postgres://127.0.0.1:1/none"}, tt.env...)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, tt.name)
+		require.Equal(t, 2, exit.ExitCode(), tt.name)
+		require.True(t, contains(string(out), tt.want), "%s: %s", tt.name, out)
+		require.NotContains(t, string(out), stripeSecret)
+		require.NotContains(t, string(out), connectorSecret)
+	}
+}

@@ -1,0 +1,232 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/filter/redistest"
+	"github.com/guardian-pay/guardian/db/dbtest"
+)
+
+const (
+	stripeSecret    = "whsec_e2e_stripe"
+	standardSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	connectorSecret = "whsec_Y29ubmVjdG9yIHNlY3JldCBmb3IgZTJl"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "guardian-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "guardian")
+	build := exec.Command("go", "build", "-o", binary, "..")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build guardian:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// fakeConnector is the receiver of fulfilments: it verifies each request's
+// signature and counts calls per Idempotency-Key.
+type fakeConnector struct {
+	srv *httptest.Server
+	// hold, when set, makes calls whose payment it names hang until the
+	// client goes away.
+	hold string
+
+	mu      sync.Mutex
+	calls   map[string]int // by Idempotency-Key
+	payment map[string]string
+	entered chan string
+}
+
+func newFakeConnector(t *testing.T) *fakeConnector {
+	t.Helper()
+	wh, err := standardwebhooks.NewWebhook(connectorSecret)
+	require.NoError(t, err)
+	c := &fakeConnector{calls: map[string]int{}, payment: map[string]string{}, entered: make(chan string, 100)}
+	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := wh.Verify(body, r.Header); err != nil {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		key := r.Header.Get("Idempotency-Key")
+		c.mu.Lock()
+		c.calls[key]++
+		c.payment[key] = string(body)
+		hold := c.hold != "" && bytes.Contains(body, []byte(c.hold))
+		c.mu.Unlock()
+		c.entered <- key
+		if hold {
+			<-r.Context().Done()
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(c.srv.Close)
+	return c
+}
+
+func (c *fakeConnector) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range c.calls {
+		out[k] = v
+	}
+	return out
+}
+
+// guardian is one running guardian process.
+type guardian struct {
+	cmd    *exec.Cmd
+	url    string
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+type env map[string]string
+
+// baseEnv is a complete production configuration for one test.
+func baseEnv(t *testing.T, d *dbtest.DB, conn *fakeConnector) env {
+	t.Helper()
+	_, prefix := redistest.Client(t)
+	return env{
+		"DATABASE_URL":               d.URL,
+		"REDIS_URL":                  redistest.URL(t),
+		"GUARDIAN_REDIS_PREFIX":      prefix,
+		"GUARDIAN_STRIPE_SECRETS":    "whsec_old_rotated_out," + stripeSecret,
+		"GUARDIAN_STANDARD_SECRETS":  standardSecret,
+		"GUARDIAN_CONNECTOR_URL":     conn.srv.URL,
+		"GUARDIAN_CONNECTOR_SECRET":  connectorSecret,
+		"GUARDIAN_CONNECTOR_TIMEOUT": "5s",
+		"GUARDIAN_LOG_LEVEL":         "debug",
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// start runs guardian serve with e and waits until /readyz answers 200.
+func start(t *testing.T, e env) *guardian {
+	t.Helper()
+	addr := freeAddr(t)
+	cmd := exec.Command(binary, "serve")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GUARDIAN_ADDR=" + addr}
+	for k, v := range e {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	g := &guardian{cmd: cmd, url: "http://" + addr, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	cmd.Stderr = &lockedWriter{w: g.stderr}
+	require.NoError(t, cmd.Start())
+	go func() { g.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-g.done
+		}
+		if t.Failed() {
+			t.Logf("guardian stderr:\n%s", g.stderr.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(g.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return g
+			}
+		}
+		select {
+		case err := <-g.done:
+			t.Fatalf("guardian exited before ready: %v\n%s", err, g.stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("guardian not ready after 30s\n%s", g.stderr.String())
+		}
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (g *guardian) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-g.done:
+		require.NoError(t, err, "guardian exits 0 on SIGTERM")
+	case <-time.After(30 * time.Second):
+		t.Fatal("guardian did not stop within 30s of SIGTERM")
+	}
+}
+
+// kill sends SIGKILL: a crash, with no chance to record anything.
+func (g *guardian) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, g.cmd.Process.Kill())
+	<-g.done
+}
+
+func (g *guardian) post(t *testing.T, path string, header http.Header, body []byte) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, g.url+path, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header = header.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func stateCount(t *testing.T, d *dbtest.DB, state string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, d.Pool.QueryRow(context.Background(), `SELECT count(*) FROM fulfilment WHERE state = $1`, state).Scan(&n))
+	return n
+}
+
+func contains(haystack, needle string) bool { return strings.Contains(haystack, needle) }
