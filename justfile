@@ -33,10 +33,11 @@ build:
 migrate direction="status":
     go run . migrate {{direction}}
 
-# Static checks.
+# Static checks: gofmt and go vet always; golangci-lint (.golangci.yml) when installed.
 lint:
     gofmt -l . | (! grep .)
     go vet ./...
+    if command -v golangci-lint >/dev/null; then golangci-lint run; else echo "golangci-lint not installed: skipped (gofmt and go vet ran)"; fi
 
 # Fuzz the untrusted-input parsers for a while each.
 fuzz time="30s":

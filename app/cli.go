@@ -177,4 +177,3 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	_ = tw.Flush()
 	return ExitOK
 }
-

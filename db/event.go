@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,7 +45,7 @@ func InsertEvent(ctx context.Context, q DBTX, p EventParams) (id int64, inserted
 	if err == nil {
 		return id, true, nil
 	}
-	if err != pgx.ErrNoRows {
+	if !errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, wrap("insert event", err)
 	}
 	err = q.QueryRow(ctx, `

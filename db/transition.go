@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,7 +64,7 @@ func Transit(ctx context.Context, q DBTX, p TransitionParams) (Fulfilment, error
 		SELECT `+fulfilmentColumns+` FROM moved`,
 		p.ID, p.From, p.To, p.Attempt, p.Actor, p.Reason, string(evidence),
 	))
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return Fulfilment{}, ErrConflict
 	}
 	return f, wrap("transit "+p.From+" -> "+p.To, err)

@@ -1,0 +1,69 @@
+package filter_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/filter"
+	"github.com/guardian-pay/guardian/app/filter/redistest"
+)
+
+func TestRedis(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("MarkThenCommitted", func(t *testing.T) {
+		t.Parallel()
+		rc, prefix := redistest.Client(t)
+		f, err := filter.NewRedis(filter.RedisConfig{Client: rc, Prefix: prefix, TTL: time.Hour})
+		require.NoError(t, err)
+		seen, err := f.Committed(ctx, "stripe", "evt_1")
+		require.NoError(t, err)
+		require.False(t, seen)
+		require.NoError(t, f.MarkCommitted(ctx, "stripe", "evt_1"))
+		seen, err = f.Committed(ctx, "stripe", "evt_1")
+		require.NoError(t, err)
+		require.True(t, seen)
+		seen, err = f.Committed(ctx, "standard", "evt_1")
+		require.NoError(t, err)
+		require.False(t, seen, "marks are per provider")
+
+		ttl, err := rc.TTL(ctx, prefix+"stripe:evt_1").Result()
+		require.NoError(t, err)
+		require.InDelta(t, time.Hour.Seconds(), ttl.Seconds(), 5)
+	})
+
+	t.Run("DownFailsFastAndStepsAside", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		// A server that accepts and never answers: a hanging Redis.
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				t.Cleanup(func() { _ = c.Close() })
+			}
+		}()
+		t.Cleanup(func() { _ = ln.Close() })
+		rc, err := filter.NewRedisClient("redis://" + ln.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = rc.Close() })
+		f, err := filter.NewRedis(filter.RedisConfig{Client: rc, Backoff: time.Hour})
+		require.NoError(t, err)
+
+		start := time.Now()
+		_, err = f.Committed(ctx, "stripe", "evt_1")
+		require.Error(t, err)
+		require.Less(t, time.Since(start), time.Second, "a hanging Redis is given up on quickly")
+		_, err = f.Committed(ctx, "stripe", "evt_1")
+		require.ErrorIs(t, err, filter.ErrPaused, "after an error the filter steps aside")
+		require.ErrorIs(t, f.MarkCommitted(ctx, "stripe", "evt_1"), filter.ErrPaused)
+	})
+}
