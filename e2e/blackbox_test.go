@@ -127,3 +127,37 @@ func TestRefusesToStartWithoutSecrets(t *testing.T) {
 		require.NotContains(t, string(out), connectorSecret)
 	}
 }
+
+// TestMigrateCommand runs `guardian migrate status|down|up` against a fresh database.
+func TestMigrateCommand(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(binary, append([]string{"migrate"}, args...)...)
+		cmd.Env = []string{"DATABASE_URL=" + d.URL}
+		out, err := cmd.CombinedOutput()
+		if exit, ok := err.(*exec.ExitError); ok {
+			return string(out), exit.ExitCode()
+		}
+		require.NoError(t, err)
+		return string(out), 0
+	}
+	out, code := run("status")
+	require.Zero(t, code, out)
+	require.Contains(t, out, "00009_guardian.sql")
+	require.NotContains(t, out, "pending")
+
+	out, code = run("down")
+	require.Zero(t, code, out)
+	require.Contains(t, out, "rolled back 00009_guardian.sql")
+	out, _ = run("status")
+	require.Contains(t, out, "pending")
+
+	out, code = run("up")
+	require.Zero(t, code, out)
+	out, _ = run("status")
+	require.NotContains(t, out, "pending")
+
+	_, code = run("sideways")
+	require.Equal(t, 2, code)
+}
