@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"riverqueue.com/riverui"
 
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/filter"
@@ -32,6 +33,9 @@ type App struct {
 	redis  *redis.Client
 	jobs   *jobs.Client
 	web    *web.Server
+
+	riverUI     *riverui.Handler
+	stopRiverUI context.CancelFunc
 }
 
 // New builds an App from cfg, migrating the database first unless
@@ -76,9 +80,15 @@ func (a *App) build(ctx context.Context) error {
 	}
 
 	var conn connector.Connector
+	var looker connector.Looker
 	if cfg.ConnectorURL != "" {
-		if conn, err = connector.NewHTTP(connector.HTTPConfig{URL: cfg.ConnectorURL, Secret: cfg.ConnectorSecret, Timeout: cfg.ConnectorTimeout}); err != nil {
+		h, err := connector.NewHTTP(connector.HTTPConfig{URL: cfg.ConnectorURL, Secret: cfg.ConnectorSecret, Timeout: cfg.ConnectorTimeout, LookupURL: cfg.ConnectorLookupURL})
+		if err != nil {
 			return err
+		}
+		conn = h
+		if h.CanLookup() {
+			looker = h
 		}
 	} else {
 		conn = connector.Log{Logger: a.logger}
@@ -98,6 +108,7 @@ func (a *App) build(ctx context.Context) error {
 		Pool: a.pool, Connector: conn, Logger: a.logger,
 		ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
 		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers,
+		Looker: looker, ReconcileInterval: cfg.ReconcileInterval, ReconcileGrace: cfg.ReconcileGrace,
 	}); err != nil {
 		return err
 	}
@@ -106,10 +117,22 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.web, err = web.New(web.Config{
+	webCfg := web.Config{
 		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Intake: in,
 		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready,
-	})
+	}
+	if cfg.API {
+		webCfg.AdminTokens, webCfg.Store, webCfg.Reconciler = cfg.AdminTokens, store, a.jobs.Reconciler()
+		if a.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
+			Endpoints: riverui.NewEndpoints(a.jobs.River(), nil),
+			Logger:    a.logger.With("component", "riverui"),
+			Prefix:    "/riverui",
+		}); err != nil {
+			return fmt.Errorf("river ui: %w", err)
+		}
+		webCfg.RiverUI = a.riverUI
+	}
+	a.web, err = web.New(webCfg)
 	return err
 }
 
@@ -138,6 +161,14 @@ func (a *App) Start(ctx context.Context) error {
 	if err := a.jobs.Start(ctx); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
+	if a.riverUI != nil {
+		uiCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		a.stopRiverUI = cancel
+		if err := a.riverUI.Start(uiCtx); err != nil {
+			_ = a.jobs.Stop(ctx)
+			return fmt.Errorf("start river ui: %w", err)
+		}
+	}
 	if err := a.web.Start(ctx); err != nil {
 		_ = a.jobs.Stop(ctx)
 		return err
@@ -155,6 +186,9 @@ func (a *App) Stop(ctx context.Context) error {
 	var errs []error
 	if a.web != nil {
 		errs = append(errs, a.web.Stop(ctx))
+	}
+	if a.stopRiverUI != nil {
+		a.stopRiverUI()
 	}
 	if a.jobs != nil {
 		errs = append(errs, a.jobs.Stop(ctx))

@@ -44,6 +44,21 @@ type Config struct {
 	// Defaults to 50.
 	DispatchWorkers int
 
+	// ConnectorLookupURL, when set, lets the reconciler ask the connector
+	// whether a parked fulfilment's action was done; "{key}" is replaced by
+	// the idempotency key.
+	ConnectorLookupURL string
+	// ReconcileInterval is how often the leader runs lookups. Defaults to 1 minute.
+	ReconcileInterval time.Duration
+	// ReconcileGrace is how long a row stays parked before its first
+	// lookup. Defaults to 1 minute.
+	ReconcileGrace time.Duration
+
+	// API enables the operator API and River UI. Defaults to true.
+	API bool
+	// AdminTokens admit operators; several for rotation. Required with API.
+	AdminTokens []string
+
 	// Migrate applies pending migrations at start. Defaults to true.
 	Migrate bool
 	// Dev is the local development profile: clearly marked development
@@ -64,6 +79,7 @@ const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/guardian?sslmode=
 const (
 	DevStripeSecret   = "whsec_DEVELOPMENT_ONLY_stripe"
 	DevStandardSecret = "whsec_REVWRUxPUE1FTlQgT05MWSBzdGFuZGFyZA=="
+	DevAdminToken     = "dev-admin-token"
 )
 
 // ConfigFromEnv reads the configuration from getenv (os.Getenv in main).
@@ -123,6 +139,11 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		DispatchLease:       dur("GUARDIAN_DISPATCH_LEASE", 5*time.Minute),
 		SweepInterval:       dur("GUARDIAN_SWEEP_INTERVAL", 30*time.Second),
 		DispatchWorkers:     int(integer("GUARDIAN_DISPATCH_WORKERS", 50)),
+		ConnectorLookupURL:  getenv("GUARDIAN_CONNECTOR_LOOKUP_URL"),
+		ReconcileInterval:   dur("GUARDIAN_RECONCILE_INTERVAL", time.Minute),
+		ReconcileGrace:      dur("GUARDIAN_RECONCILE_GRACE", time.Minute),
+		API:                 boolean("GUARDIAN_API", true),
+		AdminTokens:         list(getenv("GUARDIAN_ADMIN_TOKEN"), ","),
 		Migrate:             boolean("GUARDIAN_MIGRATE", true),
 		Dev:                 boolean("GUARDIAN_DEV", false),
 		LogLevel:            or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
@@ -140,6 +161,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 		if len(cfg.StandardSecrets) == 0 {
 			cfg.StandardSecrets = []string{DevStandardSecret}
+		}
+		if len(cfg.AdminTokens) == 0 {
+			cfg.AdminTokens = []string{DevAdminToken}
 		}
 	}
 	if err := cfg.Validate(); err != nil {
@@ -162,6 +186,18 @@ func (c *Config) Validate() error {
 	}
 	if c.ConnectorURL != "" && c.ConnectorSecret == "" {
 		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_SECRET is empty: set a whsec_ secret to sign connector requests"))
+	}
+	if c.API && len(c.AdminTokens) == 0 {
+		errs = append(errs, errors.New("GUARDIAN_ADMIN_TOKEN is empty: set the operator token(s), comma-separated, or GUARDIAN_API=false to serve no operator API"))
+	}
+	for _, t := range c.AdminTokens {
+		if len(t) < 16 && !c.Dev {
+			errs = append(errs, errors.New("GUARDIAN_ADMIN_TOKEN: each token must be at least 16 characters"))
+			break
+		}
+	}
+	if c.ConnectorLookupURL != "" && c.ConnectorURL == "" {
+		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_LOOKUP_URL needs GUARDIAN_CONNECTOR_URL"))
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("GUARDIAN_LOG_FORMAT: want json or text, got %q", c.LogFormat))

@@ -18,6 +18,7 @@ func TestConfigFromEnv(t *testing.T) {
 		cfg, err := ConfigFromEnv(envOf(map[string]string{
 			"GUARDIAN_STRIPE_SECRETS": "whsec_a, whsec_b", "GUARDIAN_STANDARD_SECRETS": "whsec_c whsec_d",
 			"GUARDIAN_CONNECTOR_URL": "http://c", "GUARDIAN_CONNECTOR_SECRET": "whsec_e",
+			"GUARDIAN_ADMIN_TOKEN": "an-operator-token-1, an-operator-token-2",
 		}))
 		if err != nil {
 			t.Fatal(err)
@@ -33,12 +34,15 @@ func TestConfigFromEnv(t *testing.T) {
 		if got := strings.Join(cfg.StandardSecrets, "|"); got != "whsec_c|whsec_d" {
 			t.Errorf("standard secrets = %q", got)
 		}
+		if !cfg.API || len(cfg.AdminTokens) != 2 || cfg.ReconcileInterval != time.Minute {
+			t.Errorf("api config: %+v", cfg)
+		}
 	})
 
 	t.Run("RefusesWithoutSecretsOrConnector", func(t *testing.T) {
 		t.Parallel()
 		_, err := ConfigFromEnv(envOf(map[string]string{"GUARDIAN_STRIPE_SECRETS": " , "}))
-		for _, want := range []string{"GUARDIAN_STRIPE_SECRETS is empty", "GUARDIAN_STANDARD_SECRETS is empty", "GUARDIAN_CONNECTOR_URL is empty"} {
+		for _, want := range []string{"GUARDIAN_STRIPE_SECRETS is empty", "GUARDIAN_STANDARD_SECRETS is empty", "GUARDIAN_CONNECTOR_URL is empty", "GUARDIAN_ADMIN_TOKEN is empty"} {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("error %v does not say %q", err, want)
 			}
@@ -65,4 +69,22 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Errorf("dev profile: %+v", cfg)
 		}
 	})
+}
+
+func TestConfigAPIOff(t *testing.T) {
+	t.Parallel()
+	_, err := ConfigFromEnv(envOf(map[string]string{
+		"GUARDIAN_STRIPE_SECRETS": "whsec_a", "GUARDIAN_STANDARD_SECRETS": "whsec_c",
+		"GUARDIAN_CONNECTOR_URL": "http://c", "GUARDIAN_CONNECTOR_SECRET": "whsec_e", "GUARDIAN_API": "false",
+	}))
+	if err != nil {
+		t.Fatalf("API off needs no token: %v", err)
+	}
+	_, err = ConfigFromEnv(envOf(map[string]string{
+		"GUARDIAN_STRIPE_SECRETS": "whsec_a", "GUARDIAN_STANDARD_SECRETS": "whsec_c",
+		"GUARDIAN_CONNECTOR_URL": "http://c", "GUARDIAN_CONNECTOR_SECRET": "whsec_e", "GUARDIAN_ADMIN_TOKEN": "short",
+	}))
+	if err == nil || !strings.Contains(err.Error(), "at least 16") {
+		t.Fatalf("short token accepted: %v", err)
+	}
 }

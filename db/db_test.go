@@ -34,7 +34,7 @@ func newFulfilment(t *testing.T, ctx context.Context, q db.DBTX, eventID, paymen
 	pk, inserted, err := db.InsertEvent(ctx, q, db.EventParams{Provider: "stripe", EventID: eventID, Type: "payment_intent.succeeded", PaymentID: paymentID, Payload: []byte(`{"id":"` + eventID + `"}`)})
 	require.NoError(t, err)
 	require.True(t, inserted)
-	id, inserted, err := db.InsertFulfilment(ctx, q, pk, "stripe", paymentID, "test")
+	id, inserted, err := db.InsertFulfilment(ctx, q, pk, "stripe", paymentID, "test", "payment event received")
 	require.NoError(t, err)
 	require.True(t, inserted)
 	return id
@@ -90,7 +90,7 @@ func TestInsertFulfilment(t *testing.T) {
 		newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
 		pk, _, err := db.InsertEvent(b.ctx, b.tx, db.EventParams{Provider: "stripe", EventID: "evt_b", Type: "checkout.session.completed", PaymentID: "pi_1", Payload: []byte(`{}`)})
 		require.NoError(t, err)
-		_, inserted, err := db.InsertFulfilment(b.ctx, b.tx, pk, "stripe", "pi_1", "test")
+		_, inserted, err := db.InsertFulfilment(b.ctx, b.tx, pk, "stripe", "pi_1", "test", "payment event received")
 		require.NoError(t, err)
 		require.False(t, inserted)
 

@@ -20,13 +20,17 @@ type Fulfilment struct {
 	CreatedAt    time.Time  `json:"created_at"`
 	UpdatedAt    time.Time  `json:"updated_at"`
 	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
+	// Checks counts the reconciler's lookups; NextCheckAt is when the next
+	// is due (nil: as soon as the row qualifies).
+	Checks      int        `json:"checks"`
+	NextCheckAt *time.Time `json:"next_check_at,omitempty"`
 }
 
-const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at`
+const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at`
 
 func scanFulfilment(row pgx.Row) (Fulfilment, error) {
 	var f Fulfilment
-	err := row.Scan(&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt)
+	err := row.Scan(&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt)
 	return f, err
 }
 
@@ -34,7 +38,7 @@ func scanFulfilment(row pgx.Row) (Fulfilment, error) {
 // with its first transition. When the payment already has a live fulfilment
 // (any state but failed or cancelled) nothing is written and inserted is
 // false: invariant 1, enforced by the fulfilment_one_per_payment index.
-func InsertFulfilment(ctx context.Context, q DBTX, eventPK int64, provider, paymentID, actor string) (id string, inserted bool, err error) {
+func InsertFulfilment(ctx context.Context, q DBTX, eventPK int64, provider, paymentID, actor, reason string) (id string, inserted bool, err error) {
 	err = q.QueryRow(ctx, `
 		WITH created AS (
 			INSERT INTO fulfilment (event_pk, provider, payment_id)
@@ -43,10 +47,10 @@ func InsertFulfilment(ctx context.Context, q DBTX, eventPK int64, provider, paym
 			RETURNING id
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
-			SELECT id, NULL, 'pending', 0, $4, 'payment event received' FROM created
+			SELECT id, NULL, 'pending', 0, $4, $5 FROM created
 		)
 		SELECT id FROM created`,
-		eventPK, provider, paymentID, actor,
+		eventPK, provider, paymentID, actor, reason,
 	).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, nil
@@ -101,11 +105,11 @@ func GetDispatchInput(ctx context.Context, q DBTX, id string) (DispatchInput, er
 	var payload []byte
 	err := q.QueryRow(ctx, `
 		SELECT f.id, f.event_pk, f.provider, f.payment_id, f.state, f.attempt, f.created_at, f.updated_at, f.dispatched_at,
-		       e.event_id, e.event_type, e.payload
+		       f.checks, f.next_check_at, e.event_id, e.event_type, e.payload
 		FROM fulfilment f JOIN webhook_event e ON e.id = f.event_pk
 		WHERE f.id = $1`, id,
 	).Scan(&in.ID, &in.EventPK, &in.Provider, &in.PaymentID, &in.State, &in.Attempt, &in.CreatedAt, &in.UpdatedAt, &in.DispatchedAt,
-		&in.EventID, &in.EventType, &payload)
+		&in.Checks, &in.NextCheckAt, &in.EventID, &in.EventType, &payload)
 	in.Payload = payload
 	return in, wrap("get dispatch input", err)
 }

@@ -103,7 +103,7 @@ func SweepStale(ctx context.Context, q DBTX, lease time.Duration, actor string) 
 		), moved AS (
 			UPDATE fulfilment f SET state = 'needs_reconciliation'
 			FROM stale WHERE f.id = stale.id AND f.state = 'dispatching'
-			RETURNING f.id, f.event_pk, f.provider, f.payment_id, f.state, f.attempt, f.created_at, f.updated_at, f.dispatched_at
+			RETURNING f.id, f.event_pk, f.provider, f.payment_id, f.state, f.attempt, f.created_at, f.updated_at, f.dispatched_at, f.checks, f.next_check_at
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
 			SELECT id, 'dispatching', 'needs_reconciliation', attempt, $2,

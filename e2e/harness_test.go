@@ -28,6 +28,7 @@ const (
 	stripeSecret    = "whsec_e2e_stripe"
 	standardSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	connectorSecret = "whsec_Y29ubmVjdG9yIHNlY3JldCBmb3IgZTJl"
+	adminToken      = "e2e-admin-token-0123456789"
 )
 
 var binary string
@@ -126,6 +127,7 @@ func baseEnv(t *testing.T, d *dbtest.DB, conn *fakeConnector) env {
 		"GUARDIAN_CONNECTOR_SECRET":  connectorSecret,
 		"GUARDIAN_CONNECTOR_TIMEOUT": "5s",
 		"GUARDIAN_LOG_LEVEL":         "debug",
+		"GUARDIAN_ADMIN_TOKEN":       adminToken,
 	}
 }
 

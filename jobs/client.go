@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/reconcile"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -50,6 +51,19 @@ type Config struct {
 	FetchPollInterval time.Duration
 	// Workless, when true, makes a client that only inserts jobs.
 	Workless bool
+
+	// Looker, when set, lets the reconciler resolve parked fulfilments by
+	// asking the connector. Nil leaves them to operators.
+	Looker connector.Looker
+	// ReconcileInterval is how often the leader runs the reconciler.
+	// Defaults to 1 minute.
+	ReconcileInterval time.Duration
+	// ReconcileGrace is how long a row stays parked before its first
+	// lookup. Defaults to 1 minute.
+	ReconcileGrace time.Duration
+	// ReconcileBackoff is the wait after a first undecided lookup; it doubles
+	// up to 1 hour. Defaults to 1 minute.
+	ReconcileBackoff time.Duration
 }
 
 // recordMargin is the time a dispatch job keeps, past the connector's
@@ -62,6 +76,7 @@ func (c *Config) withDefaults() Config {
 	out.DispatchLease = cmp.Or(out.DispatchLease, 5*time.Minute)
 	out.SweepInterval = cmp.Or(out.SweepInterval, 30*time.Second)
 	out.DispatchWorkers = cmp.Or(out.DispatchWorkers, 50)
+	out.ReconcileInterval = cmp.Or(out.ReconcileInterval, time.Minute)
 	return out
 }
 
@@ -78,13 +93,16 @@ func (c *Config) validate() error {
 			c.DispatchLease, c.ConnectorTimeout, recordMargin)
 	case c.SweepInterval < time.Second:
 		return errors.New("jobs: sweep interval must be at least 1s")
+	case c.ReconcileInterval < time.Second:
+		return errors.New("jobs: reconcile interval must be at least 1s")
 	}
 	return nil
 }
 
 // Client is Guardian's River client with its workers registered.
 type Client struct {
-	river *river.Client[pgx.Tx]
+	river      *river.Client[pgx.Tx]
+	reconciler *reconcile.Service
 }
 
 // New returns a Client; Start runs it.
@@ -94,13 +112,26 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	store := db.New(cfg.Pool)
+	c := &Client{}
+	reconciler, err := reconcile.New(reconcile.Config{
+		Store: store, Enqueuer: c, Logger: cfg.Logger, Looker: cfg.Looker,
+		Grace: cfg.ReconcileGrace, Backoff: cfg.ReconcileBackoff, LookupTimeout: cfg.ConnectorTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.reconciler = reconciler
 	workers := river.NewWorkers()
 	dispatch := &DispatchWorker{store: store, connector: cfg.Connector, timeout: cfg.ConnectorTimeout, logger: cfg.Logger}
 	sweep := &SweepWorker{store: store, lease: cfg.DispatchLease, logger: cfg.Logger}
+	reconcileWorker := &ReconcileWorker{reconciler: reconciler, logger: cfg.Logger}
 	if err := river.AddWorkerSafely(workers, dispatch); err != nil {
 		return nil, err
 	}
 	if err := river.AddWorkerSafely(workers, sweep); err != nil {
+		return nil, err
+	}
+	if err := river.AddWorkerSafely(workers, reconcileWorker); err != nil {
 		return nil, err
 	}
 
@@ -123,6 +154,11 @@ func New(cfg Config) (*Client, error) {
 				func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
 				&river.PeriodicJobOpts{ID: "guardian_sweep", RunOnStart: true}),
 		}
+		if cfg.Looker != nil {
+			rcfg.PeriodicJobs = append(rcfg.PeriodicJobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ReconcileInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return ReconcileArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "guardian_reconcile", RunOnStart: true}))
+		}
 	}
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), rcfg)
 	if err != nil {
@@ -130,8 +166,14 @@ func New(cfg Config) (*Client, error) {
 	}
 	dispatch.actor = func(jobID int64) string { return fmt.Sprintf("dispatcher %s job %d", rc.ID(), jobID) }
 	sweep.actor = "sweeper " + rc.ID()
-	return &Client{river: rc}, nil
+	reconcileWorker.actor = "reconciler " + rc.ID()
+	c.river = rc
+	return c, nil
 }
+
+// Reconciler returns the service that resolves parked fulfilments, for the
+// operator API.
+func (c *Client) Reconciler() *reconcile.Service { return c.reconciler }
 
 // River returns the underlying River client, for River UI and tests.
 func (c *Client) River() *river.Client[pgx.Tx] { return c.river }

@@ -33,6 +33,11 @@ func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		code, msg := http.StatusInternalServerError, "internal error"
 		var he *HTTPError
 		var ee *echo.HTTPError
+		var ce *conflictError
+		if errors.As(err, &ce) {
+			_ = c.JSON(http.StatusConflict, ResolveConflict{Error: ce.Error(), State: ce.state})
+			return
+		}
 		switch {
 		case errors.As(err, &he):
 			code, msg = he.Code, he.Msg

@@ -15,6 +15,8 @@ import (
 
 	"github.com/guardian-pay/guardian/app/intake"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/reconcile"
+	"github.com/guardian-pay/guardian/db"
 )
 
 // Config configures a Server.
@@ -36,6 +38,16 @@ type Config struct {
 	Now func() time.Time
 	// Metrics, if set, counts deliveries.
 	Metrics Metrics
+
+	// AdminTokens admit operators to /api/v1 and /riverui/. Several may be
+	// valid at once, for rotation. Empty disables both.
+	AdminTokens []string
+	// Store serves the operator API's reads. Required with AdminTokens.
+	Store *db.Store
+	// Reconciler applies operators' resolutions. Required with AdminTokens.
+	Reconciler *reconcile.Service
+	// RiverUI, when set, is served at /riverui/ behind the admin token.
+	RiverUI http.Handler
 }
 
 // Metrics receives what the server observes. The zero value of a Server
@@ -52,6 +64,7 @@ func (noMetrics) Delivery(string, string, float64) {}
 type Server struct {
 	cfg       Config
 	echo      *echo.Echo
+	tokens    tokenSet
 	providers map[string]provider.Provider
 	now       func() time.Time
 	metrics   Metrics
@@ -94,6 +107,19 @@ func New(cfg Config) (*Server, error) {
 	e.GET("/healthz", s.handleHealth)
 	e.GET("/readyz", s.handleReady)
 	s.echo = e
+
+	s.tokens = newTokenSet(cfg.AdminTokens)
+	if len(s.tokens) > 0 {
+		if cfg.Store == nil || cfg.Reconciler == nil {
+			return nil, errors.New("web: the operator API needs a store and a reconciler")
+		}
+		s.mountAPI()
+		if cfg.RiverUI != nil {
+			ui := echo.WrapHandler(cfg.RiverUI)
+			e.Any("/riverui", ui, s.requireOperator)
+			e.Any("/riverui/*", ui, s.requireOperator)
+		}
+	}
 	return s, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,9 @@ type HTTPConfig struct {
 	Transport http.RoundTripper
 	// Now is the clock for signature timestamps. Defaults to time.Now.
 	Now func() time.Time
+	// LookupURL, when set, answers lookups by idempotency key: "{key}" in it
+	// is replaced by the key (see Lookup).
+	LookupURL string
 }
 
 // HTTP POSTs each fulfilment as JSON to a URL, with
@@ -44,11 +48,12 @@ type HTTPConfig struct {
 // 425 and 429 is Rejected; everything else (timeout, reset, 5xx, a
 // connection lost mid-answer) is Unknown.
 type HTTP struct {
-	url     string
-	signer  *standardwebhooks.Webhook
-	client  *http.Client
-	timeout time.Duration
-	now     func() time.Time
+	url       string
+	lookupURL string
+	signer    *standardwebhooks.Webhook
+	client    *http.Client
+	timeout   time.Duration
+	now       func() time.Time
 }
 
 // NewHTTP returns an HTTP connector, or an error if the URL or secret is unusable.
@@ -67,6 +72,12 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if cfg.Timeout < 0 {
 		return nil, errors.New("connector timeout must not be negative")
 	}
+	if cfg.LookupURL != "" {
+		u, err := url.Parse(strings.ReplaceAll(cfg.LookupURL, "{key}", "k"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.Contains(cfg.LookupURL, "{key}") {
+			return nil, errors.New("connector lookup URL must be an absolute http(s) URL containing {key}")
+		}
+	}
 	transport := cfg.Transport
 	if transport == nil {
 		transport = http.DefaultTransport.(*http.Transport).Clone()
@@ -76,11 +87,12 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		now = time.Now
 	}
 	return &HTTP{
-		url:     cfg.URL,
-		signer:  signer,
-		client:  &http.Client{Transport: transport, CheckRedirect: noRedirects},
-		timeout: cmp.Or(cfg.Timeout, 30*time.Second),
-		now:     now,
+		lookupURL: cfg.LookupURL,
+		url:       cfg.URL,
+		signer:    signer,
+		client:    &http.Client{Transport: transport, CheckRedirect: noRedirects},
+		timeout:   cmp.Or(cfg.Timeout, 30*time.Second),
+		now:       now,
 	}, nil
 }
 
@@ -181,4 +193,55 @@ func classifyError(err error) string {
 		return fmt.Sprintf("%s: %v", opErr.Op, opErr.Err)
 	}
 	return "transport error"
+}
+
+// CanLookup reports whether a lookup URL is configured.
+func (c *HTTP) CanLookup() bool { return c.lookupURL != "" }
+
+// Lookup asks GET {lookup URL with {key} replaced} whether the action for
+// key was done: 200 with {"status":"done"} is Performed, 404 is
+// NotPerformed, anything else (including an error) is CannotTell. The request
+// is signed like a fulfilment, over an empty body.
+func (c *HTTP) Lookup(ctx context.Context, key string) (Answer, map[string]any, error) {
+	if c.lookupURL == "" {
+		return CannotTell, nil, errors.New("no lookup URL configured")
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	target := strings.ReplaceAll(c.lookupURL, "{key}", url.PathEscape(key))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return CannotTell, nil, errors.New("build lookup request")
+	}
+	msgID := key + ".lookup"
+	sig, err := c.signer.Sign(msgID, c.now(), nil)
+	if err != nil {
+		return CannotTell, nil, errors.New("sign lookup request")
+	}
+	req.Header.Set(standardwebhooks.HeaderWebhookID, msgID)
+	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(c.now().Unix(), 10))
+	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	req.Header["idempotency-key"] = []string{key}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return CannotTell, map[string]any{"lookup_error": classifyError(err)}, nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxEvidenceBody))
+	evidence := map[string]any{"lookup_status": resp.StatusCode}
+	if len(body) > 0 {
+		evidence["lookup_body"] = string(body)
+	}
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		return NotPerformed, evidence, nil
+	case http.StatusOK:
+		var answer struct {
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(body, &answer) == nil && answer.Status == "done" {
+			return Performed, evidence, nil
+		}
+	}
+	return CannotTell, evidence, nil
 }

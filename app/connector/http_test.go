@@ -134,3 +134,51 @@ func TestNewHTTPValidates(t *testing.T) {
 		require.Error(t, err, "%+v", cfg)
 	}
 }
+
+func TestHTTPLookup(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		want    Answer
+	}{
+		{"Done", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{"status":"done"}`)) }, Performed},
+		{"NotFound", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, NotPerformed},
+		{"OtherBody", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{"status":"processing"}`)) }, CannotTell},
+		{"ServerError", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }, CannotTell},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var path string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				path = r.URL.Path
+				tt.handler(w, r)
+			}))
+			defer srv.Close()
+			c, err := NewHTTP(HTTPConfig{URL: srv.URL, Secret: secret, LookupURL: srv.URL + "/fulfilments/{key}"})
+			require.NoError(t, err)
+			got, _, err := c.Lookup(context.Background(), req.FulfilmentID)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+			require.Equal(t, "/fulfilments/"+req.FulfilmentID, path)
+		})
+	}
+
+	t.Run("UnreachableCannotTell", func(t *testing.T) {
+		t.Parallel()
+		c, err := NewHTTP(HTTPConfig{URL: "http://127.0.0.1:1", Secret: secret, LookupURL: "http://127.0.0.1:1/{key}"})
+		require.NoError(t, err)
+		got, ev, err := c.Lookup(context.Background(), "k")
+		require.NoError(t, err)
+		require.Equal(t, CannotTell, got)
+		require.NotEmpty(t, ev["lookup_error"])
+	})
+
+	t.Run("LookupURLNeedsKey", func(t *testing.T) {
+		t.Parallel()
+		_, err := NewHTTP(HTTPConfig{URL: "http://127.0.0.1:1", Secret: secret, LookupURL: "http://127.0.0.1:1/status"})
+		require.Error(t, err)
+	})
+}

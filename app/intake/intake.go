@@ -119,15 +119,8 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (Result, error)
 		if !ev.Fulfils() {
 			return nil
 		}
-		id, created, err := db.InsertFulfilment(ctx, tx, eventPK, ev.Provider, ev.PaymentID, "intake")
-		if err != nil || !created {
-			return err
-		}
-		if err := s.enqueuer.EnqueueDispatchTx(ctx, tx, id); err != nil {
-			return fmt.Errorf("enqueue dispatch: %w", err)
-		}
-		res.FulfilmentID = id
-		return nil
+		res.FulfilmentID, err = s.fulfil(ctx, tx, eventPK, ev.Provider, ev.PaymentID, "intake", "payment event received")
+		return err
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("record event: %w", err)
@@ -149,5 +142,55 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (Result, error)
 			log.DebugContext(ctx, "duplicate filter mark failed; later duplicates go to Postgres", "error", err)
 		}
 	}
+	return res, nil
+}
+
+// fulfil creates the payment's fulfilment and its dispatch job in tx, unless
+// the payment (or the event) already has a live fulfilment: then it returns
+// "" and writes nothing. This is the one place a fulfilment is born.
+func (s *Service) fulfil(ctx context.Context, tx pgx.Tx, eventPK int64, providerName, paymentID, actor, reason string) (string, error) {
+	id, created, err := db.InsertFulfilment(ctx, tx, eventPK, providerName, paymentID, actor, reason)
+	if err != nil || !created {
+		return "", err
+	}
+	if err := s.enqueuer.EnqueueDispatchTx(ctx, tx, id); err != nil {
+		return "", fmt.Errorf("enqueue dispatch: %w", err)
+	}
+	return id, nil
+}
+
+// ReplayResult says what a replay did.
+type ReplayResult struct {
+	// Event is the stored event replayed.
+	Event db.Event
+	// FulfilmentID is set when the replay created a fulfilment: the payment
+	// had no live one (none yet, or only failed or cancelled ones).
+	FulfilmentID string
+	// Fulfils is false when the event's type does not fulfil a payment.
+	Fulfils bool
+}
+
+// Replay runs a stored event through the fulfilment dedup path again, for
+// an operator: it creates a fulfilment only if the payment has no live one,
+// so replaying an event that is fulfilled, in flight or parked changes
+// nothing. It returns db.ErrNotFound for an unknown event.
+func (s *Service) Replay(ctx context.Context, providerName, eventID, operator string) (ReplayResult, error) {
+	var res ReplayResult
+	err := s.store.InTx(ctx, func(tx pgx.Tx) error {
+		ev, err := db.GetEvent(ctx, tx, providerName, eventID)
+		if err != nil {
+			return err
+		}
+		res = ReplayResult{Event: ev, Fulfils: ev.PaymentID != ""}
+		if !res.Fulfils {
+			return nil
+		}
+		res.FulfilmentID, err = s.fulfil(ctx, tx, ev.ID, ev.Provider, ev.PaymentID, "operator "+operator, "replay of stored event")
+		return err
+	})
+	if err != nil {
+		return ReplayResult{}, fmt.Errorf("replay event: %w", err)
+	}
+	s.logger.InfoContext(ctx, "event replayed", "provider", providerName, "event_id", eventID, "operator", operator, "fulfilment_id", res.FulfilmentID)
 	return res, nil
 }

@@ -32,8 +32,15 @@ CREATE TABLE fulfilment (
     created_at    timestamptz NOT NULL DEFAULT now(),
     updated_at    timestamptz NOT NULL DEFAULT now(),
     dispatched_at timestamptz,
-    CONSTRAINT fulfilment_event_pk_key UNIQUE (event_pk)
+    -- The reconciler's lookups: how many so far, and when the next is due.
+    checks        integer     NOT NULL DEFAULT 0 CHECK (checks >= 0),
+    next_check_at timestamptz
 );
+
+-- One live fulfilment per event. A failed or cancelled one frees the event
+-- for a replay.
+CREATE UNIQUE INDEX fulfilment_one_per_event ON fulfilment (event_pk)
+    WHERE state NOT IN ('failed', 'cancelled');
 
 -- Invariant 1: one live fulfilment per payment. failed (nothing was done) and
 -- cancelled (an operator said so) free the payment for a later event.
@@ -55,6 +62,20 @@ CREATE TABLE fulfilment_transition (
 );
 
 CREATE INDEX fulfilment_transition_fulfilment_idx ON fulfilment_transition (fulfilment_id, id);
+
+-- What each reconciliation lookup answered, including "cannot tell": the
+-- evidence an operator reads before resolving by hand. Append-only.
+CREATE TABLE fulfilment_check (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    fulfilment_id  uuid        NOT NULL REFERENCES fulfilment (id),
+    attempt        integer     NOT NULL,
+    actor          text        NOT NULL CHECK (actor <> ''),
+    answer         text        NOT NULL CHECK (answer IN ('done', 'not_done', 'cannot_tell')),
+    evidence       jsonb       NOT NULL DEFAULT '{}',
+    created_at     timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX fulfilment_check_fulfilment_idx ON fulfilment_check (fulfilment_id, id);
 
 -- +goose StatementBegin
 -- Illegal transitions are impossible in SQL, not only in Go: this table is
@@ -110,7 +131,11 @@ $$;
 CREATE TRIGGER fulfilment_transition_append_only BEFORE UPDATE OR DELETE ON fulfilment_transition
     FOR EACH ROW EXECUTE FUNCTION guardian_append_only();
 
+CREATE TRIGGER fulfilment_check_append_only BEFORE UPDATE OR DELETE ON fulfilment_check
+    FOR EACH ROW EXECUTE FUNCTION guardian_append_only();
+
 -- +goose Down
+DROP TABLE fulfilment_check;
 DROP TABLE fulfilment_transition;
 DROP FUNCTION guardian_append_only();
 DROP TABLE fulfilment;

@@ -1,0 +1,237 @@
+package db
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ListParams filters and pages a fulfilment listing. Zero fields do not filter.
+type ListParams struct {
+	State     string
+	Provider  string
+	PaymentID string
+	EventID   string
+	// Since and Until bound created_at: Since <= created_at < Until.
+	Since, Until time.Time
+	// Limit caps the page; defaults to 50, at most 500.
+	Limit int
+	// Cursor continues a previous listing (its NextCursor).
+	Cursor string
+}
+
+// ErrBadCursor means a cursor was not one this package made.
+var ErrBadCursor = errors.New("invalid cursor")
+
+// ListFulfilments returns fulfilments oldest first, and a cursor for the
+// next page when there may be one.
+func ListFulfilments(ctx context.Context, q DBTX, p ListParams) ([]Fulfilment, string, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	limit = min(limit, 500)
+	var afterTime time.Time
+	var afterID string
+	if p.Cursor != "" {
+		var err error
+		if afterTime, afterID, err = decodeCursor(p.Cursor); err != nil {
+			return nil, "", err
+		}
+	}
+	rows, err := q.Query(ctx, `
+		SELECT `+prefixed("f.", fulfilmentColumns)+`
+		FROM fulfilment f JOIN webhook_event e ON e.id = f.event_pk
+		WHERE ($1 = '' OR f.state = $1)
+		  AND ($2 = '' OR f.provider = $2)
+		  AND ($3 = '' OR f.payment_id = $3)
+		  AND ($4 = '' OR e.event_id = $4)
+		  AND ($5::timestamptz IS NULL OR f.created_at >= $5)
+		  AND ($6::timestamptz IS NULL OR f.created_at < $6)
+		  AND ($7::timestamptz IS NULL OR (f.created_at, f.id) > ($7, $8::uuid))
+		ORDER BY f.created_at, f.id
+		LIMIT $9`,
+		p.State, p.Provider, p.PaymentID, p.EventID, nullTime(p.Since), nullTime(p.Until), nullTime(afterTime), nullUUID(afterID), limit+1)
+	if err != nil {
+		return nil, "", wrap("list fulfilments", err)
+	}
+	fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fulfilment, error) { return scanFulfilment(r) })
+	if err != nil {
+		return nil, "", wrap("list fulfilments", err)
+	}
+	next := ""
+	if len(fs) > limit {
+		fs = fs[:limit]
+		last := fs[len(fs)-1]
+		next = encodeCursor(last.CreatedAt, last.ID)
+	}
+	return fs, next, nil
+}
+
+func prefixed(prefix, columns string) string {
+	parts := strings.Split(columns, ", ")
+	for i, c := range parts {
+		parts[i] = prefix + c
+	}
+	return strings.Join(parts, ", ")
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func nullUUID(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func encodeCursor(t time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(t.UnixMicro(), 10) + "|" + id))
+}
+
+func decodeCursor(c string) (time.Time, string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", ErrBadCursor
+	}
+	ts, id, ok := strings.Cut(string(raw), "|")
+	micros, err := strconv.ParseInt(ts, 10, 64)
+	if !ok || err != nil || !ValidUUID(id) {
+		return time.Time{}, "", ErrBadCursor
+	}
+	return time.UnixMicro(micros), id, nil
+}
+
+// ValidUUID reports whether s is a UUID in its canonical text form, so a
+// malformed id from outside is "not found" rather than a database error.
+func ValidUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Stats is the shape of the fulfilment table at one moment.
+type Stats struct {
+	ByState map[string]int `json:"by_state"`
+	// OldestNeedsReconciliation is when the longest-waiting parked
+	// fulfilment was parked; nil when none waits.
+	OldestNeedsReconciliation *time.Time `json:"oldest_needs_reconciliation,omitempty"`
+}
+
+// GetStats counts fulfilments per state and finds the oldest parked one.
+func GetStats(ctx context.Context, q DBTX) (Stats, error) {
+	counts, err := CountByState(ctx, q)
+	if err != nil {
+		return Stats{}, err
+	}
+	st := Stats{ByState: counts}
+	err = q.QueryRow(ctx, `SELECT min(updated_at) FROM fulfilment WHERE state = 'needs_reconciliation'`).Scan(&st.OldestNeedsReconciliation)
+	return st, wrap("oldest needs_reconciliation", err)
+}
+
+// Check is one reconciliation lookup's answer.
+type Check struct {
+	ID           int64           `json:"id"`
+	FulfilmentID string          `json:"fulfilment_id"`
+	Attempt      int             `json:"attempt"`
+	Actor        string          `json:"actor"`
+	Answer       string          `json:"answer"`
+	Evidence     json.RawMessage `json:"evidence"`
+	CreatedAt    time.Time       `json:"created_at"`
+}
+
+// DueForCheck returns parked fulfilments whose next lookup is due: parked
+// for at least grace (so a call still in flight at the receiver can finish)
+// and past their backoff, oldest first.
+func DueForCheck(ctx context.Context, q DBTX, grace time.Duration, limit int) ([]Fulfilment, error) {
+	rows, err := q.Query(ctx, `
+		SELECT `+fulfilmentColumns+` FROM fulfilment
+		WHERE state = 'needs_reconciliation'
+		  AND updated_at <= now() - make_interval(secs => $1)
+		  AND (next_check_at IS NULL OR next_check_at <= now())
+		ORDER BY updated_at, id
+		LIMIT $2`, grace.Seconds(), limit)
+	if err != nil {
+		return nil, wrap("due for check", err)
+	}
+	fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fulfilment, error) { return scanFulfilment(r) })
+	return fs, wrap("due for check", err)
+}
+
+// RecordCheck logs a lookup's answer and schedules the next lookup after
+// backoff, if the fulfilment is still parked at the same attempt.
+func RecordCheck(ctx context.Context, q DBTX, id string, attempt int, actor, answer string, evidence any, backoff time.Duration) error {
+	ev, err := json.Marshal(evidence)
+	if err != nil {
+		return fmt.Errorf("marshal evidence: %w", err)
+	}
+	_, err = q.Exec(ctx, `
+		WITH bumped AS (
+			UPDATE fulfilment SET checks = checks + 1, next_check_at = now() + make_interval(secs => $6)
+			WHERE id = $1 AND state = 'needs_reconciliation' AND attempt = $2
+			RETURNING id
+		)
+		INSERT INTO fulfilment_check (fulfilment_id, attempt, actor, answer, evidence)
+		VALUES ($1, $2, $3, $4, $5)`,
+		id, attempt, actor, answer, string(ev), backoff.Seconds())
+	return wrap("record check", err)
+}
+
+// Checks returns a fulfilment's lookups, oldest first.
+func Checks(ctx context.Context, q DBTX, id string) ([]Check, error) {
+	rows, err := q.Query(ctx, `
+		SELECT id, fulfilment_id, attempt, actor, answer, evidence, created_at
+		FROM fulfilment_check WHERE fulfilment_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return nil, wrap("list checks", err)
+	}
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Check, error) {
+		var c Check
+		var ev []byte
+		err := r.Scan(&c.ID, &c.FulfilmentID, &c.Attempt, &c.Actor, &c.Answer, &ev, &c.CreatedAt)
+		c.Evidence = ev
+		return c, err
+	})
+	return cs, wrap("list checks", err)
+}
+
+// GetEventByPK returns the event stored under its row id.
+func GetEventByPK(ctx context.Context, q DBTX, pk int64) (Event, error) {
+	e, err := scanEvent(q.QueryRow(ctx, `SELECT `+eventColumns+` FROM webhook_event WHERE id = $1`, pk))
+	return e, wrap("get event", err)
+}
+
+// FulfilmentsByEvent returns every fulfilment an event created, oldest first.
+func FulfilmentsByEvent(ctx context.Context, q DBTX, eventPK int64) ([]Fulfilment, error) {
+	rows, err := q.Query(ctx, `SELECT `+fulfilmentColumns+` FROM fulfilment WHERE event_pk = $1 ORDER BY created_at, id`, eventPK)
+	if err != nil {
+		return nil, wrap("list fulfilments by event", err)
+	}
+	fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fulfilment, error) { return scanFulfilment(r) })
+	return fs, wrap("list fulfilments by event", err)
+}

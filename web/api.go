@@ -1,0 +1,312 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/guardian-pay/guardian/app/reconcile"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// mountAPI registers the operator API under /api/v1, every route behind
+// the admin token.
+func (s *Server) mountAPI() {
+	g := s.echo.Group("/api/v1", s.requireOperator)
+	g.GET("/fulfilments", s.apiListFulfilments)
+	g.GET("/fulfilments/:id", s.apiGetFulfilment)
+	g.POST("/fulfilments/:id/resolve", s.apiResolve)
+	g.GET("/events/:provider/:event_id", s.apiGetEvent)
+	g.POST("/events/:provider/:event_id/replay", s.apiReplay)
+	g.GET("/stats", s.apiStats)
+}
+
+// FulfilmentList is the answer to GET /api/v1/fulfilments.
+type FulfilmentList struct {
+	Fulfilments []db.Fulfilment `json:"fulfilments"`
+	// NextCursor continues the listing; empty on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+func (s *Server) apiListFulfilments(c echo.Context) error {
+	q := c.QueryParams()
+	p := db.ListParams{
+		State: q.Get("state"), Provider: q.Get("provider"), PaymentID: q.Get("payment_id"),
+		EventID: q.Get("event_id"), Cursor: q.Get("cursor"),
+	}
+	if p.State != "" {
+		if _, err := state.Parse(p.State); err != nil {
+			return &HTTPError{Code: http.StatusBadRequest, Msg: "unknown state"}
+		}
+	}
+	var err error
+	for name, dst := range map[string]*time.Time{"since": &p.Since, "until": &p.Until} {
+		if v := q.Get(name); v != "" {
+			if *dst, err = time.Parse(time.RFC3339, v); err != nil {
+				return &HTTPError{Code: http.StatusBadRequest, Msg: name + " must be an RFC 3339 time"}
+			}
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		if p.Limit, err = strconv.Atoi(v); err != nil || p.Limit < 1 || p.Limit > 500 {
+			return &HTTPError{Code: http.StatusBadRequest, Msg: "limit must be 1 to 500"}
+		}
+	}
+	fs, next, err := db.ListFulfilments(c.Request().Context(), s.cfg.Store.Pool(), p)
+	if errors.Is(err, db.ErrBadCursor) {
+		return &HTTPError{Code: http.StatusBadRequest, Msg: "invalid cursor"}
+	}
+	if err != nil {
+		return storageError(err)
+	}
+	if fs == nil {
+		fs = []db.Fulfilment{}
+	}
+	return c.JSON(http.StatusOK, FulfilmentList{Fulfilments: fs, NextCursor: next})
+}
+
+// FulfilmentDetail is the answer to GET /api/v1/fulfilments/{id}.
+type FulfilmentDetail struct {
+	Fulfilment  db.Fulfilment   `json:"fulfilment"`
+	Event       db.Event        `json:"event"`
+	Transitions []db.Transition `json:"transitions"`
+	Checks      []db.Check      `json:"checks"`
+}
+
+func (s *Server) apiGetFulfilment(c echo.Context) error {
+	d, err := s.fulfilmentDetail(c, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, d)
+}
+
+func (s *Server) fulfilmentDetail(c echo.Context, id string) (FulfilmentDetail, error) {
+	if !db.ValidUUID(id) {
+		return FulfilmentDetail{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
+	}
+	ctx, pool := c.Request().Context(), s.cfg.Store.Pool()
+	f, err := db.GetFulfilment(ctx, pool, id)
+	if errors.Is(err, db.ErrNotFound) {
+		return FulfilmentDetail{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
+	}
+	if err != nil {
+		return FulfilmentDetail{}, storageError(err)
+	}
+	d := FulfilmentDetail{Fulfilment: f}
+	if d.Event, err = db.GetEventByPK(ctx, pool, f.EventPK); err != nil {
+		return FulfilmentDetail{}, storageError(err)
+	}
+	if d.Transitions, err = db.Transitions(ctx, pool, id); err != nil {
+		return FulfilmentDetail{}, storageError(err)
+	}
+	if d.Checks, err = db.Checks(ctx, pool, id); err != nil {
+		return FulfilmentDetail{}, storageError(err)
+	}
+	if d.Checks == nil {
+		d.Checks = []db.Check{}
+	}
+	return d, nil
+}
+
+// ResolveRequest is the body of POST /api/v1/fulfilments/{id}/resolve.
+type ResolveRequest struct {
+	// Resolution is fulfilled, pending or cancelled.
+	Resolution string `json:"resolution"`
+	Operator   string `json:"operator"`
+	Reason     string `json:"reason"`
+	// Evidence is the fact behind the resolution; required for fulfilled
+	// and pending.
+	Evidence string `json:"evidence"`
+}
+
+// ResolveConflict is the body of a 409 to a resolution.
+type ResolveConflict struct {
+	Error string `json:"error"`
+	// State is where the fulfilment stands now.
+	State string `json:"state"`
+}
+
+func (s *Server) apiResolve(c echo.Context) error {
+	var req ResolveRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	f, err := s.resolve(c, c.Param("id"), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]db.Fulfilment{"fulfilment": f})
+}
+
+// resolve applies a resolution and maps its errors to answers; the API and
+// the dashboard share it.
+func (s *Server) resolve(c echo.Context, id string, req ResolveRequest) (db.Fulfilment, error) {
+	if !db.ValidUUID(id) {
+		return db.Fulfilment{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
+	}
+	f, err := s.cfg.Reconciler.Resolve(c.Request().Context(), reconcile.Resolution{
+		FulfilmentID: id, To: state.State(req.Resolution), Operator: req.Operator, Reason: req.Reason, Evidence: req.Evidence,
+	})
+	switch {
+	case errors.Is(err, reconcile.ErrInvalid):
+		return db.Fulfilment{}, &HTTPError{Code: http.StatusBadRequest, Msg: err.Error()}
+	case errors.Is(err, db.ErrNotFound):
+		return db.Fulfilment{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
+	case errors.Is(err, reconcile.ErrMoved):
+		cur, gerr := db.GetFulfilment(c.Request().Context(), s.cfg.Store.Pool(), id)
+		if gerr != nil {
+			return db.Fulfilment{}, storageError(gerr)
+		}
+		return db.Fulfilment{}, &conflictError{state: cur.State}
+	case err != nil:
+		return db.Fulfilment{}, storageError(err)
+	}
+	return f, nil
+}
+
+// conflictError answers 409 with the fulfilment's current state.
+type conflictError struct{ state string }
+
+func (e *conflictError) Error() string {
+	return "fulfilment is " + e.state + ", not needs_reconciliation: someone resolved it first"
+}
+
+// EventDetail is the answer to GET /api/v1/events/{provider}/{event_id}.
+type EventDetail struct {
+	Event       db.Event        `json:"event"`
+	Fulfilments []db.Fulfilment `json:"fulfilments"`
+}
+
+func (s *Server) apiGetEvent(c echo.Context) error {
+	d, err := s.eventDetail(c, c.Param("provider"), c.Param("event_id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, d)
+}
+
+func (s *Server) eventDetail(c echo.Context, providerName, eventID string) (EventDetail, error) {
+	ctx, pool := c.Request().Context(), s.cfg.Store.Pool()
+	e, err := db.GetEvent(ctx, pool, providerName, eventID)
+	if errors.Is(err, db.ErrNotFound) {
+		return EventDetail{}, &HTTPError{Code: http.StatusNotFound, Msg: "event not found"}
+	}
+	if err != nil {
+		return EventDetail{}, storageError(err)
+	}
+	fs, err := db.FulfilmentsByEvent(ctx, pool, e.ID)
+	if err != nil {
+		return EventDetail{}, storageError(err)
+	}
+	if fs == nil {
+		fs = []db.Fulfilment{}
+	}
+	return EventDetail{Event: e, Fulfilments: fs}, nil
+}
+
+// ReplayRequest is the body of POST /api/v1/events/{provider}/{event_id}/replay.
+type ReplayRequest struct {
+	Operator string `json:"operator"`
+}
+
+// ReplayAnswer says what a replay did: "fulfilment_created" (with its id),
+// "already_fulfilled_or_in_flight" (the payment has a live fulfilment: nothing
+// done) or "not_fulfilling" (the event's type does not fulfil).
+type ReplayAnswer struct {
+	Result       string `json:"result"`
+	FulfilmentID string `json:"fulfilment_id,omitempty"`
+}
+
+func (s *Server) apiReplay(c echo.Context) error {
+	var req ReplayRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	a, err := s.replay(c, c.Param("provider"), c.Param("event_id"), req.Operator)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, a)
+}
+
+func (s *Server) replay(c echo.Context, providerName, eventID, operator string) (ReplayAnswer, error) {
+	if operator == "" || len(operator) > 200 {
+		return ReplayAnswer{}, &HTTPError{Code: http.StatusBadRequest, Msg: "operator name is required (at most 200 characters)"}
+	}
+	res, err := s.cfg.Intake.Replay(c.Request().Context(), providerName, eventID, operator)
+	if errors.Is(err, db.ErrNotFound) {
+		return ReplayAnswer{}, &HTTPError{Code: http.StatusNotFound, Msg: "event not found"}
+	}
+	if err != nil {
+		return ReplayAnswer{}, storageError(err)
+	}
+	switch {
+	case !res.Fulfils:
+		return ReplayAnswer{Result: "not_fulfilling"}, nil
+	case res.FulfilmentID == "":
+		return ReplayAnswer{Result: "already_fulfilled_or_in_flight"}, nil
+	default:
+		return ReplayAnswer{Result: "fulfilment_created", FulfilmentID: res.FulfilmentID}, nil
+	}
+}
+
+// StatsAnswer is the answer to GET /api/v1/stats.
+type StatsAnswer struct {
+	ByState map[string]int `json:"by_state"`
+	// OldestNeedsReconciliation is when the longest-waiting parked
+	// fulfilment was parked, and OldestNeedsReconciliationAge how long ago in
+	// seconds; both absent when none waits.
+	OldestNeedsReconciliation    *time.Time `json:"oldest_needs_reconciliation,omitempty"`
+	OldestNeedsReconciliationAge *float64   `json:"oldest_needs_reconciliation_age_seconds,omitempty"`
+}
+
+func (s *Server) apiStats(c echo.Context) error {
+	st, err := s.stats(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, st)
+}
+
+func (s *Server) stats(c echo.Context) (StatsAnswer, error) {
+	st, err := db.GetStats(c.Request().Context(), s.cfg.Store.Pool())
+	if err != nil {
+		return StatsAnswer{}, storageError(err)
+	}
+	a := StatsAnswer{ByState: map[string]int{}, OldestNeedsReconciliation: st.OldestNeedsReconciliation}
+	for _, name := range state.All {
+		a.ByState[string(name)] = st.ByState[string(name)]
+	}
+	if st.OldestNeedsReconciliation != nil {
+		age := s.now().Sub(*st.OldestNeedsReconciliation).Seconds()
+		a.OldestNeedsReconciliationAge = &age
+	}
+	return a, nil
+}
+
+func storageError(err error) error {
+	return &HTTPError{Code: http.StatusServiceUnavailable, Msg: "storage unavailable, retry later", Err: err}
+}
+
+// maxAPIBody caps operator request bodies.
+const maxAPIBody = 64 << 10
+
+// decodeBody reads a JSON body strictly: one object, known fields only.
+func decodeBody(c echo.Context, v any) error {
+	dec := json.NewDecoder(io.LimitReader(c.Request().Body, maxAPIBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &HTTPError{Code: http.StatusBadRequest, Msg: "body must be a JSON object with known fields", Err: err}
+	}
+	if dec.More() {
+		return &HTTPError{Code: http.StatusBadRequest, Msg: "body must hold one JSON object"}
+	}
+	return nil
+}
