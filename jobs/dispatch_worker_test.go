@@ -32,15 +32,19 @@ type testBundle struct {
 // setup starts a River client with Guardian's workers on a fresh database.
 // With start false the client only inserts, so a test can arrange rows
 // before any worker sees them.
-func setup(t *testing.T, conn connector.Connector, start bool) *testBundle {
+func setup(t *testing.T, conn connector.Connector, start bool, opts ...func(*jobs.Config)) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	d := dbtest.NewDB(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	client, err := jobs.New(jobs.Config{
+	cfg := jobs.Config{
 		Pool: d.Pool, Connector: conn, Logger: logger,
 		ConnectorTimeout: 300 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	client, err := jobs.New(cfg)
 	require.NoError(t, err)
 	in, err := intake.New(intake.Config{Store: db.New(d.Pool), Enqueuer: client, Logger: logger})
 	require.NoError(t, err)

@@ -18,7 +18,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"riverqueue.com/riverui"
 
+	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/filter"
 	"github.com/guardian-pay/guardian/app/filter/redistest"
@@ -32,6 +34,7 @@ import (
 )
 
 const (
+	adminToken     = "operator-token-for-tests"
 	stripeSecret   = "whsec_test_stripe"
 	standardSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 )
@@ -49,6 +52,7 @@ type testBundle struct {
 	db       *dbtest.DB
 	rec      *connectortest.Recorder
 	srv      *httptest.Server
+	client   *jobs.Client
 	filterFn func() // flushes the filter's keys, when there is one
 }
 
@@ -56,6 +60,8 @@ type setupOpts struct {
 	filter filterMode
 	// pool, when set, is what intake writes through (for outage tests).
 	pool func(d *dbtest.DB) *pgxpool.Pool
+	// answer, when set, is the connector's answer (default: done).
+	answer func(context.Context, connector.Request) connector.Result
 }
 
 func setup(t *testing.T, opts setupOpts) *testBundle {
@@ -63,7 +69,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	ctx := context.Background()
 	d := dbtest.NewDB(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rec := &connectortest.Recorder{}
+	rec := &connectortest.Recorder{Answer: opts.answer}
 	client, err := jobs.New(jobs.Config{Pool: d.Pool, Connector: rec, Logger: logger, FetchPollInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
@@ -105,11 +111,16 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	require.NoError(t, err)
 	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: []string{standardSecret}})
 	require.NoError(t, err)
+	ui, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client.River(), nil), Logger: logger, Prefix: "/riverui"})
+	require.NoError(t, err)
 	s, err := web.New(web.Config{
 		Providers: []provider.Provider{stripe, standard}, Intake: in, Logger: logger,
 		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: 64 << 10,
+		AdminTokens: []string{"old-operator-token", adminToken}, Store: db.New(d.Pool), Reconciler: client.Reconciler(),
+		RiverUI: ui,
 	})
 	require.NoError(t, err)
+	b.client = client
 	b.srv = httptest.NewServer(s.Handler())
 	t.Cleanup(b.srv.Close)
 	return b

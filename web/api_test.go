@@ -1,0 +1,326 @@
+package web_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/web"
+)
+
+// unknownFirst answers "unknown" to a payment's first call and "done" after:
+// a connector that timed out once.
+func unknownFirst() func(context.Context, connector.Request) connector.Result {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	return func(_ context.Context, r connector.Request) connector.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		if !seen[r.FulfilmentID] {
+			seen[r.FulfilmentID] = true
+			return connector.Result{Outcome: state.Unknown, Evidence: map[string]any{"error": "timeout"}}
+		}
+		return connector.Result{Outcome: state.Done}
+	}
+}
+
+func (b *testBundle) api(t *testing.T, method, path, token string, body any) (int, []byte) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		require.NoError(t, err)
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, b.srv.URL+path, r)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, raw
+}
+
+// parked delivers a payment whose first call ends unknown and waits until
+// it is parked; it returns the fulfilment id.
+func (b *testBundle) parked(t *testing.T, eventID, paymentID string) string {
+	t.Helper()
+	require.Equal(t, http.StatusOK, b.postStripe(t, intentEvent(eventID, paymentID)).code)
+	var id string
+	require.Eventually(t, func() bool {
+		fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", paymentID)
+		require.NoError(t, err)
+		if len(fs) == 1 && fs[0].State == "needs_reconciliation" {
+			id = fs[0].ID
+			return true
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
+	return id
+}
+
+func (b *testBundle) fulfilment(t *testing.T, id string) db.Fulfilment {
+	t.Helper()
+	f, err := db.GetFulfilment(b.ctx, b.db.Pool, id)
+	require.NoError(t, err)
+	return f
+}
+
+func TestAPIAuth(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	routes := []struct{ method, path string }{
+		{"GET", "/api/v1/fulfilments"},
+		{"GET", "/api/v1/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11"},
+		{"POST", "/api/v1/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11/resolve"},
+		{"GET", "/api/v1/events/stripe/evt_1"},
+		{"POST", "/api/v1/events/stripe/evt_1/replay"},
+		{"GET", "/api/v1/stats"},
+		{"GET", "/riverui/"},
+		{"GET", "/riverui/api/jobs"},
+	}
+	for _, r := range routes {
+		for _, token := range []string{"", "wrong-token", adminToken + "x"} {
+			code, _ := b.api(t, r.method, r.path, token, nil)
+			require.Equal(t, http.StatusUnauthorized, code, "%s %s with %q", r.method, r.path, token)
+		}
+	}
+	code, _ := b.api(t, "GET", "/api/v1/stats", "old-operator-token", nil)
+	require.Equal(t, http.StatusOK, code, "a rotated-in token works")
+	code, _ = b.api(t, "GET", "/riverui/", adminToken, nil)
+	require.Equal(t, http.StatusOK, code, "River UI is served behind the token")
+}
+
+func TestResolve(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ToFulfilledWithEvidence", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{answer: unknownFirst()})
+		id := b.parked(t, "evt_1", "pi_1")
+		code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Resolution: "fulfilled", Operator: "ana", Reason: "customer confirmed delivery", Evidence: "ticket 4711"})
+		require.Equal(t, http.StatusOK, code, string(body))
+		require.Equal(t, "fulfilled", b.fulfilment(t, id).State)
+		require.Equal(t, 1, b.rec.CallsFor(id), "resolving by hand calls nothing")
+
+		code, body = b.api(t, "GET", "/api/v1/fulfilments/"+id, adminToken, nil)
+		require.Equal(t, http.StatusOK, code)
+		var d web.FulfilmentDetail
+		require.NoError(t, json.Unmarshal(body, &d))
+		last := d.Transitions[len(d.Transitions)-1]
+		require.Equal(t, "operator ana", last.Actor)
+		require.Equal(t, "customer confirmed delivery", last.Reason)
+		require.JSONEq(t, `{"resolution":"fulfilled","evidence":"ticket 4711"}`, string(last.Evidence))
+		require.Equal(t, "evt_1", d.Event.EventID)
+	})
+
+	t.Run("ToPendingRedispatchesWithSameKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{answer: unknownFirst()})
+		id := b.parked(t, "evt_1", "pi_1")
+		code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Resolution: "pending", Operator: "ana", Reason: "receiver has no record", Evidence: "receiver log search for the key: nothing"})
+		require.Equal(t, http.StatusOK, code, string(body))
+		require.Equal(t, 1, b.waitFulfilled(t, "pi_1"))
+		calls := b.rec.Calls()
+		require.Len(t, calls, 2)
+		require.Equal(t, id, calls[1].FulfilmentID, "same Idempotency-Key")
+		require.Equal(t, 2, calls[1].Attempt)
+		require.Eventually(t, func() bool {
+			return b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch' AND state = 'completed'`) == 2
+		}, 10*time.Second, 10*time.Millisecond, "a new dispatch job ran")
+	})
+
+	t.Run("ToCancelled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{answer: unknownFirst()})
+		id := b.parked(t, "evt_1", "pi_1")
+		code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "refunded instead"})
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "cancelled", b.fulfilment(t, id).State)
+	})
+
+	t.Run("RefusedInputChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{answer: unknownFirst()})
+		id := b.parked(t, "evt_1", "pi_1")
+		for _, req := range []any{
+			web.ResolveRequest{Resolution: "fulfilled", Operator: "ana", Reason: "looks done"},
+			web.ResolveRequest{Resolution: "pending", Operator: "ana", Reason: "retry please"},
+			web.ResolveRequest{Resolution: "failed", Operator: "ana", Reason: "r", Evidence: "e"},
+			web.ResolveRequest{Resolution: "cancelled", Reason: "no operator"},
+			web.ResolveRequest{Resolution: "cancelled", Operator: "ana"},
+			map[string]string{"resolution": "cancelled", "operator": "ana", "reason": "r", "surprise": "x"},
+		} {
+			code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, req)
+			require.Equal(t, http.StatusBadRequest, code, "%+v: %s", req, body)
+		}
+		require.Equal(t, "needs_reconciliation", b.fulfilment(t, id).State)
+		code, _ := b.api(t, "POST", "/api/v1/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11/resolve", adminToken, web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "r"})
+		require.Equal(t, http.StatusNotFound, code)
+		code, _ = b.api(t, "POST", "/api/v1/fulfilments/not-a-uuid/resolve", adminToken, web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "r"})
+		require.Equal(t, http.StatusNotFound, code)
+	})
+
+	t.Run("TwoOperatorsAtOnceOneWins", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{answer: unknownFirst()})
+		id := b.parked(t, "evt_1", "pi_1")
+		reqs := []web.ResolveRequest{
+			{Resolution: "fulfilled", Operator: "ana", Reason: "confirmed", Evidence: "ticket 1"},
+			{Resolution: "cancelled", Operator: "bo", Reason: "refund"},
+		}
+		codes := make([]int, len(reqs))
+		bodies := make([][]byte, len(reqs))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range reqs {
+			wg.Go(func() {
+				<-start
+				codes[i], bodies[i] = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, reqs[i])
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.ElementsMatch(t, []int{http.StatusOK, http.StatusConflict}, codes)
+		final := b.fulfilment(t, id).State
+		for i, c := range codes {
+			if c == http.StatusConflict {
+				var conflict web.ResolveConflict
+				require.NoError(t, json.Unmarshal(bodies[i], &conflict))
+				require.Equal(t, final, conflict.State, "the 409 says where the row stands")
+			} else {
+				require.Equal(t, reqs[i].Resolution, final)
+			}
+		}
+		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM fulfilment_transition WHERE fulfilment_id = $1 AND actor LIKE 'operator %'`, id))
+	})
+}
+
+func TestReplay(t *testing.T) {
+	t.Parallel()
+
+	t.Run("FulfilledEventIsNotFulfilledAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{})
+		require.Equal(t, http.StatusOK, b.postStripe(t, intentEvent("evt_1", "pi_1")).code)
+		require.Equal(t, 1, b.waitFulfilled(t, "pi_1"))
+		code, body := b.api(t, "POST", "/api/v1/events/stripe/evt_1/replay", adminToken, web.ReplayRequest{Operator: "ana"})
+		require.Equal(t, http.StatusOK, code)
+		require.JSONEq(t, `{"result":"already_fulfilled_or_in_flight"}`, string(body))
+		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM fulfilment`))
+		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+		require.Equal(t, 1, b.rec.CallsForPayment("pi_1"), "no second connector call")
+	})
+
+	t.Run("CancelledPaymentCanBeReplayed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{answer: unknownFirst()})
+		id := b.parked(t, "evt_1", "pi_1")
+		code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "wrong recipient"})
+		require.Equal(t, http.StatusOK, code)
+		code, body := b.api(t, "POST", "/api/v1/events/stripe/evt_1/replay", adminToken, web.ReplayRequest{Operator: "ana"})
+		require.Equal(t, http.StatusOK, code)
+		var a web.ReplayAnswer
+		require.NoError(t, json.Unmarshal(body, &a))
+		require.Equal(t, "fulfilment_created", a.Result)
+		require.NotEqual(t, id, a.FulfilmentID, "a new fulfilment, hence a new Idempotency-Key")
+		b.waitState(t, a.FulfilmentID, "needs_reconciliation") // unknownFirst: its first call is unknown too
+	})
+
+	t.Run("UnknownEventAndNonFulfillingType", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{})
+		code, _ := b.api(t, "POST", "/api/v1/events/stripe/evt_none/replay", adminToken, web.ReplayRequest{Operator: "ana"})
+		require.Equal(t, http.StatusNotFound, code)
+		require.Equal(t, http.StatusOK, b.postStripe(t, `{"id":"evt_cus","type":"customer.created","data":{"object":{"id":"cus_1"}}}`).code)
+		code, body := b.api(t, "POST", "/api/v1/events/stripe/evt_cus/replay", adminToken, web.ReplayRequest{Operator: "ana"})
+		require.Equal(t, http.StatusOK, code)
+		require.JSONEq(t, `{"result":"not_fulfilling"}`, string(body))
+		code, _ = b.api(t, "POST", "/api/v1/events/stripe/evt_cus/replay", adminToken, web.ReplayRequest{})
+		require.Equal(t, http.StatusBadRequest, code)
+	})
+}
+
+func TestReadEndpoints(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	for i := range 5 {
+		require.Equal(t, http.StatusOK, b.postStripe(t, intentEvent(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i))).code)
+		b.waitFulfilled(t, fmt.Sprintf("pi_%d", i))
+	}
+
+	// Paging: 2 + 2 + 1, every row once.
+	seen := map[string]bool{}
+	cursor := ""
+	pages := 0
+	for {
+		code, body := b.api(t, "GET", "/api/v1/fulfilments?state=fulfilled&limit=2&cursor="+cursor, adminToken, nil)
+		require.Equal(t, http.StatusOK, code, string(body))
+		var page web.FulfilmentList
+		require.NoError(t, json.Unmarshal(body, &page))
+		pages++
+		for _, f := range page.Fulfilments {
+			require.False(t, seen[f.ID])
+			seen[f.ID] = true
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	require.Len(t, seen, 5)
+	require.Equal(t, 3, pages)
+
+	code, body := b.api(t, "GET", "/api/v1/fulfilments?payment_id=pi_3", adminToken, nil)
+	require.Equal(t, http.StatusOK, code)
+	var one web.FulfilmentList
+	require.NoError(t, json.Unmarshal(body, &one))
+	require.Len(t, one.Fulfilments, 1)
+	require.Equal(t, "pi_3", one.Fulfilments[0].PaymentID)
+
+	code, body = b.api(t, "GET", "/api/v1/fulfilments?event_id=evt_2&since="+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), adminToken, nil)
+	require.Equal(t, http.StatusOK, code)
+	require.NoError(t, json.Unmarshal(body, &one))
+	require.Len(t, one.Fulfilments, 1)
+
+	for _, bad := range []string{"state=done", "limit=0", "since=yesterday", "cursor=zzz"} {
+		code, _ := b.api(t, "GET", "/api/v1/fulfilments?"+bad, adminToken, nil)
+		require.Equal(t, http.StatusBadRequest, code, bad)
+	}
+
+	code, body = b.api(t, "GET", "/api/v1/events/stripe/evt_1", adminToken, nil)
+	require.Equal(t, http.StatusOK, code)
+	var ev web.EventDetail
+	require.NoError(t, json.Unmarshal(body, &ev))
+	require.Equal(t, 1, ev.Event.Deliveries)
+	require.Len(t, ev.Fulfilments, 1)
+	require.JSONEq(t, intentEvent("evt_1", "pi_1"), string(ev.Event.Payload))
+
+	code, body = b.api(t, "GET", "/api/v1/stats", adminToken, nil)
+	require.Equal(t, http.StatusOK, code)
+	var st web.StatsAnswer
+	require.NoError(t, json.Unmarshal(body, &st))
+	require.Equal(t, 5, st.ByState["fulfilled"])
+	require.Equal(t, 0, st.ByState["needs_reconciliation"])
+	require.Nil(t, st.OldestNeedsReconciliationAge)
+}
+
+func (b *testBundle) waitState(t *testing.T, id, want string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return b.fulfilment(t, id).State == want }, 10*time.Second, 10*time.Millisecond)
+}
