@@ -32,7 +32,8 @@ Usage:
   guardian help                     show this
 
 Configuration comes from the environment; see README.md.
-`
+
+` + opsUsage
 
 // Main runs the command in args and returns the process exit code.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -48,6 +49,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return runMigrate(ctx, rest, getenv, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, rest, getenv, stdout, stderr)
+	case "fulfilments", "reconcile", "events":
+		return runOps(ctx, cmd, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK

@@ -58,6 +58,8 @@ type fakeConnector struct {
 	// hold, when set, makes calls whose payment it names hang until the
 	// client goes away.
 	hold string
+	// fail, when set, makes calls whose payment it names answer 500.
+	fail string
 
 	mu      sync.Mutex
 	calls   map[string]int // by Idempotency-Key
@@ -85,6 +87,10 @@ func newFakeConnector(t *testing.T) *fakeConnector {
 		c.entered <- key
 		if hold {
 			<-r.Context().Done()
+			return
+		}
+		if c.fail != "" && bytes.Contains(body, []byte(c.fail)) {
+			w.WriteHeader(http.StatusInternalServerError)
 			return
 		}
 		w.WriteHeader(http.StatusOK)

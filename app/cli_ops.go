@@ -1,0 +1,229 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/web"
+)
+
+// More exit codes of the operator commands.
+const (
+	ExitConflict     = 4 // the fulfilment moved: someone resolved it first
+	ExitUnauthorized = 5 // the token was refused
+)
+
+const opsUsage = `Operator commands (they talk to GUARDIAN_URL with GUARDIAN_ADMIN_TOKEN):
+  guardian fulfilments list [--state S] [--payment P] [--event E] [--limit N] [--cursor C] [--json]
+  guardian fulfilments show ID [--json]
+  guardian reconcile list [--limit N] [--json]
+  guardian reconcile resolve ID --to fulfilled|pending|cancelled --operator NAME --reason TEXT [--evidence TEXT] [--json]
+  guardian events show PROVIDER EVENT_ID [--json]
+  guardian events replay PROVIDER EVENT_ID --operator NAME [--json]
+Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict (moved meanwhile), 5 token refused.
+`
+
+// runOps runs one operator command.
+func runOps(ctx context.Context, group string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, opsUsage)
+		return ExitUsage
+	}
+	verb, rest := args[0], args[1:]
+	fs := flag.NewFlagSet(group+" "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the API's JSON answer")
+	st := fs.String("state", "", "filter by state")
+	payment := fs.String("payment", "", "filter by payment id")
+	event := fs.String("event", "", "filter by event id")
+	limit := fs.Int("limit", 50, "page size (1-500)")
+	cursor := fs.String("cursor", "", "continue a listing")
+	to := fs.String("to", "", "resolution: fulfilled, pending or cancelled")
+	operator := fs.String("operator", getenv("GUARDIAN_OPERATOR"), "your name, for the audit log (default $GUARDIAN_OPERATOR)")
+	reason := fs.String("reason", "", "why")
+	evidence := fs.String("evidence", "", "the fact behind the resolution")
+	// Flags may follow positional arguments: parse until none are left.
+	var pos []string
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return ExitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+
+	client, err := newOpsClient(getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian: %v\n", err)
+		return ExitUsage
+	}
+	out := &opsOutput{stdout: stdout, json: *asJSON}
+	var raw []byte
+	switch group + " " + verb {
+	case "fulfilments list", "reconcile list":
+		if len(pos) != 0 {
+			break
+		}
+		q := url.Values{}
+		if verb == "list" && group == "reconcile" {
+			*st = "needs_reconciliation"
+		}
+		for k, v := range map[string]string{"state": *st, "payment_id": *payment, "event_id": *event, "cursor": *cursor} {
+			if v != "" {
+				q.Set(k, v)
+			}
+		}
+		q.Set("limit", fmt.Sprint(*limit))
+		var list web.FulfilmentList
+		if raw, err = client.do(ctx, http.MethodGet, "/api/v1/fulfilments?"+q.Encode(), nil, &list); err == nil {
+			out.print(raw, func(w io.Writer) { printFulfilments(w, list, group == "reconcile") })
+		}
+		return exitFor(err, stderr)
+	case "fulfilments show":
+		if len(pos) != 1 {
+			break
+		}
+		var d web.FulfilmentDetail
+		if raw, err = client.do(ctx, http.MethodGet, "/api/v1/fulfilments/"+url.PathEscape(pos[0]), nil, &d); err == nil {
+			out.print(raw, func(w io.Writer) { printDetail(w, d) })
+		}
+		return exitFor(err, stderr)
+	case "reconcile resolve":
+		if len(pos) != 1 || *to == "" {
+			break
+		}
+		var res map[string]db.Fulfilment
+		req := web.ResolveRequest{Resolution: *to, Operator: *operator, Reason: *reason, Evidence: *evidence}
+		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/fulfilments/"+url.PathEscape(pos[0])+"/resolve", req, &res); err == nil {
+			out.print(raw, func(w io.Writer) {
+				f := res["fulfilment"]
+				fmt.Fprintf(w, "fulfilment %s is now %s (attempt %d)\n", f.ID, f.State, f.Attempt)
+			})
+		}
+		return exitFor(err, stderr)
+	case "events show":
+		if len(pos) != 2 {
+			break
+		}
+		var d web.EventDetail
+		if raw, err = client.do(ctx, http.MethodGet, "/api/v1/events/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1]), nil, &d); err == nil {
+			out.print(raw, func(w io.Writer) { printEvent(w, d) })
+		}
+		return exitFor(err, stderr)
+	case "events replay":
+		if len(pos) != 2 {
+			break
+		}
+		var a web.ReplayAnswer
+		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/events/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1])+"/replay", web.ReplayRequest{Operator: *operator}, &a); err == nil {
+			out.print(raw, func(w io.Writer) {
+				fmt.Fprintf(w, "%s", strings.ReplaceAll(a.Result, "_", " "))
+				if a.FulfilmentID != "" {
+					fmt.Fprintf(w, ": %s", a.FulfilmentID)
+				}
+				fmt.Fprintln(w)
+			})
+		}
+		return exitFor(err, stderr)
+	}
+	fmt.Fprint(stderr, opsUsage)
+	return ExitUsage
+}
+
+type opsOutput struct {
+	stdout io.Writer
+	json   bool
+}
+
+func (o *opsOutput) print(raw []byte, human func(io.Writer)) {
+	if o.json {
+		fmt.Fprintln(o.stdout, strings.TrimSpace(string(raw)))
+		return
+	}
+	human(o.stdout)
+}
+
+// exitFor maps an API error to an exit code and says what went wrong.
+func exitFor(err error, stderr io.Writer) int {
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "guardian: %v\n", err)
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		return ExitFailure
+	}
+	switch ae.Status {
+	case http.StatusNotFound:
+		return ExitNotFound
+	case http.StatusConflict:
+		return ExitConflict
+	case http.StatusUnauthorized:
+		return ExitUnauthorized
+	case http.StatusBadRequest:
+		return ExitUsage
+	}
+	return ExitFailure
+}
+
+func printFulfilments(w io.Writer, list web.FulfilmentList, parked bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if parked {
+		fmt.Fprintln(tw, "FULFILMENT\tPROVIDER\tPAYMENT\tATTEMPT\tPARKED FOR\tCHECKS")
+	} else {
+		fmt.Fprintln(tw, "FULFILMENT\tPROVIDER\tPAYMENT\tSTATE\tATTEMPT\tCREATED")
+	}
+	for _, f := range list.Fulfilments {
+		if parked {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\n", f.ID, f.Provider, f.PaymentID, f.Attempt, time.Since(f.UpdatedAt).Round(time.Second), f.Checks)
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", f.ID, f.Provider, f.PaymentID, f.State, f.Attempt, f.CreatedAt.UTC().Format(time.RFC3339))
+		}
+	}
+	_ = tw.Flush()
+	if list.NextCursor != "" {
+		fmt.Fprintf(w, "more: --cursor %s\n", list.NextCursor)
+	}
+}
+
+func printDetail(w io.Writer, d web.FulfilmentDetail) {
+	f := d.Fulfilment
+	fmt.Fprintf(w, "fulfilment %s\n  payment   %s %s\n  state     %s (attempt %d)\n  event     %s (%s), %d deliveries\n  created   %s\n\n",
+		f.ID, f.Provider, f.PaymentID, f.State, f.Attempt, d.Event.EventID, d.Event.Type, d.Event.Deliveries, f.CreatedAt.UTC().Format(time.RFC3339))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WHEN\tFROM\tTO\tATTEMPT\tACTOR\tREASON\tEVIDENCE")
+	for _, t := range d.Transitions {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", t.CreatedAt.UTC().Format(time.RFC3339), or(t.From, "-"), t.To, t.Attempt, t.Actor, t.Reason, string(t.Evidence))
+	}
+	_ = tw.Flush()
+	if len(d.Checks) > 0 {
+		fmt.Fprintln(w, "\nlookups:")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, c := range d.Checks {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", c.CreatedAt.UTC().Format(time.RFC3339), c.Answer, string(c.Evidence))
+		}
+		_ = tw.Flush()
+	}
+}
+
+func printEvent(w io.Writer, d web.EventDetail) {
+	e := d.Event
+	fmt.Fprintf(w, "event %s %s\n  type        %s\n  payment     %s\n  deliveries  %d (first %s, last %s)\n",
+		e.Provider, e.EventID, e.Type, or(e.PaymentID, "-"), e.Deliveries, e.FirstSeenAt.UTC().Format(time.RFC3339), e.LastSeenAt.UTC().Format(time.RFC3339))
+	for _, f := range d.Fulfilments {
+		fmt.Fprintf(w, "  fulfilment  %s %s (attempt %d)\n", f.ID, f.State, f.Attempt)
+	}
+	fmt.Fprintf(w, "  payload     %s\n", string(e.Payload))
+}

@@ -1,0 +1,87 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// opsClient talks to a running Guardian's operator API.
+type opsClient struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// apiError is a non-2xx answer, kept with its status for exit codes.
+type apiError struct {
+	Status int
+	Msg    string
+	Body   []byte
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.Status, http.StatusText(e.Status), e.Msg)
+}
+
+func newOpsClient(getenv func(string) string) (*opsClient, error) {
+	token := first(list(getenv("GUARDIAN_ADMIN_TOKEN"), ","), "")
+	if token == "" {
+		return nil, errors.New("GUARDIAN_ADMIN_TOKEN is empty: set the operator token of the server in GUARDIAN_URL")
+	}
+	base := strings.TrimRight(or(getenv("GUARDIAN_URL"), "http://127.0.0.1:8080"), "/")
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("GUARDIAN_URL must be an absolute http(s) URL")
+	}
+	return &opsClient{base: base, token: token, http: &http.Client{Timeout: 30 * time.Second}}, nil
+}
+
+// do sends a request and decodes a 2xx answer into out; it returns the raw
+// body too, for --json.
+func (c *opsClient) do(ctx context.Context, method, path string, in, out any) ([]byte, error) {
+	var body io.Reader
+	if in != nil {
+		raw, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &e)
+		return raw, &apiError{Status: resp.StatusCode, Msg: e.Error, Body: raw}
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return raw, fmt.Errorf("unexpected answer from %s: %w", c.base, err)
+		}
+	}
+	return raw, nil
+}

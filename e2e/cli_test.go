@@ -1,0 +1,103 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/web"
+)
+
+// cli runs the guardian binary's operator commands against g.
+func cli(t *testing.T, g *guardian, token string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = []string{"GUARDIAN_URL=" + g.url, "GUARDIAN_ADMIN_TOKEN=" + token}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return stdout.String() + stderr.String(), code
+}
+
+// TestOperatorCLI parks a fulfilment (the connector answers 500) and works
+// it with the CLI, as an operator would.
+func TestOperatorCLI(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	conn := newFakeConnector(t)
+	conn.fail = "pi_cli"
+	g := start(t, baseEnv(t, d, conn))
+
+	body := []byte(`{"id":"evt_cli","type":"payment_intent.succeeded","data":{"object":{"id":"pi_cli"}}}`)
+	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+	require.Eventually(t, func() bool { return stateCount(t, d, "needs_reconciliation") == 1 }, 15*time.Second, 20*time.Millisecond)
+
+	out, code := cli(t, g, adminToken, "reconcile", "list", "--json")
+	require.Zero(t, code, out)
+	var list web.FulfilmentList
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	require.Len(t, list.Fulfilments, 1)
+	id := list.Fulfilments[0].ID
+	require.Equal(t, "pi_cli", list.Fulfilments[0].PaymentID)
+
+	out, code = cli(t, g, adminToken, "reconcile", "list")
+	require.Zero(t, code, out)
+	require.Contains(t, out, "PARKED FOR")
+	require.Contains(t, out, id)
+
+	out, code = cli(t, g, adminToken, "fulfilments", "show", id, "--json")
+	require.Zero(t, code, out)
+	var detail web.FulfilmentDetail
+	require.NoError(t, json.Unmarshal([]byte(out), &detail))
+	require.Equal(t, "needs_reconciliation", detail.Fulfilment.State)
+	require.Contains(t, string(detail.Transitions[len(detail.Transitions)-1].Evidence), `"status":500`)
+
+	out, code = cli(t, g, adminToken, "fulfilments", "show", id)
+	require.Zero(t, code, out)
+	require.Contains(t, out, "connector outcome: unknown")
+
+	// Missing evidence: refused, exit 2, nothing changed.
+	out, code = cli(t, g, adminToken, "reconcile", "resolve", id, "--to", "fulfilled", "--operator", "ana", "--reason", "confirmed")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "evidence")
+
+	out, code = cli(t, g, adminToken, "reconcile", "resolve", id, "--to", "fulfilled", "--operator", "ana", "--reason", "receiver confirmed", "--evidence", "receiver log line 42")
+	require.Zero(t, code, out)
+	require.Contains(t, out, "is now fulfilled")
+
+	out, code = cli(t, g, adminToken, "reconcile", "resolve", id, "--to", "cancelled", "--operator", "bo", "--reason", "too late")
+	require.Equal(t, 4, code, "a second resolution conflicts: %s", out)
+
+	out, code = cli(t, g, adminToken, "events", "show", "stripe", "evt_cli", "--json")
+	require.Zero(t, code, out)
+	var ev web.EventDetail
+	require.NoError(t, json.Unmarshal([]byte(out), &ev))
+	require.Equal(t, "fulfilled", ev.Fulfilments[0].State)
+
+	out, code = cli(t, g, adminToken, "events", "replay", "stripe", "evt_cli", "--operator", "ana", "--json")
+	require.Zero(t, code, out)
+	require.JSONEq(t, `{"result":"already_fulfilled_or_in_flight"}`, out)
+
+	_, code = cli(t, g, adminToken, "fulfilments", "show", "0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11")
+	require.Equal(t, 3, code)
+	_, code = cli(t, g, "not-the-token", "reconcile", "list")
+	require.Equal(t, 5, code)
+	_, code = cli(t, g, adminToken, "reconcile", "dance")
+	require.Equal(t, 2, code)
+
+	require.Equal(t, map[string]int{id: 1}, conn.snapshot(), "the connector was called once")
+	g.stop(t)
+}
