@@ -19,6 +19,7 @@ import (
 	"github.com/guardian-pay/guardian/app/filter"
 	"github.com/guardian-pay/guardian/app/intake"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/goose"
 	"github.com/guardian-pay/guardian/jobs"
@@ -31,8 +32,10 @@ type App struct {
 	logger *slog.Logger
 	pool   *pgxpool.Pool
 	redis  *redis.Client
-	jobs   *jobs.Client
-	web    *web.Server
+	// tokenRedis is the token store's client, when tokens live in Redis.
+	tokenRedis *redis.Client
+	jobs       *jobs.Client
+	web        *web.Server
 
 	riverUI     *riverui.Handler
 	stopRiverUI context.CancelFunc
@@ -121,6 +124,20 @@ func (a *App) build(ctx context.Context) error {
 		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Intake: in,
 		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready,
 	}
+	var tokenStore tokens.Store = tokens.Postgres{Store: store}
+	if cfg.TokenStore == "redis" {
+		// A client of its own: token redeems wait for their answer, unlike
+		// the filter's fail-fast calls.
+		opts, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return errors.New("REDIS_URL is not a redis:// URL")
+		}
+		a.tokenRedis = redis.NewClient(opts)
+		if tokenStore, err = tokens.NewRedis(ctx, a.tokenRedis, store, cfg.RedisPrefix+"token:"); err != nil {
+			return err
+		}
+	}
+	webCfg.Tokens = tokens.New(tokenStore, nil)
 	if cfg.API {
 		webCfg.AdminTokens, webCfg.Store, webCfg.Reconciler = cfg.AdminTokens, store, a.jobs.Reconciler()
 		if a.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
@@ -201,6 +218,10 @@ func (a *App) close() {
 	if a.redis != nil {
 		_ = a.redis.Close()
 		a.redis = nil
+	}
+	if a.tokenRedis != nil {
+		_ = a.tokenRedis.Close()
+		a.tokenRedis = nil
 	}
 	if a.pool != nil {
 		a.pool.Close()

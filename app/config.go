@@ -59,6 +59,10 @@ type Config struct {
 	// AdminTokens admit operators; several for rotation. Required with API.
 	AdminTokens []string
 
+	// TokenStore is where single-use tokens live: "postgres" (default) or
+	// "redis" (needs RedisURL; redemptions are still recorded in Postgres).
+	TokenStore string
+
 	// Migrate applies pending migrations at start. Defaults to true.
 	Migrate bool
 	// Dev is the local development profile: clearly marked development
@@ -144,6 +148,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		ReconcileGrace:      dur("GUARDIAN_RECONCILE_GRACE", time.Minute),
 		API:                 boolean("GUARDIAN_API", true),
 		AdminTokens:         list(getenv("GUARDIAN_ADMIN_TOKEN"), ","),
+		TokenStore:          or(getenv("GUARDIAN_TOKEN_STORE"), "postgres"),
 		Migrate:             boolean("GUARDIAN_MIGRATE", true),
 		Dev:                 boolean("GUARDIAN_DEV", false),
 		LogLevel:            or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
@@ -198,6 +203,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ConnectorLookupURL != "" && c.ConnectorURL == "" {
 		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_LOOKUP_URL needs GUARDIAN_CONNECTOR_URL"))
+	}
+	switch {
+	case c.TokenStore != "postgres" && c.TokenStore != "redis":
+		errs = append(errs, fmt.Errorf("GUARDIAN_TOKEN_STORE: want postgres or redis, got %q", c.TokenStore))
+	case c.TokenStore == "redis" && c.RedisURL == "":
+		errs = append(errs, errors.New("GUARDIAN_TOKEN_STORE=redis needs REDIS_URL"))
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("GUARDIAN_LOG_FORMAT: want json or text, got %q", c.LogFormat))

@@ -113,8 +113,15 @@ func (c *fakeConnector) snapshot() map[string]int {
 type guardian struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *bytes.Buffer
+	stderr *lockedWriter
 	done   chan error
+}
+
+// logs returns what the process has logged so far.
+func (g *guardian) logs() string {
+	g.stderr.mu.Lock()
+	defer g.stderr.mu.Unlock()
+	return g.stderr.buf.String()
 }
 
 type env map[string]string
@@ -155,8 +162,8 @@ func start(t *testing.T, e env) *guardian {
 	for k, v := range e {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	g := &guardian{cmd: cmd, url: "http://" + addr, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	cmd.Stderr = &lockedWriter{w: g.stderr}
+	g := &guardian{cmd: cmd, url: "http://" + addr, stderr: &lockedWriter{}, done: make(chan error, 1)}
+	cmd.Stderr = g.stderr
 	require.NoError(t, cmd.Start())
 	go func() { g.done <- cmd.Wait() }()
 	t.Cleanup(func() {
@@ -165,7 +172,7 @@ func start(t *testing.T, e env) *guardian {
 			<-g.done
 		}
 		if t.Failed() {
-			t.Logf("guardian stderr:\n%s", g.stderr.String())
+			t.Logf("guardian stderr:\n%s", g.logs())
 		}
 	})
 	deadline := time.Now().Add(30 * time.Second)
@@ -179,11 +186,11 @@ func start(t *testing.T, e env) *guardian {
 		}
 		select {
 		case err := <-g.done:
-			t.Fatalf("guardian exited before ready: %v\n%s", err, g.stderr.String())
+			t.Fatalf("guardian exited before ready: %v\n%s", err, g.logs())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("guardian not ready after 30s\n%s", g.stderr.String())
+			t.Fatalf("guardian not ready after 30s\n%s", g.logs())
 		}
 	}
 }
@@ -220,14 +227,14 @@ func (g *guardian) post(t *testing.T, path string, header http.Header, body []by
 }
 
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	return l.buf.Write(p)
 }
 
 func stateCount(t *testing.T, d *dbtest.DB, state string) int {

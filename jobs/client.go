@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/reconcile"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -123,8 +124,9 @@ func New(cfg Config) (*Client, error) {
 	c.reconciler = reconciler
 	workers := river.NewWorkers()
 	dispatch := &DispatchWorker{store: store, connector: cfg.Connector, timeout: cfg.ConnectorTimeout, logger: cfg.Logger}
-	sweep := &SweepWorker{store: store, lease: cfg.DispatchLease, logger: cfg.Logger}
-	reconcileWorker := &ReconcileWorker{reconciler: reconciler, logger: cfg.Logger}
+	locker := lock.Postgres{Store: store}
+	sweep := &SweepWorker{store: store, locker: locker, lease: cfg.DispatchLease, logger: cfg.Logger}
+	reconcileWorker := &ReconcileWorker{reconciler: reconciler, locker: locker, logger: cfg.Logger}
 	if err := river.AddWorkerSafely(workers, dispatch); err != nil {
 		return nil, err
 	}

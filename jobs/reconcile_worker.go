@@ -2,10 +2,13 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/riverqueue/river"
 
+	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/reconcile"
 )
 
@@ -22,17 +25,41 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 }
 
 // ReconcileWorker runs the automatic resolver: River schedules it on its
-// elected leader only.
+// elected leader only. Rounds do not overlap: a round holds the
+// "guardian_reconcile" lock, and one that finds it held does nothing, so a
+// parked row is never looked up twice at once.
 type ReconcileWorker struct {
 	river.WorkerDefaults[ReconcileArgs]
 
 	reconciler *reconcile.Service
+	locker     lock.Locker
 	logger     *slog.Logger
 	actor      string
 }
 
+// reconcileLockTTL bounds one round; the job's timeout ends it well before.
+const reconcileLockTTL = 10 * time.Minute
+
+// Timeout ends a round before its lock expires; the rest waits for the next.
+func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration {
+	return reconcileLockTTL / 2
+}
+
 // Work runs one round.
 func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs]) error {
+	l, err := w.locker.Acquire(ctx, "guardian_reconcile", reconcileLockTTL)
+	if errors.Is(err, lock.ErrHeld) {
+		w.logger.DebugContext(ctx, "reconcile: another round is running")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := w.locker.Release(context.WithoutCancel(ctx), l); err != nil {
+			w.logger.WarnContext(ctx, "reconcile: lock release", "error", err)
+		}
+	}()
 	sum, err := w.reconciler.RunChecks(ctx, w.actor)
 	if sum.Checked > 0 {
 		w.logger.InfoContext(ctx, "reconcile: round done", "checked", sum.Checked, "fulfilled", sum.Fulfilled,

@@ -16,6 +16,7 @@ import (
 	"github.com/guardian-pay/guardian/app/intake"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/reconcile"
+	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -48,6 +49,9 @@ type Config struct {
 	Reconciler *reconcile.Service
 	// RiverUI, when set, is served at /riverui/ behind the admin token.
 	RiverUI http.Handler
+	// Tokens, when set, serves POST /api/v1/tokens (operators) and
+	// POST /tokens/{token}/redeem (anyone holding a token).
+	Tokens *tokens.Service
 }
 
 // Metrics receives what the server observes. The zero value of a Server
@@ -108,12 +112,18 @@ func New(cfg Config) (*Server, error) {
 	e.GET("/readyz", s.handleReady)
 	s.echo = e
 
+	if cfg.Tokens != nil {
+		e.POST("/tokens/:token/redeem", s.handleRedeem)
+	}
 	s.tokens = newTokenSet(cfg.AdminTokens)
 	if len(s.tokens) > 0 {
 		if cfg.Store == nil || cfg.Reconciler == nil {
 			return nil, errors.New("web: the operator API needs a store and a reconciler")
 		}
 		s.mountAPI()
+		if cfg.Tokens != nil {
+			e.POST("/api/v1/tokens", s.apiIssueToken, s.requireOperator)
+		}
 		if cfg.RiverUI != nil {
 			ui := echo.WrapHandler(cfg.RiverUI)
 			e.Any("/riverui", ui, s.requireOperator)

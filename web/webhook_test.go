@@ -26,6 +26,7 @@ import (
 	"github.com/guardian-pay/guardian/app/filter/redistest"
 	"github.com/guardian-pay/guardian/app/intake"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/e2e/faultproxy"
@@ -84,10 +85,10 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	switch opts.filter {
 	case redisFilter:
 		rc, prefix := redistest.Client(t)
-		fc, err := filter.NewRedisClient(redistest.URL(t))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = fc.Close() })
-		f, err = filter.NewRedis(filter.RedisConfig{Client: fc, Prefix: prefix})
+		// Generous timeouts: these tests assert what the filter saves, and a
+		// slow machine must not turn that into a fall-through. Failing open
+		// is tested with deadRedisFilter and in package filter.
+		f, err = filter.NewRedis(filter.RedisConfig{Client: rc, Prefix: prefix, Timeout: 5 * time.Second})
 		require.NoError(t, err)
 		b.filterFn = func() { redistest.DeletePrefix(t, rc, prefix) }
 	case deadRedisFilter:
@@ -117,7 +118,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 		Providers: []provider.Provider{stripe, standard}, Intake: in, Logger: logger,
 		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: 64 << 10,
 		AdminTokens: []string{"old-operator-token", adminToken}, Store: db.New(d.Pool), Reconciler: client.Reconciler(),
-		RiverUI: ui,
+		RiverUI: ui, Tokens: tokens.New(tokens.Postgres{Store: db.New(d.Pool)}, nil),
 	})
 	require.NoError(t, err)
 	b.client = client

@@ -1,0 +1,50 @@
+// Package lock is Guardian's own mutual exclusion, for work that must not
+// overlap beyond what River's leader election gives. A lock is held by a
+// random token until its TTL runs out; release and extension compare the
+// token before they act, so a holder whose lock expired can never release or
+// extend its successor's. Each acquisition hands out a fencing number, larger
+// than any before, that the guarded write checks (db.CheckFence): a holder
+// that stalled past its TTL finds its writes refused.
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"time"
+)
+
+var (
+	// ErrHeld means someone else holds the lock.
+	ErrHeld = errors.New("lock is held by another holder")
+	// ErrLost means the lease's token no longer holds the lock: it expired
+	// and, perhaps, someone else acquired it. Nothing was changed.
+	ErrLost = errors.New("lock lost: it expired or has a new holder")
+)
+
+// Lease is one holder's hold on a lock.
+type Lease struct {
+	Name  string
+	Token string
+	// Fence is this acquisition's fencing number.
+	Fence int64
+}
+
+// Locker acquires, extends and releases named locks.
+//
+// Implementations must be safe for concurrent use across processes.
+// Acquire returns ErrHeld when the lock is held and unexpired; Extend and
+// Release act only if the lease's token still holds the lock, else return
+// ErrLost and change nothing.
+type Locker interface {
+	Acquire(ctx context.Context, name string, ttl time.Duration) (Lease, error)
+	Extend(ctx context.Context, l Lease, ttl time.Duration) error
+	Release(ctx context.Context, l Lease) error
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}

@@ -1,0 +1,98 @@
+package jobs_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/connector/connectortest"
+	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/jobs"
+)
+
+// TestOneLeaderRunsPeriodicWork starts two Guardian River clients on one
+// database: only the leader enqueues the sweep and the reconciler; when it
+// resigns the other takes over, and the old leader's resignation cannot
+// remove its successor.
+func TestOneLeaderRunsPeriodicWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := dbtest.NewDB(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	newClient := func(id string) *jobs.Client {
+		c, err := jobs.New(jobs.Config{
+			Pool: d.Pool, Connector: &connectortest.Recorder{}, Logger: logger, ID: id,
+			Looker: &fakeLooker{answer: connector.CannotTell}, FetchPollInterval: 20 * time.Millisecond,
+			SweepInterval: time.Hour, ReconcileInterval: time.Hour, // only the start-up run happens in this test
+		})
+		require.NoError(t, err)
+		return c
+	}
+	count := func(kind string) int {
+		var n int
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1`, kind).Scan(&n))
+		return n
+	}
+	var electedAt time.Time
+	leader := func() string {
+		var id string
+		err := d.Pool.QueryRow(ctx, `SELECT leader_id, elected_at FROM river_leader`).Scan(&id, &electedAt)
+		if err != nil {
+			return ""
+		}
+		return id
+	}
+	stop := func(c *jobs.Client) {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		require.NoError(t, c.Stop(sctx))
+	}
+
+	a := newClient("guardian-a")
+	require.NoError(t, a.Start(ctx))
+	require.Eventually(t, func() bool {
+		return leader() == "guardian-a" && count("guardian_sweep") == 1 && count("guardian_reconcile") == 1
+	},
+		15*time.Second, 20*time.Millisecond)
+
+	aElectedAt := electedAt
+	b := newClient("guardian-b")
+	require.NoError(t, b.Start(ctx))
+	t.Cleanup(func() { stop(b) })
+	// While A leads, B enqueues nothing of its own.
+	for range 25 {
+		require.Equal(t, "guardian-a", leader())
+		require.Equal(t, 1, count("guardian_sweep"), "a second process enqueued the sweep")
+		require.Equal(t, 1, count("guardian_reconcile"), "a second process enqueued the reconciler")
+		time.Sleep(20 * time.Millisecond) // sampling: B's elector runs at start and must lose
+	}
+
+	stop(a) // A resigns
+	require.Eventually(t, func() bool {
+		return leader() == "guardian-b" && count("guardian_sweep") == 2 && count("guardian_reconcile") == 2
+	},
+		15*time.Second, 20*time.Millisecond, "B took over and ran its start-up work once")
+
+	// A stale resignation from A (its id and election time), arriving late,
+	// must not remove B.
+	resigned, err := riverpgxv5.New(d.Pool).GetExecutor().LeaderResign(ctx, &riverdriver.LeaderResignParams{
+		LeaderID: "guardian-a", ElectedAt: aElectedAt, LeadershipTopic: "river_leadership",
+	})
+	require.NoError(t, err)
+	require.False(t, resigned)
+	require.Equal(t, "guardian-b", leader())
+
+	// Control: the same call with the holder's own id and election time does resign it.
+	resigned, err = riverpgxv5.New(d.Pool).GetExecutor().LeaderResign(ctx, &riverdriver.LeaderResignParams{
+		LeaderID: "guardian-b", ElectedAt: electedAt, LeadershipTopic: "river_leadership",
+	})
+	require.NoError(t, err)
+	require.True(t, resigned)
+}
