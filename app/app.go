@@ -122,7 +122,7 @@ func (a *App) build(ctx context.Context) error {
 	}
 	webCfg := web.Config{
 		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Intake: in,
-		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready,
+		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready, SessionTTL: cfg.SessionTTL,
 	}
 	var tokenStore tokens.Store = tokens.Postgres{Store: store}
 	if cfg.TokenStore == "redis" {

@@ -58,6 +58,8 @@ type Config struct {
 	API bool
 	// AdminTokens admit operators; several for rotation. Required with API.
 	AdminTokens []string
+	// SessionTTL is how long a dashboard sign-in lasts. Defaults to 8 hours.
+	SessionTTL time.Duration
 
 	// TokenStore is where single-use tokens live: "postgres" (default) or
 	// "redis" (needs RedisURL; redemptions are still recorded in Postgres).
@@ -148,6 +150,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		ReconcileGrace:      dur("GUARDIAN_RECONCILE_GRACE", time.Minute),
 		API:                 boolean("GUARDIAN_API", true),
 		AdminTokens:         list(getenv("GUARDIAN_ADMIN_TOKEN"), ","),
+		SessionTTL:          dur("GUARDIAN_SESSION_TTL", 8*time.Hour),
 		TokenStore:          or(getenv("GUARDIAN_TOKEN_STORE"), "postgres"),
 		Migrate:             boolean("GUARDIAN_MIGRATE", true),
 		Dev:                 boolean("GUARDIAN_DEV", false),

@@ -59,3 +59,27 @@ func (s *Server) requireOperator(next echo.HandlerFunc) echo.HandlerFunc {
 		return &HTTPError{Code: http.StatusUnauthorized, Msg: "operator token required"}
 	}
 }
+
+// requireOperatorOrSession admits a bearer token or a dashboard session, so
+// the dashboard's link to River UI works in a browser. The session cookie is
+// SameSite=Strict, and a state-changing request must come from this origin.
+func (s *Server) requireOperatorOrSession(next echo.HandlerFunc) echo.HandlerFunc {
+	bearer := s.requireOperator(next)
+	return func(c echo.Context) error {
+		if _, ok := s.currentSession(c); ok {
+			r := c.Request()
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r) {
+					return &HTTPError{Code: http.StatusForbidden, Msg: "cross-origin request refused"}
+				}
+			}
+			return next(c)
+		}
+		return bearer(c)
+	}
+}
+
+func sameOrigin(origin string, r *http.Request) bool {
+	host := strings.TrimPrefix(strings.TrimPrefix(origin, "https://"), "http://")
+	return host == r.Host
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html/template"
 	"log/slog"
 	"net"
 	"net/http"
@@ -50,8 +51,11 @@ type Config struct {
 	// RiverUI, when set, is served at /riverui/ behind the admin token.
 	RiverUI http.Handler
 	// Tokens, when set, serves POST /api/v1/tokens (operators) and
-	// POST /tokens/{token}/redeem (anyone holding a token).
+	// POST /tokens/{token}/redeem (anyone holding a token). With AdminTokens
+	// it also enables the dashboard at /, whose resolutions it confirms.
 	Tokens *tokens.Service
+	// SessionTTL is how long a dashboard sign-in lasts. Defaults to 8 hours.
+	SessionTTL time.Duration
 }
 
 // Metrics receives what the server observes. The zero value of a Server
@@ -69,6 +73,10 @@ type Server struct {
 	cfg       Config
 	echo      *echo.Echo
 	tokens    tokenSet
+
+	sessionKeys [][]byte
+	pages       map[string]*template.Template
+	activity    activity
 	providers map[string]provider.Provider
 	now       func() time.Time
 	metrics   Metrics
@@ -89,6 +97,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.Addr = cmp.Or(cfg.Addr, ":8080")
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, 1<<20)
 	cfg.IntakeTimeout = cmp.Or(cfg.IntakeTimeout, 10*time.Second)
+	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, 8*time.Hour)
 	s := &Server{cfg: cfg, providers: map[string]provider.Provider{}, now: cfg.Now, metrics: cfg.Metrics}
 	if s.now == nil {
 		s.now = time.Now
@@ -126,8 +135,14 @@ func New(cfg Config) (*Server, error) {
 		}
 		if cfg.RiverUI != nil {
 			ui := echo.WrapHandler(cfg.RiverUI)
-			e.Any("/riverui", ui, s.requireOperator)
-			e.Any("/riverui/*", ui, s.requireOperator)
+			e.Any("/riverui", ui, s.requireOperatorOrSession)
+			e.Any("/riverui/*", ui, s.requireOperatorOrSession)
+		}
+		if cfg.Tokens != nil {
+			s.sessionKeys = sessionKeys(cfg.AdminTokens)
+			if err := s.mountDashboard(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return s, nil

@@ -28,6 +28,7 @@ func (s *Server) handleWebhook(c echo.Context) error {
 	}
 	outcome, err := s.receive(c, p)
 	s.metrics.Delivery(name, outcome, time.Since(start).Seconds())
+	s.activity.record(s.now(), outcome)
 	return err
 }
 

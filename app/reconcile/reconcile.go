@@ -79,7 +79,8 @@ var ErrMoved = errors.New("fulfilment is not awaiting reconciliation")
 
 const maxText = 2000
 
-func (r Resolution) validate() error {
+// Validate reports why the resolution would be refused, or nil.
+func (r Resolution) Validate() error {
 	switch {
 	case !db.ValidUUID(r.FulfilmentID):
 		return fmt.Errorf("%w: fulfilment id is not a UUID", ErrInvalid)
@@ -105,7 +106,7 @@ func (r Resolution) validate() error {
 // ErrInvalid for a refused resolution, db.ErrNotFound for an unknown
 // fulfilment and ErrMoved when the row was no longer parked.
 func (s *Service) Resolve(ctx context.Context, r Resolution) (db.Fulfilment, error) {
-	if err := r.validate(); err != nil {
+	if err := r.Validate(); err != nil {
 		return db.Fulfilment{}, err
 	}
 	var moved db.Fulfilment

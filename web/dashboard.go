@@ -1,0 +1,403 @@
+package web
+
+import (
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/guardian-pay/guardian/app/reconcile"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/app/tokens"
+	"github.com/guardian-pay/guardian/db"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// resolvePurpose binds the dashboard's confirmation tokens.
+const resolvePurpose = "dashboard-resolve"
+
+var funcs = template.FuncMap{
+	"ago": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
+	"ts":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"tsp": func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	},
+	"pretty": func(raw json.RawMessage) string {
+		var v any
+		if json.Unmarshal(raw, &v) != nil {
+			return string(raw)
+		}
+		// Unescaped here on purpose: the template escapes it for HTML, so
+		// the operator reads the payload's own characters.
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(v)
+		return strings.TrimSpace(b.String())
+	},
+	"query": url.QueryEscape,
+	"path":  url.PathEscape,
+	"deref": func(t *time.Time) time.Time { return *t },
+}
+
+func parseTemplates() (map[string]*template.Template, error) {
+	pages := map[string]*template.Template{}
+	names, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		base := strings.TrimSuffix(strings.TrimPrefix(name, "templates/"), ".html")
+		if base == "layout" {
+			continue
+		}
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", name)
+		if err != nil {
+			return nil, fmt.Errorf("template %s: %w", name, err)
+		}
+		pages[base] = t
+	}
+	return pages, nil
+}
+
+// page is what every template receives.
+type page struct {
+	Title    string
+	Operator string
+	CSRF     string
+	Flash    string
+	Error    string
+	Data     any
+}
+
+func (s *Server) render(c echo.Context, code int, name string, p page) error {
+	if sess, ok := c.Get("session").(session); ok {
+		p.Operator = sess.Operator
+		p.CSRF = s.csrfToken(sess)
+	}
+	var b strings.Builder
+	if err := s.pages[name].Execute(&b, p); err != nil {
+		return fmt.Errorf("render %s: %w", name, err)
+	}
+	c.Response().Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'none'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
+	c.Response().Header().Set("X-Content-Type-Options", "nosniff")
+	c.Response().Header().Set("Referrer-Policy", "no-referrer")
+	return c.HTML(code, b.String())
+}
+
+// mountDashboard serves the operator dashboard at /.
+func (s *Server) mountDashboard() error {
+	var err error
+	if s.pages, err = parseTemplates(); err != nil {
+		return err
+	}
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return err
+	}
+	e := s.echo
+	e.GET("/static/*", echo.WrapHandler(http.StripPrefix("/static/", http.FileServer(http.FS(static)))))
+	e.GET("/login", s.handleLoginPage)
+	e.POST("/login", s.handleLogin)
+	e.POST("/logout", s.handleLogout)
+	g := e.Group("", s.requireSession)
+	g.GET("/", s.handleOverview)
+	g.GET("/queue", s.handleQueue)
+	g.GET("/search", s.handleSearch)
+	g.GET("/fulfilments/:id", s.handleFulfilmentPage)
+	g.POST("/fulfilments/:id/resolve", s.handleResolveAsk)
+	g.POST("/fulfilments/:id/resolve/confirm", s.handleResolveConfirm)
+	g.GET("/events/:provider/:event_id", s.handleEventPage)
+	g.POST("/events/:provider/:event_id/replay", s.handleReplayForm)
+	return nil
+}
+
+func (s *Server) handleLoginPage(c echo.Context) error {
+	if _, ok := s.currentSession(c); ok {
+		return c.Redirect(http.StatusSeeOther, "/")
+	}
+	return s.render(c, http.StatusOK, "login", page{Title: "Sign in", CSRF: loginCSRF(c)})
+}
+
+func (s *Server) handleLogin(c echo.Context) error {
+	if err := checkLoginCSRF(c); err != nil {
+		return s.render(c, http.StatusForbidden, "login", page{Title: "Sign in", CSRF: loginCSRF(c), Error: err.Error()})
+	}
+	operator := strings.TrimSpace(c.FormValue("operator"))
+	token := strings.TrimSpace(c.FormValue("token"))
+	if operator == "" || len(operator) > 100 || !s.tokens.valid(token) {
+		s.cfg.Logger.Warn("dashboard sign-in refused", "remote", c.RealIP())
+		return s.render(c, http.StatusUnauthorized, "login", page{Title: "Sign in", CSRF: loginCSRF(c),
+			Error: "Sign-in refused: check your name and the admin token."})
+	}
+	c.SetCookie(s.newSessionCookie(c, s.keyFor(token), operator))
+	s.cfg.Logger.Info("dashboard sign-in", "operator", operator)
+	return c.Redirect(http.StatusSeeOther, "/")
+}
+
+func (s *Server) handleLogout(c echo.Context) error {
+	if sess, ok := s.currentSession(c); ok {
+		if err := s.checkCSRF(c, sess); err != nil {
+			return err
+		}
+	}
+	c.SetCookie(&http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.IsTLS()})
+	return c.Redirect(http.StatusSeeOther, "/login")
+}
+
+// overview is the overview page's data.
+type overview struct {
+	Stats           StatsAnswer
+	States          []stateCount
+	Minutes         []minuteCounts
+	Totals          minuteCounts
+	DispatchOutcome map[string]int
+	Chart           chart
+}
+
+type stateCount struct {
+	State string
+	Count int
+}
+
+type chart struct {
+	Bars   []bar
+	Max    int
+	Width  int
+	Height int
+}
+
+type bar struct {
+	X, W               int
+	NewH, DupRH, DupPH int
+	NewY, DupRY, DupPY int
+	Label              string
+}
+
+func buildChart(ms []minuteCounts) chart {
+	const height, barW = 120, 8
+	ch := chart{Width: len(ms) * (barW + 2), Height: height}
+	for _, m := range ms {
+		ch.Max = max(ch.Max, m.New+m.DupRedis+m.DupPG)
+	}
+	scale := func(n int) int {
+		if ch.Max == 0 {
+			return 0
+		}
+		return n * (height - 10) / ch.Max
+	}
+	for i, m := range ms {
+		b := bar{X: i * (barW + 2), W: barW, NewH: scale(m.New), DupRH: scale(m.DupRedis), DupPH: scale(m.DupPG)}
+		b.NewY = height - b.NewH
+		b.DupPY = b.NewY - b.DupPH
+		b.DupRY = b.DupPY - b.DupRH
+		b.Label = fmt.Sprintf("%s: %d new, %d duplicates (Redis), %d duplicates (Postgres)",
+			time.Unix(m.minute*60, 0).UTC().Format("15:04"), m.New, m.DupRedis, m.DupPG)
+		ch.Bars = append(ch.Bars, b)
+	}
+	return ch
+}
+
+func (s *Server) handleOverview(c echo.Context) error {
+	st, err := s.stats(c)
+	if err != nil {
+		return err
+	}
+	outcomes, err := db.DispatchOutcomesSince(c.Request().Context(), s.cfg.Store.Pool(), s.now().Add(-time.Hour))
+	if err != nil {
+		return storageError(err)
+	}
+	o := overview{Stats: st, Minutes: s.activity.lastHour(s.now()), DispatchOutcome: outcomes}
+	for _, name := range state.All {
+		o.States = append(o.States, stateCount{State: string(name), Count: st.ByState[string(name)]})
+	}
+	for _, m := range o.Minutes {
+		o.Totals.New += m.New
+		o.Totals.DupRedis += m.DupRedis
+		o.Totals.DupPG += m.DupPG
+		o.Totals.Rejected += m.Rejected
+		o.Totals.Failed += m.Failed
+	}
+	o.Chart = buildChart(o.Minutes)
+	return s.render(c, http.StatusOK, "overview", page{Title: "Overview", Data: o})
+}
+
+func (s *Server) handleQueue(c echo.Context) error {
+	fs, next, err := db.ListFulfilments(c.Request().Context(), s.cfg.Store.Pool(), db.ListParams{
+		State: string(state.NeedsReconciliation), Limit: 100, Cursor: c.QueryParam("cursor"),
+	})
+	if errors.Is(err, db.ErrBadCursor) {
+		return &HTTPError{Code: http.StatusBadRequest, Msg: "invalid cursor"}
+	}
+	if err != nil {
+		return storageError(err)
+	}
+	type row struct {
+		F           db.Fulfilment
+		Transitions []db.Transition
+		Checks      []db.Check
+	}
+	var rows []row
+	for _, f := range fs {
+		ts, err := db.Transitions(c.Request().Context(), s.cfg.Store.Pool(), f.ID)
+		if err != nil {
+			return storageError(err)
+		}
+		cs, err := db.Checks(c.Request().Context(), s.cfg.Store.Pool(), f.ID)
+		if err != nil {
+			return storageError(err)
+		}
+		rows = append(rows, row{F: f, Transitions: ts, Checks: cs})
+	}
+	return s.render(c, http.StatusOK, "queue", page{Title: "Reconciliation queue", Data: map[string]any{"Rows": rows, "Next": next}})
+}
+
+func (s *Server) handleSearch(c echo.Context) error {
+	q := strings.TrimSpace(c.QueryParam("q"))
+	if q == "" {
+		return s.render(c, http.StatusOK, "search", page{Title: "Search"})
+	}
+	if db.ValidUUID(q) {
+		return c.Redirect(http.StatusSeeOther, "/fulfilments/"+url.PathEscape(q))
+	}
+	ctx, pool := c.Request().Context(), s.cfg.Store.Pool()
+	byPayment, _, err := db.ListFulfilments(ctx, pool, db.ListParams{PaymentID: q, Limit: 100})
+	if err != nil {
+		return storageError(err)
+	}
+	byEvent, _, err := db.ListFulfilments(ctx, pool, db.ListParams{EventID: q, Limit: 100})
+	if err != nil {
+		return storageError(err)
+	}
+	var events []db.Event
+	for _, p := range s.cfg.Providers {
+		e, err := db.GetEvent(ctx, pool, p.Name(), q)
+		if err == nil {
+			events = append(events, e)
+		} else if !errors.Is(err, db.ErrNotFound) {
+			return storageError(err)
+		}
+	}
+	return s.render(c, http.StatusOK, "search", page{Title: "Search", Data: map[string]any{
+		"Q": q, "Fulfilments": append(byPayment, byEvent...), "Events": events,
+	}})
+}
+
+func (s *Server) handleFulfilmentPage(c echo.Context) error {
+	d, err := s.fulfilmentDetail(c, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	p := page{Title: "Fulfilment " + d.Fulfilment.ID, Data: d}
+	if c.QueryParam("resolved") != "" {
+		p.Flash = "Resolved: the fulfilment is now " + d.Fulfilment.State + ". The audit entry is at the end of the timeline."
+	}
+	return s.render(c, http.StatusOK, "fulfilment", p)
+}
+
+// resolveIntent is what a confirmation token is bound to.
+type resolveIntent struct {
+	FulfilmentID string `json:"fulfilment_id"`
+	Resolution   string `json:"resolution"`
+	Reason       string `json:"reason"`
+	Evidence     string `json:"evidence"`
+	Operator     string `json:"operator"`
+}
+
+// handleResolveAsk checks a resolution form and asks for confirmation with
+// a single-use token bound to exactly what was asked.
+func (s *Server) handleResolveAsk(c echo.Context) error {
+	sess := c.Get("session").(session)
+	intent := resolveIntent{
+		FulfilmentID: c.Param("id"), Resolution: c.FormValue("resolution"),
+		Reason: strings.TrimSpace(c.FormValue("reason")), Evidence: strings.TrimSpace(c.FormValue("evidence")), Operator: sess.Operator,
+	}
+	d, err := s.fulfilmentDetail(c, intent.FulfilmentID)
+	if err != nil {
+		return err
+	}
+	res := reconcile.Resolution{FulfilmentID: intent.FulfilmentID, To: state.State(intent.Resolution), Operator: intent.Operator, Reason: intent.Reason, Evidence: intent.Evidence}
+	if err := res.Validate(); err != nil {
+		return s.render(c, http.StatusBadRequest, "fulfilment", page{Title: "Fulfilment " + d.Fulfilment.ID, Data: d, Error: err.Error()})
+	}
+	payload, _ := json.Marshal(intent)
+	token, _, err := s.cfg.Tokens.Issue(c.Request().Context(), resolvePurpose, payload, 10*time.Minute)
+	if err != nil {
+		return storageError(err)
+	}
+	return s.render(c, http.StatusOK, "confirm", page{Title: "Confirm resolution", Data: map[string]any{"Intent": intent, "Token": token, "F": d.Fulfilment}})
+}
+
+// handleResolveConfirm redeems the confirmation token and applies exactly
+// the resolution it is bound to, once.
+func (s *Server) handleResolveConfirm(c echo.Context) error {
+	sess := c.Get("session").(session)
+	id := c.Param("id")
+	raw, err := s.cfg.Tokens.RedeemFor(c.Request().Context(), c.FormValue("token"), resolvePurpose)
+	if errors.Is(err, tokens.ErrGone) {
+		return s.renderFulfilmentError(c, id, http.StatusGone, "This confirmation was already used or has expired. Nothing was changed by it; check the timeline below.")
+	}
+	if err != nil {
+		return storageError(err)
+	}
+	var intent resolveIntent
+	if json.Unmarshal(raw, &intent) != nil || intent.FulfilmentID != id || intent.Operator != sess.Operator {
+		return s.renderFulfilmentError(c, id, http.StatusBadRequest, "This confirmation belongs to another fulfilment or operator. Nothing was changed.")
+	}
+	_, err = s.resolve(c, id, ResolveRequest{Resolution: intent.Resolution, Operator: intent.Operator, Reason: intent.Reason, Evidence: intent.Evidence})
+	var conflict *conflictError
+	if errors.As(err, &conflict) {
+		return s.renderFulfilmentError(c, id, http.StatusConflict,
+			"Someone else resolved this fulfilment first: it is now "+conflict.state+". Your resolution was not applied.")
+	}
+	if err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, "/fulfilments/"+url.PathEscape(id)+"?resolved=1")
+}
+
+func (s *Server) renderFulfilmentError(c echo.Context, id string, code int, msg string) error {
+	d, err := s.fulfilmentDetail(c, id)
+	if err != nil {
+		return err
+	}
+	return s.render(c, code, "fulfilment", page{Title: "Fulfilment " + id, Data: d, Error: msg})
+}
+
+func (s *Server) handleEventPage(c echo.Context) error {
+	d, err := s.eventDetail(c, c.Param("provider"), c.Param("event_id"))
+	if err != nil {
+		return err
+	}
+	p := page{Title: "Event " + d.Event.EventID, Data: d}
+	if r := c.QueryParam("replayed"); r != "" {
+		p.Flash = "Replay: " + strings.ReplaceAll(r, "_", " ") + "."
+	}
+	return s.render(c, http.StatusOK, "event", p)
+}
+
+func (s *Server) handleReplayForm(c echo.Context) error {
+	sess := c.Get("session").(session)
+	a, err := s.replay(c, c.Param("provider"), c.Param("event_id"), sess.Operator)
+	if err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, "/events/"+url.PathEscape(c.Param("provider"))+"/"+url.PathEscape(c.Param("event_id"))+"?replayed="+url.QueryEscape(a.Result))
+}

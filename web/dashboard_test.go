@@ -1,0 +1,201 @@
+package web_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/web"
+)
+
+// browser is an HTTP client with cookies, like a signed-in operator.
+type browser struct {
+	t    *testing.T
+	b    *testBundle
+	http *http.Client
+}
+
+func newBrowser(t *testing.T, b *testBundle) *browser {
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &browser{t: t, b: b, http: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+func (br *browser) get(path string) (int, string, http.Header) {
+	resp, err := br.http.Get(br.b.srv.URL + path)
+	require.NoError(br.t, err)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), resp.Header
+}
+
+func (br *browser) post(path string, form url.Values) (int, string, http.Header) {
+	resp, err := br.http.PostForm(br.b.srv.URL+path, form)
+	require.NoError(br.t, err)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), resp.Header
+}
+
+var csrfRE = regexp.MustCompile(`name="_csrf" value="([^"]+)"`)
+var tokenRE = regexp.MustCompile(`name="token" value="([^"]+)"`)
+
+func field(re *regexp.Regexp, body string) string {
+	m := re.FindStringSubmatch(body)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+func (br *browser) signIn(operator, token string) (int, string) {
+	_, body, _ := br.get("/login")
+	code, body, _ := br.post("/login", url.Values{"_csrf": {field(csrfRE, body)}, "operator": {operator}, "token": {token}})
+	return code, body
+}
+
+func TestDashboardAuth(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	anon := newBrowser(t, b)
+	for _, p := range []string{"/", "/queue", "/search?q=x", "/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11", "/events/stripe/evt_1"} {
+		code, _, h := anon.get(p)
+		require.Equal(t, http.StatusSeeOther, code, p)
+		require.Equal(t, "/login", h.Get("Location"), p)
+	}
+	for _, p := range []string{"/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11/resolve", "/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11/resolve/confirm", "/events/stripe/evt_1/replay"} {
+		code, _, _ := anon.post(p, url.Values{})
+		require.Equal(t, http.StatusUnauthorized, code, p)
+	}
+	code, _, _ := anon.get("/login")
+	require.Equal(t, http.StatusOK, code)
+
+	code, body := anon.signIn("ana", "wrong-token")
+	require.Equal(t, http.StatusUnauthorized, code)
+	require.Contains(t, body, "Sign-in refused")
+	code, _, _ = anon.get("/")
+	require.Equal(t, http.StatusSeeOther, code, "a refused sign-in gives no session")
+
+	// Login CSRF: a form without the double-submit value is refused.
+	code, _, _ = newBrowser(t, b).post("/login", url.Values{"operator": {"ana"}, "token": {adminToken}})
+	require.Equal(t, http.StatusForbidden, code)
+
+	op := newBrowser(t, b)
+	code, _ = op.signIn("ana", adminToken)
+	require.Equal(t, http.StatusSeeOther, code)
+	u, _ := url.Parse(b.srv.URL)
+	var session *http.Cookie
+	for _, c := range op.http.Jar.Cookies(u) {
+		if c.Name == "guardian_session" {
+			session = c
+		}
+	}
+	require.NotNil(t, session)
+	for _, p := range []string{"/", "/queue", "/search", "/search?q=pi_nothing"} {
+		code, body, h := op.get(p)
+		require.Equal(t, http.StatusOK, code, p)
+		require.Contains(t, body, "ana", p)
+		require.Contains(t, h.Get("Content-Security-Policy"), "script-src 'none'")
+	}
+	code, _, _ = op.get("/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11")
+	require.Equal(t, http.StatusNotFound, code)
+	code, _, _ = op.get("/events/stripe/evt_nope")
+	require.Equal(t, http.StatusNotFound, code)
+	code, _, _ = op.get("/riverui/")
+	require.Equal(t, http.StatusOK, code, "the session opens River UI")
+
+	// A POST without the session's CSRF token is refused.
+	code, _, _ = op.post("/events/stripe/evt_1/replay", url.Values{"_csrf": {"forged"}})
+	require.Equal(t, http.StatusForbidden, code)
+
+	_, body, _ = op.get("/")
+	code, _, h := op.post("/logout", url.Values{"_csrf": {field(csrfRE, body)}})
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, "/login", h.Get("Location"))
+	code, _, _ = op.get("/")
+	require.Equal(t, http.StatusSeeOther, code, "signed out")
+}
+
+func TestDashboardResolve(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{answer: unknownFirst()})
+	id := b.parked(t, "evt_1", "pi_1")
+	op := newBrowser(t, b)
+	code, _ := op.signIn("ana", adminToken)
+	require.Equal(t, http.StatusSeeOther, code)
+
+	code, body, _ := op.get("/queue")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "pi_1")
+	require.Contains(t, body, "connector outcome: unknown")
+
+	code, body, _ = op.get("/fulfilments/" + id)
+	require.Equal(t, http.StatusOK, code)
+	csrf := field(csrfRE, body)
+
+	// Missing evidence: the form comes back with the reason, nothing changes.
+	code, body, _ = op.post("/fulfilments/"+id+"/resolve", url.Values{"_csrf": {csrf}, "resolution": {"fulfilled"}, "reason": {"checked"}})
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "needs evidence")
+
+	code, body, _ = op.post("/fulfilments/"+id+"/resolve", url.Values{"_csrf": {csrf}, "resolution": {"fulfilled"}, "reason": {"receiver confirmed"}, "evidence": {"order 42"}})
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "Confirm resolution")
+	token := field(tokenRE, body)
+	require.NotEmpty(t, token)
+	require.Equal(t, "needs_reconciliation", b.fulfilment(t, id).State, "asking changes nothing")
+
+	code, _, h := op.post("/fulfilments/"+id+"/resolve/confirm", url.Values{"_csrf": {field(csrfRE, body)}, "token": {token}})
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, "/fulfilments/"+id+"?resolved=1", h.Get("Location"))
+	require.Equal(t, "fulfilled", b.fulfilment(t, id).State)
+	_, page, _ := op.get("/fulfilments/" + id + "?resolved=1")
+	require.Contains(t, page, "operator ana")
+	require.Contains(t, page, "receiver confirmed")
+
+	// The same confirmation again: refused, nothing changes.
+	code, page, _ = op.post("/fulfilments/"+id+"/resolve/confirm", url.Values{"_csrf": {field(csrfRE, body)}, "token": {token}})
+	require.Equal(t, http.StatusGone, code)
+	require.Contains(t, page, "already used")
+}
+
+func TestDashboardShowsTheRacePlainly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{answer: unknownFirst()})
+	id := b.parked(t, "evt_1", "pi_1")
+	op := newBrowser(t, b)
+	op.signIn("ana", adminToken)
+	_, body, _ := op.get("/fulfilments/" + id)
+	_, body, _ = op.post("/fulfilments/"+id+"/resolve", url.Values{"_csrf": {field(csrfRE, body)}, "resolution": {"cancelled"}, "reason": {"refunded"}})
+	token := field(tokenRE, body)
+
+	// Meanwhile another operator resolves it through the API.
+	code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Resolution: "fulfilled", Operator: "bo", Reason: "shipped", Evidence: "tracking 1Z"})
+	require.Equal(t, http.StatusOK, code)
+
+	code, page, _ := op.post("/fulfilments/"+id+"/resolve/confirm", url.Values{"_csrf": {field(csrfRE, body)}, "token": {token}})
+	require.Equal(t, http.StatusConflict, code)
+	require.Contains(t, page, "Someone else resolved this fulfilment first: it is now fulfilled")
+	require.Equal(t, "fulfilled", b.fulfilment(t, id).State)
+}
+
+func TestDashboardEscapesUntrustedText(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{answer: unknownFirst()})
+	evil := `{"id":"evt_x","type":"payment_intent.succeeded","data":{"object":{"id":"pi_x","description":"<script>alert(1)</script>"}}}`
+	require.Equal(t, http.StatusOK, b.postStripe(t, evil).code)
+	op := newBrowser(t, b)
+	op.signIn("<img src=x onerror=alert(1)>", adminToken)
+	_, body, _ := op.get("/events/stripe/evt_x")
+	require.NotContains(t, body, "<script>alert(1)</script>")
+	require.Contains(t, body, "&lt;script&gt;alert(1)&lt;/script&gt;")
+	require.NotContains(t, body, "<img src=x")
+	require.Contains(t, body, "&lt;img src=x onerror=alert(1)&gt;")
+	require.False(t, strings.Contains(body, "onerror=alert(1)>"), "operator names are escaped too")
+}
