@@ -54,7 +54,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	} {
 		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe([]byte(body), stripeSecret, now), []byte(body)))
 	}
-	require.Eventually(t, func() bool { return stateCount(t, d, "needs_reconciliation") == 2 && stateCount(t, d, "fulfilled") == 1 },
+	require.Eventually(t, func() bool {
+		return stateCount(t, d, "needs_reconciliation") == 2 && stateCount(t, d, "fulfilled") == 1
+	},
 		15*time.Second, 20*time.Millisecond)
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],

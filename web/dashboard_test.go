@@ -7,7 +7,9 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -198,4 +200,23 @@ func TestDashboardEscapesUntrustedText(t *testing.T) {
 	require.NotContains(t, body, "<img src=x")
 	require.Contains(t, body, "&lt;img src=x onerror=alert(1)&gt;")
 	require.False(t, strings.Contains(body, "onerror=alert(1)>"), "operator names are escaped too")
+}
+
+func TestDashboardSessionExpires(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := time.Now()
+	b := setup(t, setupOpts{now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	op := newBrowser(t, b)
+	code, _ := op.signIn("ana", adminToken)
+	require.Equal(t, http.StatusSeeOther, code)
+	code, _, _ = op.get("/")
+	require.Equal(t, http.StatusOK, code)
+
+	mu.Lock()
+	now = now.Add(time.Hour) // the session's TTL in this setup
+	mu.Unlock()
+	code, _, h := op.get("/")
+	require.Equal(t, http.StatusSeeOther, code, "an expired session signs the operator out")
+	require.Equal(t, "/login", h.Get("Location"))
 }

@@ -70,16 +70,16 @@ func (noMetrics) Delivery(string, string, float64) {}
 
 // Server serves Guardian's HTTP endpoints.
 type Server struct {
-	cfg       Config
-	echo      *echo.Echo
-	tokens    tokenSet
+	cfg    Config
+	echo   *echo.Echo
+	tokens tokenSet
 
 	sessionKeys [][]byte
 	pages       map[string]*template.Template
 	activity    activity
-	providers map[string]provider.Provider
-	now       func() time.Time
-	metrics   Metrics
+	providers   map[string]provider.Provider
+	now         func() time.Time
+	metrics     Metrics
 
 	mu       sync.Mutex
 	http     *http.Server

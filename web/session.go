@@ -161,4 +161,3 @@ func (s *Server) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 		return next(c)
 	}
 }
-

@@ -63,6 +63,8 @@ type setupOpts struct {
 	pool func(d *dbtest.DB) *pgxpool.Pool
 	// answer, when set, is the connector's answer (default: done).
 	answer func(context.Context, connector.Request) connector.Result
+	// now, when set, is the server's clock.
+	now func() time.Time
 }
 
 func setup(t *testing.T, opts setupOpts) *testBundle {
@@ -119,6 +121,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: 64 << 10,
 		AdminTokens: []string{"old-operator-token", adminToken}, Store: db.New(d.Pool), Reconciler: client.Reconciler(),
 		RiverUI: ui, Tokens: tokens.New(tokens.Postgres{Store: db.New(d.Pool)}, nil),
+		Now: opts.now, SessionTTL: time.Hour,
 	})
 	require.NoError(t, err)
 	b.client = client
