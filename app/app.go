@@ -12,12 +12,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"riverqueue.com/riverui"
 
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/filter"
 	"github.com/guardian-pay/guardian/app/intake"
+	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
@@ -99,6 +102,9 @@ func (a *App) build(ctx context.Context) error {
 
 	var dupFilter filter.Filter
 	if cfg.RedisURL != "" {
+		// go-redis logs pool failures on its own; route them through slog at
+		// debug, since the filter already counts them and fails open.
+		redis.SetLogger(redisLogger{a.logger})
 		if a.redis, err = filter.NewRedisClient(cfg.RedisURL); err != nil {
 			return err
 		}
@@ -107,8 +113,14 @@ func (a *App) build(ctx context.Context) error {
 		}
 	}
 
+	registry := prometheus.NewRegistry()
+	m, err := metrics.New(registry, db.New(a.pool), a.logger)
+	if err != nil {
+		return err
+	}
 	if a.jobs, err = jobs.New(jobs.Config{
-		Pool: a.pool, Connector: conn, Logger: a.logger,
+		Metrics: m,
+		Pool:    a.pool, Connector: conn, Logger: a.logger,
 		ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
 		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers,
 		Looker: looker, ReconcileInterval: cfg.ReconcileInterval, ReconcileGrace: cfg.ReconcileGrace,
@@ -116,13 +128,14 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 	store := db.New(a.pool)
-	in, err := intake.New(intake.Config{Store: store, Enqueuer: a.jobs, Filter: dupFilter, Logger: a.logger})
+	in, err := intake.New(intake.Config{Store: store, Enqueuer: a.jobs, Filter: dupFilter, Logger: a.logger, Metrics: m})
 	if err != nil {
 		return err
 	}
 	webCfg := web.Config{
 		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Intake: in,
 		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready, SessionTTL: cfg.SessionTTL,
+		Metrics: m, MetricsHandler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
 	}
 	var tokenStore tokens.Store = tokens.Postgres{Store: store}
 	if cfg.TokenStore == "redis" {
@@ -246,4 +259,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 	}
 	logger.Info("migrations current", "applied", len(res), "took", time.Since(start).Round(time.Millisecond).String())
 	return nil
+}
+
+// redisLogger adapts go-redis's internal logging to slog.
+type redisLogger struct{ logger *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.logger.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }

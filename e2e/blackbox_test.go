@@ -71,6 +71,23 @@ func TestDeliveriesBecomeOneFulfilmentEach(t *testing.T) {
 
 	forged := []byte(`{"id":"evt_forged","type":"payment_intent.succeeded","data":{"object":{"id":"pi_forged"}}}`)
 	require.Equal(t, http.StatusBadRequest, g.post(t, "/webhooks/stripe", provider.SignStripe(forged, "whsec_attacker", now), forged))
+
+	// The metrics tell the same story as the connector and the tables.
+	m := g.scrape(t)
+	require.Equal(t, 40.0, m[`guardian_deliveries_total{outcome="new",provider="stripe"}`])
+	require.Equal(t, 80.0, m[`guardian_deliveries_total{outcome="duplicate_filter",provider="stripe"}`]+m[`guardian_deliveries_total{outcome="duplicate_postgres",provider="stripe"}`])
+	require.Equal(t, 20.0, m[`guardian_deliveries_total{outcome="new",provider="standard"}`])
+	require.Equal(t, 20.0, m[`guardian_deliveries_total{outcome="duplicate_filter",provider="standard"}`]+m[`guardian_deliveries_total{outcome="duplicate_postgres",provider="standard"}`])
+	require.Equal(t, 1.0, m[`guardian_deliveries_total{outcome="rejected_signature",provider="stripe"}`])
+	require.Equal(t, 121.0, m[`guardian_intake_duration_seconds_count{provider="stripe"}`])
+	require.Equal(t, 40.0, m[`guardian_dispatches_total{outcome="done"}`])
+	require.Equal(t, 40.0, m[`guardian_transitions_total{from="pending",to="dispatching"}`])
+	require.Equal(t, 40.0, m[`guardian_transitions_total{from="dispatching",to="fulfilled"}`])
+	require.Equal(t, 40.0, m[`guardian_transitions_total{from="none",to="pending"}`])
+	require.Equal(t, 40.0, m[`guardian_fulfilments{state="fulfilled"}`])
+	require.Equal(t, 0.0, m[`guardian_reconciliation_queue_depth`])
+	require.Contains(t, m, `guardian_reconciliation_oldest_age_seconds`)
+	require.Equal(t, 0.0, m[`guardian_table_scrape_error`])
 	require.NotContains(t, g.logs(), stripeSecret, "no secret in logs")
 	require.NotContains(t, g.logs(), connectorSecret, "no secret in logs")
 
@@ -100,6 +117,10 @@ func TestCrashMidCallIsParkedNotRepeated(t *testing.T) {
 	g2 := start(t, e)
 	require.Eventually(t, func() bool { return stateCount(t, d, "needs_reconciliation") == 1 }, 45*time.Second, 100*time.Millisecond)
 	require.Equal(t, map[string]int{key: 1}, conn.snapshot(), "the connector was not called again")
+	m := g2.scrape(t)
+	require.Equal(t, 1.0, m[`guardian_reconciliation_queue_depth`])
+	require.Greater(t, m[`guardian_reconciliation_oldest_age_seconds`], 0.0)
+	require.Equal(t, 1.0, m[`guardian_transitions_total{from="dispatching",to="needs_reconciliation"}`], "the restarted process parked it")
 	g2.stop(t)
 }
 
@@ -160,4 +181,26 @@ func TestMigrateCommand(t *testing.T) {
 
 	_, code = run("sideways")
 	require.Equal(t, 2, code)
+}
+
+// TestRedisDownFailsOpen points the filter at a port where nothing listens:
+// every delivery is still answered from Postgres, and the fallbacks are counted.
+func TestRedisDownFailsOpen(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	conn := newFakeConnector(t)
+	e := baseEnv(t, d, conn)
+	e["REDIS_URL"] = "redis://" + freeAddr(t)
+	g := start(t, e)
+	body := []byte(`{"id":"evt_rd","type":"payment_intent.succeeded","data":{"object":{"id":"pi_rd"}}}`)
+	for range 3 {
+		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+	}
+	require.Eventually(t, func() bool { return stateCount(t, d, "fulfilled") == 1 }, 15*time.Second, 20*time.Millisecond)
+	m := g.scrape(t)
+	require.Equal(t, 1.0, m[`guardian_deliveries_total{outcome="new",provider="stripe"}`])
+	require.Equal(t, 2.0, m[`guardian_deliveries_total{outcome="duplicate_postgres",provider="stripe"}`])
+	require.Greater(t, m[`guardian_filter_errors_total{op="check"}`], 0.0)
+	require.Len(t, conn.snapshot(), 1)
+	g.stop(t)
 }

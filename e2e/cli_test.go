@@ -99,5 +99,9 @@ func TestOperatorCLI(t *testing.T) {
 	require.Equal(t, 2, code)
 
 	require.Equal(t, map[string]int{id: 1}, conn.snapshot(), "the connector was called once")
+	m := g.scrape(t)
+	require.Equal(t, 1.0, m[`guardian_connector_errors_total{class="5xx"}`])
+	require.Equal(t, 1.0, m[`guardian_dispatches_total{outcome="unknown"}`])
+	require.Equal(t, 1.0, m[`guardian_transitions_total{from="needs_reconciliation",to="fulfilled"}`], "the operator's resolution is counted")
 	g.stop(t)
 }

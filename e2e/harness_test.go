@@ -245,3 +245,27 @@ func stateCount(t *testing.T, d *dbtest.DB, state string) int {
 }
 
 func contains(haystack, needle string) bool { return strings.Contains(haystack, needle) }
+
+// scrape reads /metrics into series -> value, keyed as Prometheus prints them
+// (name{label="v",...}).
+func (g *guardian) scrape(t *testing.T) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(g.url + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		var v float64
+		_, err := fmt.Sscan(line[i+1:], &v)
+		require.NoError(t, err, line)
+		out[line[:i]] = v
+	}
+	return out
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/lock"
+	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/reconcile"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -65,6 +66,8 @@ type Config struct {
 	// ReconcileBackoff is the wait after a first undecided lookup; it doubles
 	// up to 1 hour. Defaults to 1 minute.
 	ReconcileBackoff time.Duration
+	// Metrics records dispatches and transitions; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // recordMargin is the time a dispatch job keeps, past the connector's
@@ -117,15 +120,16 @@ func New(cfg Config) (*Client, error) {
 	reconciler, err := reconcile.New(reconcile.Config{
 		Store: store, Enqueuer: c, Logger: cfg.Logger, Looker: cfg.Looker,
 		Grace: cfg.ReconcileGrace, Backoff: cfg.ReconcileBackoff, LookupTimeout: cfg.ConnectorTimeout,
+		Metrics: cfg.Metrics,
 	})
 	if err != nil {
 		return nil, err
 	}
 	c.reconciler = reconciler
 	workers := river.NewWorkers()
-	dispatch := &DispatchWorker{store: store, connector: cfg.Connector, timeout: cfg.ConnectorTimeout, logger: cfg.Logger}
+	dispatch := &DispatchWorker{store: store, connector: cfg.Connector, timeout: cfg.ConnectorTimeout, logger: cfg.Logger, metrics: cfg.Metrics}
 	locker := lock.Postgres{Store: store}
-	sweep := &SweepWorker{store: store, locker: locker, lease: cfg.DispatchLease, logger: cfg.Logger}
+	sweep := &SweepWorker{store: store, locker: locker, lease: cfg.DispatchLease, logger: cfg.Logger, metrics: cfg.Metrics}
 	reconcileWorker := &ReconcileWorker{reconciler: reconciler, locker: locker, logger: cfg.Logger}
 	if err := river.AddWorkerSafely(workers, dispatch); err != nil {
 		return nil, err

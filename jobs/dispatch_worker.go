@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -36,6 +37,7 @@ type DispatchWorker struct {
 	connector connector.Connector
 	timeout   time.Duration
 	logger    *slog.Logger
+	metrics   *metrics.Metrics
 	actor     func(jobID int64) string
 }
 
@@ -88,12 +90,15 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 	if err != nil {
 		return err
 	}
+	w.metrics.Transition(string(state.Pending), string(state.Dispatching), 1)
 	log = log.With("attempt", claimed.Attempt)
 
+	start := time.Now()
 	res := w.connector.Fulfil(ctx, connector.Request{
 		FulfilmentID: id, Attempt: claimed.Attempt, PaymentID: in.PaymentID,
 		EventID: in.EventID, EventType: in.EventType, Payload: in.Payload,
 	})
+	w.metrics.Dispatch(res.Outcome, errorClass(res), time.Since(start).Seconds())
 	return w.record(ctx, log, claimed, res, actor)
 }
 
@@ -128,6 +133,7 @@ func (w *DispatchWorker) record(ctx context.Context, log *slog.Logger, claimed d
 		if err != nil {
 			return w.recordFailed(ctx, log, evidence, err)
 		}
+		w.metrics.Transition(string(state.NeedsReconciliation), string(state.Fulfilled), 1)
 		log.InfoContext(ctx, "dispatch: late success resolved the parked fulfilment")
 		return nil
 	case errors.Is(err, db.ErrConflict):
@@ -136,6 +142,7 @@ func (w *DispatchWorker) record(ctx context.Context, log *slog.Logger, claimed d
 	case err != nil:
 		return w.recordFailed(ctx, log, evidence, err)
 	}
+	w.metrics.Transition(string(state.Dispatching), string(next), 1)
 
 	switch next {
 	case state.Fulfilled:
@@ -177,6 +184,22 @@ func (w *DispatchWorker) parkUnknown(ctx context.Context, log *slog.Logger, f db
 	if err != nil {
 		return err
 	}
+	w.metrics.Transition(string(state.Dispatching), string(state.NeedsReconciliation), 1)
 	log.WarnContext(ctx, "dispatch: parked an attempt of unknown outcome for reconciliation", "attempt", f.Attempt)
 	return nil
+}
+
+// errorClass names why a call did not succeed, for the connector-errors
+// metric: the HTTP status class, or the transport error's class.
+func errorClass(res connector.Result) string {
+	if res.Outcome == state.Done {
+		return ""
+	}
+	if code, ok := res.Evidence["status"].(int); ok {
+		return fmt.Sprintf("%dxx", code/100)
+	}
+	if e, ok := res.Evidence["error"].(string); ok && e != "" {
+		return e
+	}
+	return res.Outcome.String()
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/guardian-pay/guardian/app/lock"
+	"github.com/guardian-pay/guardian/app/metrics"
+	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -36,11 +38,12 @@ func (SweepArgs) InsertOpts() river.InsertOpts {
 type SweepWorker struct {
 	river.WorkerDefaults[SweepArgs]
 
-	store  *db.Store
-	locker lock.Locker
-	lease  time.Duration
-	logger *slog.Logger
-	actor  string
+	store   *db.Store
+	locker  lock.Locker
+	lease   time.Duration
+	logger  *slog.Logger
+	metrics *metrics.Metrics
+	actor   string
 }
 
 // sweepLockTTL bounds one sweep.
@@ -80,6 +83,7 @@ func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error
 	if err != nil {
 		return err
 	}
+	w.metrics.Transition(string(state.Dispatching), string(state.NeedsReconciliation), len(moved))
 	if n, err := db.PruneTokens(ctx, w.store.Pool(), time.Now().Add(-tokenGrace)); err != nil {
 		w.logger.WarnContext(ctx, "sweep: prune tokens", "error", err)
 	} else if n > 0 {

@@ -56,6 +56,8 @@ type Config struct {
 	Tokens *tokens.Service
 	// SessionTTL is how long a dashboard sign-in lasts. Defaults to 8 hours.
 	SessionTTL time.Duration
+	// MetricsHandler, when set, serves GET /metrics (Prometheus).
+	MetricsHandler http.Handler
 }
 
 // Metrics receives what the server observes. The zero value of a Server
@@ -119,6 +121,9 @@ func New(cfg Config) (*Server, error) {
 	e.POST("/webhooks/:provider", s.handleWebhook)
 	e.GET("/healthz", s.handleHealth)
 	e.GET("/readyz", s.handleReady)
+	if cfg.MetricsHandler != nil {
+		e.GET("/metrics", echo.WrapHandler(cfg.MetricsHandler))
+	}
 	s.echo = e
 
 	if cfg.Tokens != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/guardian-pay/guardian/app/filter"
+	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -62,17 +63,17 @@ type Config struct {
 	// Filter is optional; nil means every delivery goes to Postgres.
 	Filter filter.Filter
 	Logger *slog.Logger
-	// OnFilterError, if set, is called when the filter fails open.
-	OnFilterError func(op string, err error)
+	// Metrics counts filter fallbacks and new fulfilments; nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // Service accepts verified events.
 type Service struct {
-	store         *db.Store
-	enqueuer      Enqueuer
-	filter        filter.Filter
-	logger        *slog.Logger
-	onFilterError func(string, error)
+	store    *db.Store
+	enqueuer Enqueuer
+	filter   filter.Filter
+	logger   *slog.Logger
+	metrics  *metrics.Metrics
 }
 
 // New returns a Service.
@@ -80,11 +81,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Enqueuer == nil || cfg.Logger == nil {
 		return nil, errors.New("intake: store, enqueuer and logger are required")
 	}
-	onErr := cfg.OnFilterError
-	if onErr == nil {
-		onErr = func(string, error) {}
-	}
-	return &Service{store: cfg.Store, enqueuer: cfg.Enqueuer, filter: cfg.Filter, logger: cfg.Logger, onFilterError: onErr}, nil
+	return &Service{store: cfg.Store, enqueuer: cfg.Enqueuer, filter: cfg.Filter, logger: cfg.Logger, metrics: cfg.Metrics}, nil
 }
 
 // Accept records ev exactly once. It returns only after the event is
@@ -96,7 +93,7 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (Result, error)
 	if s.filter != nil {
 		seen, err := s.filter.Committed(ctx, ev.Provider, ev.ID)
 		if err != nil {
-			s.onFilterError("check", err)
+			s.metrics.FilterError("check", err)
 			log.DebugContext(ctx, "duplicate filter unavailable, asking Postgres", "error", err)
 		} else if seen {
 			return Result{Outcome: DuplicateFiltered}, nil
@@ -128,6 +125,7 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (Result, error)
 
 	switch {
 	case res.FulfilmentID != "":
+		s.metrics.Transition("none", "pending", 1)
 		log.InfoContext(ctx, "event stored, fulfilment created", "payment_id", ev.PaymentID, "fulfilment_id", res.FulfilmentID, "event_type", ev.Type)
 	case res.Outcome == NewEvent && ev.Fulfils():
 		log.InfoContext(ctx, "event stored; payment already has a fulfilment", "payment_id", ev.PaymentID, "event_type", ev.Type)
@@ -138,7 +136,7 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (Result, error)
 	// Only now, after the commit, may the filter learn the event.
 	if s.filter != nil {
 		if err := s.filter.MarkCommitted(ctx, ev.Provider, ev.ID); err != nil {
-			s.onFilterError("mark", err)
+			s.metrics.FilterError("mark", err)
 			log.DebugContext(ctx, "duplicate filter mark failed; later duplicates go to Postgres", "error", err)
 		}
 	}
@@ -190,6 +188,9 @@ func (s *Service) Replay(ctx context.Context, providerName, eventID, operator st
 	})
 	if err != nil {
 		return ReplayResult{}, fmt.Errorf("replay event: %w", err)
+	}
+	if res.FulfilmentID != "" {
+		s.metrics.Transition("none", "pending", 1)
 	}
 	s.logger.InfoContext(ctx, "event replayed", "provider", providerName, "event_id", eventID, "operator", operator, "fulfilment_id", res.FulfilmentID)
 	return res, nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/intake"
+	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -39,6 +40,8 @@ type Config struct {
 	MaxBackoff time.Duration
 	// LookupTimeout bounds one lookup. Defaults to 10 seconds.
 	LookupTimeout time.Duration
+	// Metrics counts transitions; nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // Service resolves parked fulfilments.
@@ -134,6 +137,7 @@ func (s *Service) Resolve(ctx context.Context, r Resolution) (db.Fulfilment, err
 	if err != nil {
 		return db.Fulfilment{}, err
 	}
+	s.cfg.Metrics.Transition(string(state.NeedsReconciliation), string(r.To), 1)
 	s.cfg.Logger.InfoContext(ctx, "fulfilment resolved by operator", "fulfilment_id", r.FulfilmentID,
 		"payment_id", moved.PaymentID, "to", string(r.To), "operator", r.Operator)
 	return moved, nil
@@ -174,7 +178,7 @@ func (s *Service) RunChecks(ctx context.Context, actor string) (Summary, error) 
 				ID: f.ID, From: string(state.NeedsReconciliation), To: string(state.Fulfilled), Attempt: f.Attempt,
 				Actor: actor, Reason: "connector lookup: done", Evidence: evidence,
 			})
-			if err = s.settled(ctx, log, err); err != nil {
+			if err = s.settled(ctx, log, err, state.Fulfilled); err != nil {
 				return sum, err
 			}
 			sum.Fulfilled++
@@ -188,7 +192,7 @@ func (s *Service) RunChecks(ctx context.Context, actor string) (Summary, error) 
 				}
 				return s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, f.ID)
 			})
-			if err = s.settled(ctx, log, err); err != nil {
+			if err = s.settled(ctx, log, err, state.Pending); err != nil {
 				return sum, err
 			}
 			sum.Redispatched++
@@ -202,7 +206,7 @@ func (s *Service) RunChecks(ctx context.Context, actor string) (Summary, error) 
 
 // settled logs a resolution's result; a conflict (someone resolved it
 // first) is not an error.
-func (s *Service) settled(ctx context.Context, log *slog.Logger, err error) error {
+func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to state.State) error {
 	if errors.Is(err, db.ErrConflict) {
 		log.InfoContext(ctx, "reconcile: fulfilment moved before the lookup's answer was applied")
 		return nil
@@ -210,6 +214,7 @@ func (s *Service) settled(ctx context.Context, log *slog.Logger, err error) erro
 	if err != nil {
 		return err
 	}
+	s.cfg.Metrics.Transition(string(state.NeedsReconciliation), string(to), 1)
 	log.InfoContext(ctx, "reconcile: resolved by connector lookup")
 	return nil
 }
