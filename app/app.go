@@ -119,8 +119,8 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 	if a.jobs, err = jobs.New(jobs.Config{
-		Metrics: m,
-		Pool:    a.pool, Connector: conn, Logger: a.logger,
+		Metrics: m, Workless: !cfg.Workers,
+		Pool: a.pool, Connector: conn, Logger: a.logger,
 		ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
 		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers,
 		Looker: looker, ReconcileInterval: cfg.ReconcileInterval, ReconcileGrace: cfg.ReconcileGrace,

@@ -29,6 +29,7 @@ Usage:
   guardian serve [--no-migrate]     serve webhooks and dispatch fulfilments
   guardian migrate up|down|status   manage the database schema
   guardian demo [--url URL]         send signed sample deliveries to a dev server
+  guardian bench [flags]            load a running Guardian with signed deliveries (see --help)
   guardian help                     show this
 
 Configuration comes from the environment; see README.md.
@@ -49,6 +50,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return runMigrate(ctx, rest, getenv, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, rest, getenv, stdout, stderr)
+	case "bench":
+		return runBench(ctx, rest, getenv, stdout, stderr)
 	case "fulfilments", "reconcile", "events":
 		return runOps(ctx, cmd, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":

@@ -43,6 +43,10 @@ type Config struct {
 	// DispatchWorkers is the number of concurrent dispatches per process.
 	// Defaults to 50.
 	DispatchWorkers int
+	// Workers runs River workers (dispatch, sweep, reconciler) in this
+	// process. Defaults to true; false makes an intake-only process, which
+	// still enqueues dispatch jobs for the processes that work them.
+	Workers bool
 
 	// ConnectorLookupURL, when set, lets the reconciler ask the connector
 	// whether a parked fulfilment's action was done; "{key}" is replaced by
@@ -145,6 +149,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		DispatchLease:       dur("GUARDIAN_DISPATCH_LEASE", 5*time.Minute),
 		SweepInterval:       dur("GUARDIAN_SWEEP_INTERVAL", 30*time.Second),
 		DispatchWorkers:     int(integer("GUARDIAN_DISPATCH_WORKERS", 50)),
+		Workers:             boolean("GUARDIAN_WORKERS", true),
 		ConnectorLookupURL:  getenv("GUARDIAN_CONNECTOR_LOOKUP_URL"),
 		ReconcileInterval:   dur("GUARDIAN_RECONCILE_INTERVAL", time.Minute),
 		ReconcileGrace:      dur("GUARDIAN_RECONCILE_GRACE", time.Minute),

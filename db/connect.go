@@ -13,6 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// DefaultMaxConns is the pool size unless DATABASE_URL sets pool_max_conns.
+const DefaultMaxConns = 25
+
 // Connect opens a pool on url and checks that Postgres answers. Connection
 // attempts time out after 5 seconds unless the URL says otherwise, so an
 // unreachable database fails a request rather than hanging it.
@@ -23,6 +26,11 @@ func Connect(ctx context.Context, rawURL string) (*pgxpool.Pool, error) {
 	}
 	if !strings.Contains(rawURL, "connect_timeout") {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	if !strings.Contains(rawURL, "pool_max_conns") {
+		// pgxpool's default (the CPU count, at least 4) starves intake and
+		// dispatch, which share the pool; see docs/deployment.md for sizing.
+		cfg.MaxConns = DefaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -107,6 +107,7 @@ func (c *Config) validate() error {
 type Client struct {
 	river      *river.Client[pgx.Tx]
 	reconciler *reconcile.Service
+	workless   bool
 }
 
 // New returns a Client; Start runs it.
@@ -174,6 +175,7 @@ func New(cfg Config) (*Client, error) {
 	sweep.actor = "sweeper " + rc.ID()
 	reconcileWorker.actor = "reconciler " + rc.ID()
 	c.river = rc
+	c.workless = cfg.Workless
 	return c, nil
 }
 
@@ -184,14 +186,23 @@ func (c *Client) Reconciler() *reconcile.Service { return c.reconciler }
 // River returns the underlying River client, for River UI and tests.
 func (c *Client) River() *river.Client[pgx.Tx] { return c.river }
 
-// Start starts working jobs; it returns once River is running.
-func (c *Client) Start(ctx context.Context) error { return c.river.Start(ctx) }
+// Start starts working jobs; it returns once River is running. A workless
+// client only inserts, and needs no start.
+func (c *Client) Start(ctx context.Context) error {
+	if c.workless {
+		return nil
+	}
+	return c.river.Start(ctx)
+}
 
 // Stop stops fetching new jobs and waits for running ones to finish, until
 // ctx ends; then it cancels what still runs. A dispatch cancelled mid-call
 // parks its fulfilment as needs_reconciliation. Safe before Start and more
 // than once.
 func (c *Client) Stop(ctx context.Context) error {
+	if c.workless {
+		return nil
+	}
 	err := c.river.Stop(ctx)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

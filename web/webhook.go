@@ -13,6 +13,10 @@ import (
 	"github.com/guardian-pay/guardian/app/provider"
 )
 
+// statusClientClosed records a request whose sender left before the answer
+// (nginx's 499); the sender never sees it.
+const statusClientClosed = 499
+
 // webhookAnswer is the body of a 200 to a provider.
 type webhookAnswer struct {
 	Status  string `json:"status"` // "accepted" or "duplicate"
@@ -52,6 +56,10 @@ func (s *Server) receive(c echo.Context, p provider.Provider) (string, error) {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.IntakeTimeout)
 	defer cancel()
 	res, err := s.cfg.Intake.Accept(ctx, ev)
+	if err != nil && c.Request().Context().Err() != nil {
+		// The sender hung up first; it will retry. Nothing to answer.
+		return "client_gone", c.NoContent(statusClientClosed)
+	}
 	if err != nil {
 		// Nothing is known to be committed: the provider must retry.
 		return "unavailable", &HTTPError{Code: http.StatusServiceUnavailable, Msg: "storage unavailable, retry later", Err: err}

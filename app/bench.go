@@ -1,0 +1,251 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/guardian-pay/guardian/app/provider"
+)
+
+// BenchResult is what `guardian bench` measured.
+type BenchResult struct {
+	Deliveries    int            `json:"deliveries"`
+	Seconds       float64        `json:"seconds"`
+	PerSecond     float64        `json:"deliveries_per_second"`
+	P50ms         float64        `json:"p50_ms"`
+	P95ms         float64        `json:"p95_ms"`
+	P99ms         float64        `json:"p99_ms"`
+	Statuses      map[string]int `json:"statuses"`
+	Errors        int            `json:"transport_errors"`
+	NewFulfilling int            `json:"new_fulfilling_events"`
+	// Fulfilled and FulfilPerSecond come from Guardian's /metrics: fulfilments
+	// completed from the first delivery until they stopped growing.
+	Fulfilled       float64 `json:"fulfilled"`
+	FulfilPerSecond float64 `json:"fulfilments_per_second"`
+	FulfilSeconds   float64 `json:"fulfil_seconds"`
+}
+
+// runBench sends correctly signed Stripe deliveries to a running Guardian
+// and reports throughput, latency and end-to-end fulfilment.
+func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	base := fs.String("url", or(getenv("GUARDIAN_URL"), "http://127.0.0.1:8080"), "Guardian's base URL")
+	concurrency := fs.Int("concurrency", 32, "requests in flight")
+	duration := fs.Duration("duration", 10*time.Second, "how long to send")
+	dupShare := fs.Float64("duplicates", 0.3, "share of deliveries that repeat an event already sent (0-1)")
+	fulfilShare := fs.Float64("fulfilling", 1.0, "share of new events whose type fulfils a payment (0-1)")
+	rate := fs.Float64("rate", 0, "deliveries per second to aim at (0: as fast as answers come)")
+	wait := fs.Duration("wait-fulfil", 60*time.Second, "how long to wait for fulfilments to finish (0: do not measure)")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	prefix := fs.String("prefix", "", "event id prefix (default: random per run)")
+	seed := fs.Int64("seed", 0, "events already sent under --prefix, which duplicates may repeat")
+	maxNew := fs.Int64("max", 0, "stop after this many new events (0: no limit)")
+	if err := fs.Parse(args); err != nil {
+		return ExitUsage
+	}
+	if *concurrency < 1 || *dupShare < 0 || *dupShare > 1 || *fulfilShare < 0 || *fulfilShare > 1 {
+		fmt.Fprintln(stderr, "guardian bench: concurrency ≥ 1, shares between 0 and 1")
+		return ExitUsage
+	}
+	secret := first(list(getenv("GUARDIAN_STRIPE_SECRETS"), ","), DevStripeSecret)
+	run := *prefix
+	if run == "" {
+		run = randomID()
+	}
+	target := strings.TrimRight(*base, "/") + "/webhooks/stripe"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *concurrency * 2, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}, Timeout: 30 * time.Second}
+
+	startFulfilled, _ := scrapeFulfilled(ctx, client, *base)
+
+	var (
+		seq       atomic.Int64 // events sent under this prefix so far
+		newFulfil atomic.Int64
+		mu        sync.Mutex
+		latencies []time.Duration
+		statuses  = map[string]int{}
+		errs      int
+	)
+	seq.Store(*seed)
+	ctx, cancel := context.WithTimeout(ctx, *duration)
+	defer cancel()
+	var tick <-chan time.Time
+	if *rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / *rate))
+		defer t.Stop()
+		tick = t.C
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range *concurrency {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w)+1, uint64(time.Now().UnixNano())))
+			var local []time.Duration
+			localStatus := map[string]int{}
+			localErr := 0
+		send:
+			for ctx.Err() == nil {
+				if tick != nil {
+					select {
+					case <-tick:
+					case <-ctx.Done():
+						continue
+					}
+				}
+				n := seq.Load()
+				var id int64
+				if n > 0 && rng.Float64() < *dupShare {
+					id = rng.Int64N(n) + 1 // an event already sent (or being sent)
+				} else {
+					id = seq.Add(1)
+					if *maxNew > 0 && id > *seed+*maxNew {
+						break send
+					}
+				}
+				fulfils := float64(id%1000)/1000 < *fulfilShare
+				body := benchEvent(run, id, fulfils)
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+				if err != nil {
+					continue
+				}
+				req.Header = provider.SignStripe(body, secret, time.Now())
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						localErr++
+					}
+					continue
+				}
+				var answer struct {
+					Status string `json:"status"`
+				}
+				_ = json.NewDecoder(resp.Body).Decode(&answer)
+				resp.Body.Close()
+				local = append(local, time.Since(t0))
+				key := fmt.Sprint(resp.StatusCode)
+				if answer.Status != "" {
+					key += " " + answer.Status
+				}
+				localStatus[key]++
+				if answer.Status == "accepted" && fulfils {
+					newFulfil.Add(1)
+				}
+			}
+			mu.Lock()
+			latencies = append(latencies, local...)
+			for k, v := range localStatus {
+				statuses[k] += v
+			}
+			errs += localErr
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	res := BenchResult{Deliveries: len(latencies), Seconds: elapsed.Seconds(), Statuses: statuses, Errors: errs, NewFulfilling: int(newFulfil.Load())}
+	res.PerSecond = float64(res.Deliveries) / elapsed.Seconds()
+	slices.Sort(latencies)
+	pct := func(p float64) float64 {
+		if len(latencies) == 0 {
+			return 0
+		}
+		return float64(latencies[min(len(latencies)-1, int(p*float64(len(latencies))))].Microseconds()) / 1000
+	}
+	res.P50ms, res.P95ms, res.P99ms = pct(.50), pct(.95), pct(.99)
+
+	if *wait > 0 {
+		bg := context.Background()
+		deadline := time.Now().Add(*wait)
+		last, lastAt := startFulfilled, start
+		for time.Now().Before(deadline) {
+			cur, err := scrapeFulfilled(bg, client, *base)
+			if err != nil {
+				break
+			}
+			if cur > last {
+				last, lastAt = cur, time.Now()
+			}
+			if cur-startFulfilled >= float64(res.NewFulfilling) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // polling a remote counter
+		}
+		res.Fulfilled = last - startFulfilled
+		res.FulfilSeconds = lastAt.Sub(start).Seconds()
+		if res.FulfilSeconds > 0 {
+			res.FulfilPerSecond = res.Fulfilled / res.FulfilSeconds
+		}
+	}
+
+	if *asJSON {
+		_ = json.NewEncoder(stdout).Encode(res)
+		return ExitOK
+	}
+	fmt.Fprintf(stdout, "deliveries   %d in %.1fs: %.0f/s (concurrency %d, %.0f%% duplicates, %.0f%% fulfilling)\n",
+		res.Deliveries, res.Seconds, res.PerSecond, *concurrency, *dupShare*100, *fulfilShare*100)
+	fmt.Fprintf(stdout, "latency      p50 %.2f ms  p95 %.2f ms  p99 %.2f ms\n", res.P50ms, res.P95ms, res.P99ms)
+	keys := make([]string, 0, len(statuses))
+	for k := range statuses {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(stdout, "status       %-20s %d\n", k, statuses[k])
+	}
+	if errs > 0 {
+		fmt.Fprintf(stdout, "errors       %d transport errors\n", errs)
+	}
+	if *wait > 0 {
+		fmt.Fprintf(stdout, "fulfilled    %.0f of %d new fulfilling events in %.1fs: %.0f/s end to end\n", res.Fulfilled, res.NewFulfilling, res.FulfilSeconds, res.FulfilPerSecond)
+	}
+	return ExitOK
+}
+
+func benchEvent(run string, id int64, fulfils bool) []byte {
+	if fulfils {
+		return fmt.Appendf(nil, `{"id":"evt_b%s_%d","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_b%s_%d","object":"payment_intent","amount":4200,"currency":"eur"}}}`, run, id, run, id)
+	}
+	return fmt.Appendf(nil, `{"id":"evt_b%s_%d","object":"event","type":"customer.updated","data":{"object":{"id":"cus_b%s_%d","object":"customer"}}}`, run, id, run, id)
+}
+
+// scrapeFulfilled reads guardian_transitions_total{to="fulfilled"} summed
+// over its series from /metrics.
+func scrapeFulfilled(ctx context.Context, client *http.Client, base string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "guardian_transitions_total{") && strings.Contains(line, `to="fulfilled"`) {
+			var v float64
+			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+				total += v
+			}
+		}
+	}
+	return total, nil
+}

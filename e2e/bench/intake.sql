@@ -1,0 +1,20 @@
+-- pgbench: the SQL of one Guardian intake transaction for a new fulfilling
+-- event: event insert, fulfilment insert with its first transition, River
+-- job insert. Same statements and round trips as app/intake, without Go.
+BEGIN;
+INSERT INTO webhook_event (provider, event_id, event_type, payment_id, payload)
+VALUES ('pgbench', 'evt_' || gen_random_uuid(), 'payment_intent.succeeded', 'pi_' || gen_random_uuid(),
+        '{"id":"evt","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi","object":"payment_intent","amount":4200,"currency":"eur"}}}')
+ON CONFLICT (provider, event_id) DO NOTHING RETURNING id \gset
+WITH created AS (
+    INSERT INTO fulfilment (event_pk, provider, payment_id)
+    SELECT :id, 'pgbench', payment_id FROM webhook_event WHERE id = :id
+    ON CONFLICT DO NOTHING RETURNING id
+), logged AS (
+    INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
+    SELECT id, NULL, 'pending', 0, 'intake', 'payment event received' FROM created
+)
+SELECT id FROM created;
+INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at, tags)
+VALUES (json_build_object('fulfilment_id', (SELECT id FROM fulfilment WHERE event_pk = :id))::jsonb, 'pgbench_dispatch', 25, 'pgbench', 'available', now(), '{}');
+COMMIT;

@@ -1,0 +1,449 @@
+// Command bench measures Guardian on this machine against the ceilings it is
+// held to, all in one run, and prints the ratios (`just bench`):
+//
+//   - new-event intake vs pgbench running the same SQL at the same concurrency;
+//   - duplicates through the Redis filter vs redis-benchmark of the same
+//     command, and duplicates without Redis vs with it;
+//   - dispatch vs bare River working no-op jobs with the same settings;
+//   - p99 intake latency at half the peak rate, resident memory at peak,
+//     and two processes sharing one database.
+//
+// Each throughput is measured several times; the report gives min, median
+// and max. It needs the local Postgres and Redis, pgbench and
+// redis-benchmark, and builds the guardian binary itself.
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/guardian-pay/guardian/app"
+)
+
+var (
+	adminURL    = flag.String("db", cmp.Or(os.Getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "Postgres server URL (a database is created and dropped)")
+	redisURL    = flag.String("redis", cmp.Or(os.Getenv("TEST_REDIS_URL"), "redis://127.0.0.1:6379/0"), "Redis URL")
+	concurrency = flag.Int("c", 32, "concurrency for every comparison")
+	duration    = flag.Duration("d", 5*time.Second, "length of each measured run")
+	runs        = flag.Int("runs", 3, "repetitions of each throughput measurement")
+	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
+)
+
+type stats struct{ min, median, max float64 }
+
+func summarize(xs []float64) stats {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return stats{s[0], s[len(s)/2], s[len(s)-1]}
+}
+
+func (s stats) String() string { return fmt.Sprintf("%8.0f/s (min %.0f, max %.0f)", s.median, s.min, s.max) }
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "guardian-bench-")
+	check(err)
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "guardian")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = repoRoot()
+	build.Stderr = os.Stderr
+	check(build.Run())
+
+	dbURL := createDB(ctx)
+	defer dropDB(ctx, dbURL)
+	pool, err := pgxpool.New(ctx, dbURL)
+	check(err)
+	defer pool.Close()
+
+	conn := fakeConnector()
+	defer conn.Close()
+	log.Printf("machine: %d CPUs; concurrency %d; %d runs of %s each\n", nproc(), *concurrency, *runs, *duration)
+
+	// 1. New-event intake vs pgbench.
+	var pg, intake, fulfil []float64
+	var peak benchResult
+	var rss float64
+	for range *runs {
+		pg = append(pg, pgbench(dbURL))
+		g := startGuardian(bin, dbURL, conn.URL, map[string]string{"GUARDIAN_WORKERS": "false"})
+		r := bench(bin, g.url, 0, 1, 0, false)
+		intake = append(intake, r.PerSecond)
+		if r.PerSecond > peak.PerSecond {
+			peak = r
+		}
+		rss = max(rss, g.peakRSS())
+		g.stop()
+	}
+	// 2. End-to-end fulfilment (intake and dispatch in one process).
+	for range *runs {
+		g := startGuardian(bin, dbURL, conn.URL, nil)
+		r := bench(bin, g.url, 0, 1, 0, true)
+		fulfil = append(fulfil, r.FulfilPerSecond)
+		rss = max(rss, g.peakRSS())
+		g.stop()
+	}
+	// 3. p99 at half the peak rate, on a warmed-up process (pool filled,
+	// statements prepared), several times: this machine's tail is noisy.
+	g := startGuardian(bin, dbURL, conn.URL, map[string]string{"GUARDIAN_WORKERS": "false"})
+	benchC(bin, g.url, *concurrency, 0, 1, 0, false)
+	var p99s, p50s []float64
+	var half benchResult
+	for range *runs {
+		half = bench(bin, g.url, 0, 1, peak.PerSecond/2, false)
+		p99s = append(p99s, half.P99ms)
+		p50s = append(p50s, half.P50ms)
+	}
+	g.stop()
+
+	// 4. Duplicates: Redis filter vs redis-benchmark; without Redis vs with.
+	var dupRedis, dupPG, redisCeil []float64
+	for range *runs {
+		gr := startGuardian(bin, dbURL, conn.URL, map[string]string{"REDIS_URL": *redisURL, "GUARDIAN_REDIS_PREFIX": "bench:" + strconv.Itoa(os.Getpid()) + ":", "GUARDIAN_WORKERS": "false"})
+		dupRedis = append(dupRedis, duplicates(bin, gr.url))
+		gr.stop()
+		gp := startGuardian(bin, dbURL, conn.URL, map[string]string{"GUARDIAN_WORKERS": "false"})
+		dupPG = append(dupPG, duplicates(bin, gp.url))
+		gp.stop()
+		redisCeil = append(redisCeil, redisBenchmark())
+	}
+	cleanRedis()
+
+	// 5. Dispatch vs bare River.
+	var disp, bare []float64
+	for range *runs {
+		disp = append(disp, dispatch(ctx, bin, dbURL, conn.URL, pool))
+		bare = append(bare, bareRiver(ctx, pool))
+	}
+
+	// 6. Two processes on one database.
+	ga := startGuardian(bin, dbURL, conn.URL, nil)
+	gb := startGuardian(bin, dbURL, conn.URL, nil)
+	ra, rb := make(chan benchResult), make(chan benchResult)
+	go func() { ra <- benchC(bin, ga.url, *concurrency/2, 0, 1, 0, false) }()
+	go func() { rb <- benchC(bin, gb.url, *concurrency/2, 0, 1, 0, false) }()
+	a, b := <-ra, <-rb
+	ga.stop()
+	gb.stop()
+
+	s := func(xs []float64) stats { return summarize(xs) }
+	ratio := func(a, b []float64) float64 { return s(a).median / s(b).median }
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	fmt.Println()
+	fmt.Printf("intake, new events        guardian %s  pgbench same SQL %s  ratio %.2f  (target ≥ 0.60: %s)\n", s(intake), s(pg), ratio(intake, pg), verdict(ratio(intake, pg) >= .6))
+	fmt.Printf("duplicates via Redis      guardian %s  redis-benchmark  %s  ratio %.2f\n", s(dupRedis), s(redisCeil), ratio(dupRedis, redisCeil))
+	fmt.Printf("duplicates, Redis vs none with %s  without %s  ratio %.2f  (target ≥ 3: %s)\n", s(dupRedis), s(dupPG), ratio(dupRedis, dupPG), verdict(ratio(dupRedis, dupPG) >= 3))
+	fmt.Printf("dispatch                  guardian %s  bare River %s  ratio %.2f  (target ≥ 0.50: %s)\n", s(disp), s(bare), ratio(disp, bare), verdict(ratio(disp, bare) >= .5))
+	fmt.Printf("end-to-end fulfilment     %s\n", s(fulfil))
+	p99 := summarize(p99s)
+	fmt.Printf("p99 at half peak (%.0f/s) %.2f ms (min %.2f, max %.2f; p50 %.2f)  (target < 25 ms: %s)\n", half.PerSecond, p99.median, p99.min, p99.max, summarize(p50s).median, verdict(p99.median < 25))
+	fmt.Printf("peak resident memory      %.0f MiB  (target < 150 MiB: %s)\n", rss, verdict(rss < 150))
+	fmt.Printf("two processes, one DB     %.0f/s + %.0f/s = %.0f/s combined\n", a.PerSecond, b.PerSecond, a.PerSecond+b.PerSecond)
+	fmt.Printf("vs the reference gateway  intake %.1fx of 500/s (target ≥ 5x: %s), end to end %.1fx of 100/s (target ≥ 10x: %s)\n",
+		s(intake).median/500, verdict(s(intake).median >= 2500), s(fulfil).median/100, verdict(s(fulfil).median >= 1000))
+}
+
+type benchResult = app.BenchResult
+
+func bench(bin, url string, dup, fulfilling, rate float64, wait bool) benchResult {
+	return benchC(bin, url, *concurrency, dup, fulfilling, rate, wait)
+}
+
+func benchC(bin, url string, c int, dup, fulfilling, rate float64, wait bool) benchResult {
+	w := "0"
+	if wait {
+		w = "120s"
+	}
+	out, err := exec.Command(bin, "bench", "--url", url, "--json", "--concurrency", strconv.Itoa(c), "--duration", duration.String(),
+		"--duplicates", fmt.Sprint(dup), "--fulfilling", fmt.Sprint(fulfilling), "--rate", fmt.Sprint(rate), "--wait-fulfil", w).Output()
+	check(err)
+	var r benchResult
+	check(json.Unmarshal(out, &r))
+	return r
+}
+
+// duplicates sends a small set of events once, then measures a load of
+// nothing but duplicates of them.
+func duplicates(bin, url string) float64 {
+	prefix := "dup" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	seed := exec.Command(bin, "bench", "--url", url, "--json", "--concurrency", "4", "--duration", "1s", "--duplicates", "0", "--prefix", prefix, "--wait-fulfil", "0")
+	out, err := seed.Output()
+	check(err)
+	var r benchResult
+	check(json.Unmarshal(out, &r))
+	out, err = exec.Command(bin, "bench", "--url", url, "--json", "--concurrency", strconv.Itoa(*concurrency), "--duration", duration.String(),
+		"--duplicates", "1", "--prefix", prefix, "--wait-fulfil", "0", "--seed", strconv.Itoa(r.Deliveries)).Output()
+	check(err)
+	check(json.Unmarshal(out, &r))
+	return r.PerSecond
+}
+
+func pgbench(dbURL string) float64 {
+	script := filepath.Join(repoRoot(), "e2e", "bench", "intake.sql")
+	out, err := exec.Command("pgbench", "-n", "-c", strconv.Itoa(*concurrency), "-j", strconv.Itoa(nproc()), "-T", strconv.Itoa(int(duration.Seconds())), "-f", script, dbURL).CombinedOutput()
+	if err != nil {
+		log.Fatalf("pgbench: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindSubmatch(out)
+	if m == nil {
+		log.Fatalf("pgbench output: %s", out)
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return v
+}
+
+func redisBenchmark() float64 {
+	u, err := url.Parse(*redisURL)
+	check(err)
+	host, port, _ := net.SplitHostPort(u.Host)
+	n := strconv.Itoa(max(20000, int(duration.Seconds())*20000))
+	out, err := exec.Command("redis-benchmark", "-h", host, "-p", port, "-c", strconv.Itoa(*concurrency), "-n", n, "-q", "EXISTS", "bench:ceiling:stripe:evt_x").CombinedOutput()
+	if err != nil {
+		log.Fatalf("redis-benchmark: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`([0-9.]+) requests per second`).FindSubmatch(out)
+	if m == nil {
+		log.Fatalf("redis-benchmark output: %s", out)
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return v
+}
+
+func cleanRedis() {
+	u, _ := url.Parse(*redisURL)
+	host, port, _ := net.SplitHostPort(u.Host)
+	_ = exec.Command("sh", "-c", fmt.Sprintf("redis-cli -h %s -p %s --scan --pattern 'bench:%d:*' | xargs -r redis-cli -h %s -p %s del > /dev/null", host, port, os.Getpid(), host, port)).Run()
+}
+
+// dispatch enqueues -jobs fulfilments with an intake-only process, then
+// times a worker process draining them through the HTTP connector.
+func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) float64 {
+	g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
+	var before int
+	check(pool.QueryRow(ctx, `SELECT count(*) FROM fulfilment WHERE state = 'fulfilled'`).Scan(&before))
+	out, err := exec.Command(bin, "bench", "--url", g.url, "--json", "--concurrency", strconv.Itoa(*concurrency), "--duration", "60s",
+		"--duplicates", "0", "--wait-fulfil", "0", "--max", strconv.Itoa(*jobsN)).Output()
+	check(err)
+	g.stop()
+	var r benchResult
+	check(json.Unmarshal(out, &r))
+	start := time.Now()
+	w := startGuardian(bin, dbURL, connURL, nil)
+	for {
+		var n int
+		check(pool.QueryRow(ctx, `SELECT count(*) FROM fulfilment WHERE state = 'fulfilled'`).Scan(&n))
+		if n-before >= r.NewFulfilling {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	elapsed := time.Since(start) - w.startup
+	w.stop()
+	return float64(r.NewFulfilling) / elapsed.Seconds()
+}
+
+type noopArgs struct{ N int }
+
+func (noopArgs) Kind() string { return "bench_noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+	done *atomic.Int64
+}
+
+func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
+	w.done.Add(1)
+	return nil
+}
+
+// bareRiver works -jobs no-op jobs with the settings Guardian's dispatch uses.
+func bareRiver(ctx context.Context, pool *pgxpool.Pool) float64 {
+	var done atomic.Int64
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noopWorker{done: &done})
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	insert, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, Workers: workers})
+	check(err)
+	params := make([]river.InsertManyParams, *jobsN)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: noopArgs{N: i}, InsertOpts: &river.InsertOpts{Queue: "bench"}}
+	}
+	_, err = insert.InsertMany(ctx, params)
+	check(err)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger: logger, Workers: workers, Queues: map[string]river.QueueConfig{"bench": {MaxWorkers: 50}},
+	})
+	check(err)
+	start := time.Now()
+	check(client.Start(ctx))
+	for done.Load() < int64(*jobsN) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	check(client.Stop(ctx))
+	_, err = pool.Exec(ctx, `DELETE FROM river_job WHERE kind = 'bench_noop'`)
+	check(err)
+	return float64(*jobsN) / elapsed.Seconds()
+}
+
+type guardian struct {
+	cmd     *exec.Cmd
+	url     string
+	startup time.Duration
+}
+
+func startGuardian(bin, dbURL, connURL string, extra map[string]string) *guardian {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	check(err)
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + dbURL, "GUARDIAN_ADDR=" + addr,
+		"GUARDIAN_STRIPE_SECRETS=" + app.DevStripeSecret, "GUARDIAN_STANDARD_SECRETS=" + app.DevStandardSecret,
+		"GUARDIAN_CONNECTOR_URL=" + connURL, "GUARDIAN_CONNECTOR_SECRET=whsec_YmVuY2ggY29ubmVjdG9yIHNlY3JldA==",
+		"GUARDIAN_ADMIN_TOKEN=bench-admin-token-0123456789", "GUARDIAN_LOG_LEVEL=warn"}
+	for k, v := range extra {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	check(cmd.Start())
+	g := &guardian{cmd: cmd, url: "http://" + addr}
+	for {
+		resp, err := http.Get(g.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				g.startup = time.Since(start)
+				return g
+			}
+		}
+		if time.Since(start) > 30*time.Second {
+			log.Fatalf("guardian did not start: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// peakRSS is the process's high-water resident set, in MiB.
+func (g *guardian) peakRSS() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	m := regexp.MustCompile(`VmHWM:\s+(\d+) kB`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	kb, _ := strconv.ParseFloat(string(m[1]), 64)
+	return kb / 1024
+}
+
+func (g *guardian) stop() {
+	_ = g.cmd.Process.Signal(os.Interrupt)
+	_ = g.cmd.Wait()
+}
+
+// fakeConnector answers every fulfilment 200 at once.
+type connector struct {
+	URL string
+	srv *http.Server
+}
+
+func (c *connector) Close() { _ = c.srv.Close() }
+
+func fakeConnector() *connector {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	check(err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	return &connector{URL: "http://" + ln.Addr().String(), srv: srv}
+}
+
+func createDB(ctx context.Context) string {
+	conn, err := pgx.Connect(ctx, *adminURL)
+	check(err)
+	defer conn.Close(ctx)
+	name := fmt.Sprintf("guardian_bench_%d", os.Getpid())
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
+	check(err)
+	u, err := url.Parse(*adminURL)
+	check(err)
+	u.Path = "/" + name
+	q := u.Query()
+	q.Set("pool_max_conns", "40")
+	u.RawQuery = q.Encode()
+	pool, err := pgxpool.New(ctx, u.String())
+	check(err)
+	check(app.Migrate(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	pool.Close()
+	q.Del("pool_max_conns")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func dropDB(ctx context.Context, dbURL string) {
+	u, _ := url.Parse(dbURL)
+	conn, err := pgx.Connect(ctx, *adminURL)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+strings.TrimPrefix(u.Path, "/")+" WITH (FORCE)")
+}
+
+func nproc() int {
+	out, err := exec.Command("nproc").Output()
+	if err != nil {
+		return 1
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	return max(n, 1)
+}
+
+func repoRoot() string {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	check(err)
+	return strings.TrimSpace(string(out))
+}
+
+func check(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
+}
