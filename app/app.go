@@ -42,6 +42,8 @@ type App struct {
 
 	riverUI     *riverui.Handler
 	stopRiverUI context.CancelFunc
+
+	stopTracing func(context.Context) error
 }
 
 // New builds an App from cfg, migrating the database first unless
@@ -113,13 +115,19 @@ func (a *App) build(ctx context.Context) error {
 		}
 	}
 
+	tracer, stopTracing, err := tracing(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	a.stopTracing = stopTracing
+
 	registry := prometheus.NewRegistry()
 	m, err := metrics.New(registry, db.New(a.pool), a.logger)
 	if err != nil {
 		return err
 	}
 	if a.jobs, err = jobs.New(jobs.Config{
-		Metrics: m, Workless: !cfg.Workers,
+		Metrics: m, Workless: !cfg.Workers, Tracer: tracer,
 		Pool: a.pool, Connector: conn, Logger: a.logger,
 		ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
 		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers,
@@ -135,7 +143,7 @@ func (a *App) build(ctx context.Context) error {
 	webCfg := web.Config{
 		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Intake: in,
 		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready, SessionTTL: cfg.SessionTTL,
-		Metrics: m, MetricsHandler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
+		Metrics: m, MetricsHandler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}), Tracer: tracer,
 	}
 	var tokenStore tokens.Store = tokens.Postgres{Store: store}
 	if cfg.TokenStore == "redis" {
@@ -222,6 +230,10 @@ func (a *App) Stop(ctx context.Context) error {
 	}
 	if a.jobs != nil {
 		errs = append(errs, a.jobs.Stop(ctx))
+	}
+	if a.stopTracing != nil {
+		errs = append(errs, a.stopTracing(ctx))
+		a.stopTracing = nil
 	}
 	a.close()
 	return errors.Join(errs...)

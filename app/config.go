@@ -79,6 +79,13 @@ type Config struct {
 	LogFormat string
 	// LogLevel is debug, info, warn or error. Defaults to info.
 	LogLevel string
+	// Tracing exports OpenTelemetry traces of intake and dispatch over OTLP
+	// HTTP. On when OTEL_EXPORTER_OTLP_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; off by default.
+	Tracing bool
+	// ServiceName names the traces' service. Defaults to "guardian"
+	// (OTEL_SERVICE_NAME).
+	ServiceName string
 }
 
 // DefaultDatabaseURL is the local Postgres of a development machine.
@@ -160,6 +167,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		Migrate:             boolean("GUARDIAN_MIGRATE", true),
 		Dev:                 boolean("GUARDIAN_DEV", false),
 		LogLevel:            or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
+		Tracing:             getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
+		ServiceName:         or(getenv("OTEL_SERVICE_NAME"), "guardian"),
 	}
 	cfg.LogFormat = getenv("GUARDIAN_LOG_FORMAT")
 	if cfg.LogFormat == "" {

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/metrics"
@@ -38,6 +41,7 @@ type DispatchWorker struct {
 	timeout   time.Duration
 	logger    *slog.Logger
 	metrics   *metrics.Metrics
+	tracer    trace.Tracer
 	actor     func(jobID int64) string
 }
 
@@ -47,8 +51,16 @@ func (w *DispatchWorker) Timeout(*river.Job[DispatchArgs]) time.Duration {
 }
 
 // Work claims the fulfilment, calls the connector and records the outcome.
-func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
+func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs]) (err error) {
 	id := job.Args.FulfilmentID
+	ctx, span := w.tracer.Start(ctx, "guardian.dispatch", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("guardian.fulfilment_id", id), attribute.Int64("river.job_id", job.ID), attribute.Int("river.attempt", job.Attempt)))
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	actor := w.actor(job.ID)
 	log := w.logger.With("fulfilment_id", id, "job_id", job.ID)
 
@@ -99,6 +111,7 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 		EventID: in.EventID, EventType: in.EventType, Payload: in.Payload,
 	})
 	w.metrics.Dispatch(res.Outcome, errorClass(res), time.Since(start).Seconds())
+	span.SetAttributes(attribute.Int("guardian.attempt", claimed.Attempt), attribute.String("guardian.outcome", res.Outcome.String()))
 	return w.record(ctx, log, claimed, res, actor)
 }
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/guardian-pay/guardian/app/intake"
 	"github.com/guardian-pay/guardian/app/provider"
@@ -58,6 +60,8 @@ type Config struct {
 	SessionTTL time.Duration
 	// MetricsHandler, when set, serves GET /metrics (Prometheus).
 	MetricsHandler http.Handler
+	// Tracer traces each delivery; nil traces nothing.
+	Tracer trace.Tracer
 }
 
 // Metrics receives what the server observes. The zero value of a Server
@@ -106,6 +110,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.metrics == nil {
 		s.metrics = noMetrics{}
+	}
+	if s.cfg.Tracer == nil {
+		s.cfg.Tracer = noop.NewTracerProvider().Tracer("guardian")
 	}
 	for _, p := range cfg.Providers {
 		if _, dup := s.providers[p.Name()]; dup {

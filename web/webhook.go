@@ -5,9 +5,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/guardian-pay/guardian/app/intake"
 	"github.com/guardian-pay/guardian/app/provider"
@@ -30,7 +34,15 @@ func (s *Server) handleWebhook(c echo.Context) error {
 	if !ok {
 		return &HTTPError{Code: http.StatusNotFound, Msg: "unknown provider"}
 	}
+	ctx, span := s.cfg.Tracer.Start(c.Request().Context(), "guardian.intake", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("guardian.provider", name)))
+	c.SetRequest(c.Request().WithContext(ctx))
 	outcome, err := s.receive(c, p)
+	span.SetAttributes(attribute.String("guardian.outcome", outcome))
+	if err != nil && !strings.HasPrefix(outcome, "rejected") {
+		span.SetStatus(codes.Error, outcome)
+	}
+	span.End()
 	s.metrics.Delivery(name, outcome, time.Since(start).Seconds())
 	s.activity.record(s.now(), outcome)
 	return err
@@ -48,6 +60,9 @@ func (s *Server) receive(c echo.Context, p provider.Provider) (string, error) {
 	}
 
 	ev, err := p.Verify(c.Request().Header, body, s.now())
+	if ev.ID != "" {
+		trace.SpanFromContext(c.Request().Context()).SetAttributes(attribute.String("guardian.event_id", ev.ID), attribute.String("guardian.payment_id", ev.PaymentID))
+	}
 	if err != nil {
 		reason, msg := rejection(err)
 		return "rejected_" + reason, &HTTPError{Code: http.StatusBadRequest, Msg: msg, Err: err}
