@@ -62,7 +62,9 @@ func summarize(xs []float64) stats {
 	return stats{s[0], s[len(s)/2], s[len(s)-1]}
 }
 
-func (s stats) String() string { return fmt.Sprintf("%8.0f/s (min %.0f, max %.0f)", s.median, s.min, s.max) }
+func (s stats) String() string {
+	return fmt.Sprintf("%8.0f/s (min %.0f, max %.0f)", s.median, s.min, s.max)
+}
 
 func main() {
 	flag.Parse()
