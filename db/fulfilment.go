@@ -98,18 +98,3 @@ type DispatchInput struct {
 	EventType string
 	Payload   json.RawMessage
 }
-
-// GetDispatchInput returns a fulfilment with its event.
-func GetDispatchInput(ctx context.Context, q DBTX, id string) (DispatchInput, error) {
-	var in DispatchInput
-	var payload []byte
-	err := q.QueryRow(ctx, `
-		SELECT f.id, f.event_pk, f.provider, f.payment_id, f.state, f.attempt, f.created_at, f.updated_at, f.dispatched_at,
-		       f.checks, f.next_check_at, e.event_id, e.event_type, e.payload
-		FROM fulfilment f JOIN webhook_event e ON e.id = f.event_pk
-		WHERE f.id = $1`, id,
-	).Scan(&in.ID, &in.EventPK, &in.Provider, &in.PaymentID, &in.State, &in.Attempt, &in.CreatedAt, &in.UpdatedAt, &in.DispatchedAt,
-		&in.Checks, &in.NextCheckAt, &in.EventID, &in.EventType, &payload)
-	in.Payload = payload
-	return in, wrap("get dispatch input", err)
-}

@@ -119,3 +119,33 @@ func SweepStale(ctx context.Context, q DBTX, lease time.Duration, actor string) 
 	fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fulfilment, error) { return scanFulfilment(r) })
 	return fs, wrap("sweep stale dispatching", err)
 }
+
+// ClaimForDispatch moves a pending fulfilment to dispatching with its next
+// attempt number, logs the move, and returns it with its event, all in one
+// statement. ErrConflict means it was not pending.
+func ClaimForDispatch(ctx context.Context, q DBTX, id, actor string, evidence any) (DispatchInput, error) {
+	ev, err := json.Marshal(evidence)
+	if err != nil {
+		return DispatchInput{}, wrap("marshal evidence", err)
+	}
+	var in DispatchInput
+	var payload []byte
+	err = q.QueryRow(ctx, `
+		WITH moved AS (
+			UPDATE fulfilment SET state = 'dispatching', attempt = attempt + 1, dispatched_at = now()
+			WHERE id = $1 AND state = 'pending'
+			RETURNING `+fulfilmentColumns+`
+		), logged AS (
+			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
+			SELECT id, 'pending', 'dispatching', attempt, $2, 'dispatch claimed', $3 FROM moved
+		)
+		SELECT `+prefixed("m.", fulfilmentColumns)+`, e.event_id, e.event_type, e.payload
+		FROM moved m JOIN webhook_event e ON e.id = m.event_pk`, id, actor, string(ev),
+	).Scan(&in.ID, &in.EventPK, &in.Provider, &in.PaymentID, &in.State, &in.Attempt, &in.CreatedAt, &in.UpdatedAt, &in.DispatchedAt,
+		&in.Checks, &in.NextCheckAt, &in.EventID, &in.EventType, &payload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return DispatchInput{}, ErrConflict
+	}
+	in.Payload = payload
+	return in, wrap("claim for dispatch", err)
+}

@@ -64,44 +64,29 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 	actor := w.actor(job.ID)
 	log := w.logger.With("fulfilment_id", id, "job_id", job.ID)
 
-	in, err := db.GetDispatchInput(ctx, w.store.Pool(), id)
-	if errors.Is(err, db.ErrNotFound) {
-		return river.JobCancel(fmt.Errorf("fulfilment %s does not exist", id))
-	}
-	if err != nil {
-		return err
-	}
-	log = log.With("payment_id", in.PaymentID, "event_id", in.EventID)
-
-	switch state.State(in.State) {
-	case state.Pending:
-	case state.Dispatching:
-		return w.parkUnknown(ctx, log, in.Fulfilment, actor)
-	default:
-		log.InfoContext(ctx, "dispatch: nothing to do", "state", in.State)
-		return nil
-	}
-
-	claimed, err := db.Transit(ctx, w.store.Pool(), db.TransitionParams{
-		ID: id, From: string(state.Pending), To: string(state.Dispatching),
-		Actor: actor, Reason: "dispatch claimed", Evidence: map[string]any{"river_attempt": job.Attempt},
-	})
+	// The common case is one statement: claim the pending fulfilment and
+	// read what the connector needs. Committed before the call goes out.
+	in, err := db.ClaimForDispatch(ctx, w.store.Pool(), id, actor, map[string]any{"river_attempt": job.Attempt})
 	if errors.Is(err, db.ErrConflict) {
-		// Someone moved it between our read and our claim: read again and
-		// apply the same rules.
+		// Not pending: look at where it is and apply the rules.
 		cur, err := db.GetFulfilment(ctx, w.store.Pool(), id)
+		if errors.Is(err, db.ErrNotFound) {
+			return river.JobCancel(fmt.Errorf("fulfilment %s does not exist", id))
+		}
 		if err != nil {
 			return err
 		}
 		if state.State(cur.State) == state.Dispatching {
 			return w.parkUnknown(ctx, log, cur, actor)
 		}
-		log.InfoContext(ctx, "dispatch: claim lost, nothing to do", "state", cur.State)
+		log.InfoContext(ctx, "dispatch: nothing to do", "state", cur.State)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	claimed := in.Fulfilment
+	log = log.With("payment_id", in.PaymentID, "event_id", in.EventID)
 	w.metrics.Transition(string(state.Pending), string(state.Dispatching), 1)
 	log = log.With("attempt", claimed.Attempt)
 

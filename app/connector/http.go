@@ -80,7 +80,12 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	}
 	transport := cfg.Transport
 	if transport == nil {
-		transport = http.DefaultTransport.(*http.Transport).Clone()
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// Every dispatch goes to one host: keep enough idle connections
+		// for all concurrent dispatches, or each call pays a new TCP (and
+		// TLS) handshake. The default keeps two.
+		t.MaxIdleConnsPerHost = 128
+		transport = t
 	}
 	now := cfg.Now
 	if now == nil {

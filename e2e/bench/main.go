@@ -52,6 +52,7 @@ var (
 	duration    = flag.Duration("d", 5*time.Second, "length of each measured run")
 	runs        = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
+	only        = flag.String("only", "", "run one comparison only: dispatch")
 )
 
 type stats struct{ min, median, max float64 }
@@ -88,6 +89,15 @@ func main() {
 	conn := fakeConnector()
 	defer conn.Close()
 	log.Printf("machine: %d CPUs; concurrency %d; %d runs of %s each\n", nproc(), *concurrency, *runs, *duration)
+	if *only == "dispatch" {
+		var disp, bare []float64
+		for range *runs {
+			disp = append(disp, dispatch(ctx, bin, dbURL, conn.URL, pool))
+			bare = append(bare, bareRiver(ctx, pool))
+		}
+		fmt.Printf("dispatch                  guardian %s  bare River %s  ratio %.2f\n", summarize(disp), summarize(bare), summarize(disp).median/summarize(bare).median)
+		return
+	}
 
 	// 1. New-event intake vs pgbench.
 	var pg, intake, fulfil []float64
@@ -248,10 +258,14 @@ func pgbenchP99(dbURL string, rate float64) float64 {
 		b, err := os.ReadFile(f)
 		check(err)
 		for _, line := range strings.Split(string(b), "\n") {
+			// client tx time_us script epoch epoch_us lag_us: with --rate,
+			// time counts from the scheduled start; subtract the lag to get
+			// the transaction's own latency, as guardian bench measures it.
 			fields := strings.Fields(line)
-			if len(fields) >= 3 {
+			if len(fields) >= 7 {
 				us, _ := strconv.ParseFloat(fields[2], 64)
-				lat = append(lat, us/1000)
+				lag, _ := strconv.ParseFloat(fields[6], 64)
+				lat = append(lat, (us-lag)/1000)
 			}
 		}
 	}
