@@ -49,3 +49,10 @@ fuzz time="30s":
 # machine, in one run, and print the ratios (see docs/performance.md).
 bench *args:
     go run ./e2e/bench {{args}}
+
+# The full chaos suite: more load, hundreds of kill cycles, the zombie
+# dispatcher; one line per scenario (docs/reliability.md).
+chaos:
+    rm -f /tmp/guardian-chaos.txt
+    CHAOS_FULL=1 CHAOS_REPORT=/tmp/guardian-chaos.txt go test -count=1 -timeout 30m -run Chaos ./e2e/
+    cat /tmp/guardian-chaos.txt

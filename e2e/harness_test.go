@@ -34,6 +34,9 @@ const (
 var binary string
 
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(ledgerConnectorEnv); addr != "" {
+		os.Exit(runLedgerConnector(addr)) // this process is the chaos suite's connector
+	}
 	dir, err := os.MkdirTemp("", "guardian-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -156,7 +159,13 @@ func freeAddr(t *testing.T) string {
 // start runs guardian serve with e and waits until /readyz answers 200.
 func start(t *testing.T, e env) *guardian {
 	t.Helper()
-	addr := freeAddr(t)
+	return startAt(t, freeAddr(t), e)
+}
+
+// startAt is start on a given address, so a restarted process answers where
+// its predecessor did.
+func startAt(t *testing.T, addr string, e env) *guardian {
+	t.Helper()
 	cmd := exec.Command(binary, "serve")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GUARDIAN_ADDR=" + addr}
 	for k, v := range e {
@@ -268,4 +277,13 @@ func (g *guardian) scrape(t *testing.T) map[string]float64 {
 		out[line[:i]] = v
 	}
 	return out
+}
+
+// execSelf runs this test binary again with env, running no tests: TestMain
+// sees the env and becomes a helper process.
+func execSelf(env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	return cmd
 }

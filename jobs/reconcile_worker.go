@@ -38,7 +38,8 @@ type ReconcileWorker struct {
 }
 
 // reconcileLockTTL bounds one round; the job's timeout ends it well before.
-const reconcileLockTTL = 10 * time.Minute
+// If a holder dies without releasing, rounds resume after it.
+const reconcileLockTTL = 2 * time.Minute
 
 // Timeout ends a round before its lock expires; the rest waits for the next.
 func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration {
@@ -56,7 +57,7 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 		return err
 	}
 	defer func() {
-		if err := w.locker.Release(context.WithoutCancel(ctx), l); err != nil {
+		if err := lock.ReleaseSoon(ctx, w.locker, l); err != nil {
 			w.logger.WarnContext(ctx, "reconcile: lock release", "error", err)
 		}
 	}()

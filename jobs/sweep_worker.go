@@ -66,7 +66,7 @@ func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error
 		return err
 	}
 	defer func() {
-		if err := w.locker.Release(context.WithoutCancel(ctx), l); err != nil {
+		if err := lock.ReleaseSoon(ctx, w.locker, l); err != nil {
 			w.logger.WarnContext(ctx, "sweep: lock release", "error", err)
 		}
 	}()

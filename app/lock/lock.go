@@ -48,3 +48,22 @@ func newToken() string {
 	_, _ = rand.Read(b)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
+
+// ReleaseSoon releases l, retrying a few times on errors other than ErrLost:
+// a release that fails on a dropped connection would otherwise leave the
+// lock held until its TTL, stalling every holder after it. It ignores ctx's
+// cancellation, so a holder stopping mid-work still releases.
+func ReleaseSoon(ctx context.Context, locker Locker, l Lease) error {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	for attempt := range 5 {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = locker.Release(rctx, l)
+		cancel()
+		if err == nil || errors.Is(err, ErrLost) {
+			return err
+		}
+		time.Sleep(time.Duration(50<<attempt) * time.Millisecond)
+	}
+	return err
+}

@@ -1,0 +1,472 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/filter/redistest"
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/e2e/faultproxy"
+)
+
+// The chaos suite tries to make Guardian fulfil twice or lose an event. It
+// runs the real binary against the real Postgres and a private Redis, with a
+// connector process that writes every call to an fsync'd ledger, injects
+// faults while a fake provider delivers (retrying non-2xx like a real one),
+// then checks the invariants from the outside once everything is quiet.
+//
+// `just test` runs the short version; `just chaos` (CHAOS_FULL=1) runs
+// more load and hundreds of kill cycles.
+
+func chaosFull() bool { return os.Getenv("CHAOS_FULL") != "" }
+
+// pick returns short in `just test` and full in `just chaos`.
+func pick(short, full int) int {
+	if chaosFull() {
+		return full
+	}
+	return short
+}
+
+// chaosHarness is one scenario's world.
+type chaosHarness struct {
+	t      *testing.T
+	d      *dbtest.DB
+	conn   *ledgerConnector
+	env    env
+	addrs  []string
+	mu     sync.Mutex
+	procs  []*guardian
+	faults atomic.Int64
+
+	// when faults were injected: [start, end] pairs
+	faultTimes [][2]time.Time
+	// what the provider saw
+	acked     sync.Map // event id -> payment id
+	fivexxAt  []time.Time
+	fivexx    atomic.Int64
+	transport atomic.Int64
+	sent      atomic.Int64
+}
+
+type chaosOpts struct {
+	processes     int
+	connectorMode string
+	redis         *redistest.Server
+	// dbThrough, when set, routes Guardian's Postgres through a proxy.
+	dbThrough *faultproxy.Proxy
+}
+
+func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
+	t.Helper()
+	d := dbtest.NewDB(t)
+	h := &chaosHarness{t: t, d: d, conn: startLedgerConnector(t, o.connectorMode)}
+	dbURL := d.URL
+	if o.dbThrough != nil {
+		u, err := url.Parse(d.URL)
+		require.NoError(t, err)
+		u.Host = o.dbThrough.Addr()
+		dbURL = u.String()
+	}
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("connect_timeout", "2")
+	u.RawQuery = q.Encode()
+	h.env = env{
+		"DATABASE_URL":                  u.String(),
+		"GUARDIAN_STRIPE_SECRETS":       stripeSecret,
+		"GUARDIAN_STANDARD_SECRETS":     standardSecret,
+		"GUARDIAN_CONNECTOR_URL":        h.conn.url + "/",
+		"GUARDIAN_CONNECTOR_SECRET":     connectorSecret,
+		"GUARDIAN_CONNECTOR_LOOKUP_URL": h.conn.url + "/lookup/{key}",
+		"GUARDIAN_CONNECTOR_TIMEOUT":    "500ms",
+		"GUARDIAN_DISPATCH_LEASE":       "16s",
+		"GUARDIAN_SWEEP_INTERVAL":       "1s",
+		"GUARDIAN_RECONCILE_INTERVAL":   "1s",
+		"GUARDIAN_RECONCILE_GRACE":      "2s",
+		"GUARDIAN_ADMIN_TOKEN":          adminToken,
+		"GUARDIAN_LOG_LEVEL":            "warn",
+	}
+	if o.redis != nil {
+		h.env["REDIS_URL"] = o.redis.URL()
+	}
+	for range max(o.processes, 1) {
+		addr := freeAddr(t)
+		h.addrs = append(h.addrs, addr)
+		h.procs = append(h.procs, startAt(t, addr, h.env))
+	}
+	return h
+}
+
+// restart brings process i back at its address after a kill.
+func (h *chaosHarness) restart(i int) {
+	g := startAt(h.t, h.addrs[i], h.env)
+	h.mu.Lock()
+	h.procs[i] = g
+	h.mu.Unlock()
+}
+
+func (h *chaosHarness) proc(i int) *guardian {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.procs[i]
+}
+
+// deliver sends every delivery like a provider: concurrently, retrying
+// each non-2xx with backoff until acknowledged or until giveUp.
+func (h *chaosHarness) deliver(payments, copies, concurrency int, giveUp time.Duration) {
+	type delivery struct {
+		id, payment string
+		body        []byte
+	}
+	var ds []delivery
+	for i := range payments {
+		pi := fmt.Sprintf("pi_chaos_%d", i)
+		for j, body := range []string{
+			fmt.Sprintf(`{"id":"evt_cs_%d","type":"checkout.session.completed","data":{"object":{"id":"cs_%d","payment_intent":%q}}}`, i, i, pi),
+			fmt.Sprintf(`{"id":"evt_pi_%d","type":"payment_intent.succeeded","data":{"object":{"id":%q}}}`, i, pi),
+		} {
+			id := []string{"evt_cs_", "evt_pi_"}[j] + fmt.Sprint(i)
+			for range copies {
+				ds = append(ds, delivery{id, pi, []byte(body)})
+			}
+		}
+	}
+	rand.Shuffle(len(ds), func(i, j int) { ds[i], ds[j] = ds[j], ds[i] })
+	work := make(chan delivery)
+	deadline := time.Now().Add(giveUp)
+	client := &http.Client{Timeout: 5 * time.Second}
+	var wg sync.WaitGroup
+	for range concurrency {
+		wg.Go(func() {
+			for d := range work {
+				backoff := 10 * time.Millisecond
+				for n := 0; time.Now().Before(deadline); n++ {
+					h.sent.Add(1)
+					target := "http://" + h.addrs[rand.IntN(len(h.addrs))] + "/webhooks/stripe"
+					req, _ := http.NewRequest(http.MethodPost, target, bytes.NewReader(d.body))
+					req.Header = provider.SignStripe(d.body, stripeSecret, time.Now())
+					resp, err := client.Do(req)
+					if err == nil {
+						resp.Body.Close()
+						if resp.StatusCode/100 == 2 {
+							h.acked.Store(d.id, d.payment)
+							break
+						}
+						if resp.StatusCode >= 500 {
+							h.fivexx.Add(1)
+							h.mu.Lock()
+							h.fivexxAt = append(h.fivexxAt, time.Now())
+							h.mu.Unlock()
+						}
+					} else {
+						h.transport.Add(1)
+					}
+					time.Sleep(backoff) // the provider's retry backoff
+					backoff = min(backoff*2, 300*time.Millisecond)
+				}
+			}
+		})
+	}
+	for _, d := range ds {
+		work <- d
+	}
+	close(work)
+	wg.Wait()
+}
+
+// fault records one injected fault's span.
+func (h *chaosHarness) fault(start time.Time) {
+	h.faults.Add(1)
+	h.mu.Lock()
+	h.faultTimes = append(h.faultTimes, [2]time.Time{start, time.Now()})
+	h.mu.Unlock()
+}
+
+// fivexxWindows groups the 5xx answers into windows (a gap over a second
+// starts a new one) and counts the answers that came more than margin after
+// every fault: those a fault cannot explain.
+func (h *chaosHarness) fivexxWindows(margin time.Duration) (windows, unexplained int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var last time.Time
+	for _, at := range h.fivexxAt {
+		if at.Sub(last) > time.Second {
+			windows++
+		}
+		last = at
+		explained := false
+		for _, f := range h.faultTimes {
+			if !at.Before(f[0]) && !at.After(f[1].Add(margin)) {
+				explained = true
+				break
+			}
+		}
+		if !explained {
+			unexplained++
+		}
+	}
+	return windows, unexplained
+}
+
+// report is one scenario's line.
+type report struct {
+	deliveries, faults, doubles, lost, unsettled, parked, fivexx int
+}
+
+// check waits for quiet, then checks the invariants from the outside.
+func (h *chaosHarness) check(payments int) report {
+	t := h.t
+	ctx := context.Background()
+	count := func(q string, args ...any) int {
+		var n int
+		require.NoError(t, h.d.Pool.QueryRow(ctx, q, args...).Scan(&n))
+		return n
+	}
+	// Quiet: nothing pending or dispatching (the sweep parks what a crash
+	// left, within the lease), and the reconciler had its chance.
+	require.Eventually(t, func() bool {
+		return count(`SELECT count(*) FROM fulfilment WHERE state IN ('pending', 'dispatching')`) == 0
+	}, 90*time.Second, 100*time.Millisecond, "fulfilments still pending or dispatching")
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && count(`SELECT count(*) FROM fulfilment WHERE state NOT IN ('fulfilled', 'failed', 'cancelled')`) > 0 {
+		time.Sleep(100 * time.Millisecond) // the reconciler works by lookups every second
+	}
+
+	r := report{faults: int(h.faults.Load()), fivexx: int(h.fivexx.Load()), deliveries: int(h.sent.Load())}
+	// 1. No payment's action performed twice.
+	acted := map[string]int{}
+	for _, e := range h.conn.entries(t) {
+		if e.Acted {
+			acted[e.Payment]++
+		}
+	}
+	for p, n := range acted {
+		if n > 1 {
+			r.doubles++
+			t.Errorf("payment %s: the connector acted %d times", p, n)
+		}
+	}
+	// 2. Every acknowledged event is in Postgres.
+	paid := map[string]bool{}
+	h.acked.Range(func(k, v any) bool {
+		paid[v.(string)] = true
+		if count(`SELECT count(*) FROM webhook_event WHERE provider = 'stripe' AND event_id = $1`, k) != 1 {
+			r.lost++
+			t.Errorf("event %s was acknowledged but is not stored", k)
+		}
+		return true
+	})
+	// 3. Every paid payment ends fulfilled, parked, or failed by rejection.
+	for p := range paid {
+		n := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state IN ('fulfilled', 'needs_reconciliation', 'failed')`, p)
+		if n != 1 {
+			r.unsettled++
+			t.Errorf("payment %s: %d settled fulfilments, want 1", p, n)
+		}
+		if count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state = 'fulfilled'`, p) == 1 && acted[p] != 1 {
+			t.Errorf("payment %s is fulfilled but the connector acted %d times", p, acted[p])
+		}
+	}
+	require.Equal(t, payments, len(paid), "every payment was acknowledged in the end")
+	r.parked = count(`SELECT count(*) FROM fulfilment WHERE state = 'needs_reconciliation'`)
+	// The connector's lookup tells the truth, so the reconciler must settle
+	// every parked row by fact once the faults stop.
+	require.Zero(t, r.parked, "parked rows left after the reconciler's lookups")
+	require.Zero(t, r.doubles)
+	require.Zero(t, r.lost)
+	require.Zero(t, r.unsettled)
+	return r
+}
+
+func logReport(t *testing.T, name, load string, r report, extra string) {
+	line := fmt.Sprintf("chaos: %-26s %s | deliveries %d, faults %d, doubles %d, lost %d, parked %d, 5xx %d%s",
+		name, load, r.deliveries, r.faults, r.doubles, r.lost, r.parked, r.fivexx, extra)
+	t.Log(line)
+	if f := os.Getenv("CHAOS_REPORT"); f != "" {
+		if fh, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			fmt.Fprintln(fh, line)
+			fh.Close()
+		}
+	}
+}
+
+// TestChaosRedisFaults: duplicate storms while the filter's Redis is
+// flushed, slept and restarted. No 5xx may come from Redis.
+func TestChaosRedisFaults(t *testing.T) {
+	t.Parallel()
+	rs := redistest.StartServer(t)
+	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal", redis: rs})
+	payments := pick(150, 1000)
+	done := make(chan struct{})
+	go func() {
+		c := rs.Client(t)
+		defer c.Close()
+		ctx := context.Background()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			start := time.Now()
+			switch i % 8 {
+			case 3:
+				_ = c.Do(ctx, "DEBUG", "SLEEP", "0.5").Err() // Redis hangs
+			case 6:
+				rs.RestartFromSnapshot(t) // Redis down and back, empty
+				c.Close()
+				c = rs.Client(t)
+			default:
+				_ = c.FlushAll(ctx).Err()
+			}
+			h.fault(start)
+		}
+	}()
+	h.deliver(payments, 3, 16, 60*time.Second)
+	close(done)
+	r := h.check(payments)
+	require.Zero(t, r.fivexx, "a Redis fault caused a 5xx")
+	logReport(t, "redis-flush-sleep-restart", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent", payments), r, "")
+}
+
+// TestChaosKillLoop kills Guardian with SIGKILL at random moments while the
+// provider delivers, and restarts it each time.
+func TestChaosKillLoop(t *testing.T) {
+	t.Parallel()
+	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal"})
+	payments, cycles := pick(120, 600), pick(6, 200)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for range cycles {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Duration(100+rand.IntN(400)) * time.Millisecond):
+			}
+			start := time.Now()
+			h.proc(0).kill(t)
+			h.restart(0)
+			h.fault(start)
+		}
+	})
+	h.deliver(payments, 3, 16, 120*time.Second)
+	wg.Wait()
+	close(done)
+	r := h.check(payments)
+	require.Zero(t, r.fivexx, "only connection errors while killed, never a 5xx")
+	logReport(t, "kill-9-loop", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent", payments), r,
+		fmt.Sprintf(", transport errors %d", h.transport.Load()))
+}
+
+// TestChaosPostgresFaults terminates Guardian's Postgres sessions again and
+// again and takes Postgres away entirely for a while.
+func TestChaosPostgresFaults(t *testing.T) {
+	t.Parallel()
+	d0 := dbtest.NewDB(t) // only to find the server's address
+	u, err := url.Parse(d0.URL)
+	require.NoError(t, err)
+	proxy, err := faultproxy.New(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal", dbThrough: proxy})
+	payments := pick(120, 800)
+	done := make(chan struct{})
+	var outages []time.Duration
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ctx := context.Background()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			start := time.Now()
+			if i%10 == 5 {
+				proxy.Down() // Postgres unreachable
+				time.Sleep(1500 * time.Millisecond)
+				require.NoError(t, proxy.Up())
+				outages = append(outages, time.Since(start))
+			} else {
+				_, _ = h.d.Pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+					WHERE datname = $1 AND pid <> pg_backend_pid()`, h.d.Name)
+			}
+			h.fault(start)
+		}
+	})
+	h.deliver(payments, 3, 16, 120*time.Second)
+	close(done)
+	wg.Wait()
+	r := h.check(payments)
+	windows, unexplained := h.fivexxWindows(3 * time.Second)
+	require.Zero(t, unexplained, "5xx answers outside every Postgres fault plus 3 s")
+	logReport(t, "postgres-terminate-outage", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent", payments), r,
+		fmt.Sprintf(", 5xx windows %d, all within a fault + 3 s; outages %d", windows, len(outages)))
+}
+
+// TestChaosAmbiguousConnectorTwoProcesses runs two Guardian processes
+// behind one provider while the connector acts and then fails, resets or
+// answers late; lookups settle what was parked, never twice.
+func TestChaosAmbiguousConnectorTwoProcesses(t *testing.T) {
+	t.Parallel()
+	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "ambiguous"})
+	payments := pick(150, 1000)
+	h.deliver(payments, 3, 16, 60*time.Second)
+	r := h.check(payments)
+	for _, e := range h.conn.entries(t) {
+		if e.Answer != "200" {
+			r.faults++ // acted, then answered 500, reset or late
+		}
+	}
+	require.Positive(t, r.faults, "the connector was ambiguous at least once")
+	require.Zero(t, r.fivexx)
+	logReport(t, "ambiguous-connector-x2", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent, 2 processes", payments), r, "")
+}
+
+// TestChaosZombieDispatcher pauses a Guardian with SIGSTOP mid-call past the
+// dispatch lease, lets the other process take over, and resumes it.
+func TestChaosZombieDispatcher(t *testing.T) {
+	if !chaosFull() {
+		t.Log("runs in `just chaos` only: it waits out a 16 s dispatch lease")
+		return
+	}
+	t.Parallel()
+	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "normal"})
+	payments := 200
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-done:
+			return
+		case <-time.After(time.Second):
+		}
+		p := h.proc(0)
+		start := time.Now()
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
+		time.Sleep(20 * time.Second) // past the lease: the sweep parks its rows
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
+		h.fault(start)
+	})
+	h.deliver(payments, 3, 16, 120*time.Second)
+	wg.Wait()
+	close(done)
+	r := h.check(payments)
+	logReport(t, "zombie-sigstop-past-lease", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent, 2 processes", payments), r, "")
+}
