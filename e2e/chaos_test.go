@@ -398,7 +398,7 @@ func TestChaosPostgresFaults(t *testing.T) {
 			case <-time.After(300 * time.Millisecond):
 			}
 			start := time.Now()
-			if i%10 == 5 {
+			if i%10 == 2 {
 				proxy.Down() // Postgres unreachable
 				time.Sleep(1500 * time.Millisecond)
 				require.NoError(t, proxy.Up())

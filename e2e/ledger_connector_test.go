@@ -35,7 +35,7 @@ type ledgerEntry struct {
 	Payment string `json:"payment"`
 	Attempt string `json:"attempt"`
 	// Acted is true when the connector performed the action on this call.
-	Acted bool   `json:"acted"`
+	Acted  bool   `json:"acted"`
 	Answer string `json:"answer"`
 }
 
