@@ -169,14 +169,23 @@ func (s *Service) RunChecks(ctx context.Context, actor string) (Summary, error) 
 		sum.Checked++
 		answer, evidence := s.lookup(ctx, f.ID)
 		log := s.cfg.Logger.With("fulfilment_id", f.ID, "payment_id", f.PaymentID, "answer", answer.String())
-		if err := db.RecordCheck(ctx, s.cfg.Store.Pool(), f.ID, f.Attempt, actor, answer.String(), evidence, s.backoff(f.Checks)); err != nil {
-			return sum, err
+		record := func(tx pgx.Tx) error {
+			return db.RecordCheck(ctx, tx, f.ID, f.Attempt, actor, answer.String(), evidence, s.backoff(f.Checks))
 		}
+		// A decisive answer is recorded and applied in one transaction: if
+		// applying fails, nothing is recorded and the row stays due for the
+		// next round, instead of waiting out a backoff it never earned.
 		switch answer {
 		case connector.Performed:
-			_, err := db.Transit(ctx, s.cfg.Store.Pool(), db.TransitionParams{
-				ID: f.ID, From: string(state.NeedsReconciliation), To: string(state.Fulfilled), Attempt: f.Attempt,
-				Actor: actor, Reason: "connector lookup: done", Evidence: evidence,
+			err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+				if err := record(tx); err != nil {
+					return err
+				}
+				_, err := db.Transit(ctx, tx, db.TransitionParams{
+					ID: f.ID, From: string(state.NeedsReconciliation), To: string(state.Fulfilled), Attempt: f.Attempt,
+					Actor: actor, Reason: "connector lookup: done", Evidence: evidence,
+				})
+				return err
 			})
 			if err = s.settled(ctx, log, err, state.Fulfilled); err != nil {
 				return sum, err
@@ -184,6 +193,9 @@ func (s *Service) RunChecks(ctx context.Context, actor string) (Summary, error) 
 			sum.Fulfilled++
 		case connector.NotPerformed:
 			err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+				if err := record(tx); err != nil {
+					return err
+				}
 				if _, err := db.Transit(ctx, tx, db.TransitionParams{
 					ID: f.ID, From: string(state.NeedsReconciliation), To: string(state.Pending), Attempt: f.Attempt,
 					Actor: actor, Reason: "connector lookup: not done; dispatching again", Evidence: evidence,
@@ -197,6 +209,9 @@ func (s *Service) RunChecks(ctx context.Context, actor string) (Summary, error) 
 			}
 			sum.Redispatched++
 		default:
+			if err := s.cfg.Store.InTx(ctx, record); err != nil {
+				return sum, err
+			}
 			log.InfoContext(ctx, "reconcile: lookup could not tell; left for an operator", "evidence", evidence)
 			sum.Undecided++
 		}
