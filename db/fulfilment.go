@@ -20,8 +20,8 @@ type Fulfilment struct {
 	CreatedAt    time.Time  `json:"created_at"`
 	UpdatedAt    time.Time  `json:"updated_at"`
 	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
-	// Checks counts the reconciler's lookups; NextCheckAt is when the next
-	// is due (nil: as soon as the row qualifies).
+	// Checks counts the reconciler's lookups since the row was last parked;
+	// NextCheckAt is when the next is due (nil: once the grace has passed).
 	Checks      int        `json:"checks"`
 	NextCheckAt *time.Time `json:"next_check_at,omitempty"`
 }

@@ -54,7 +54,11 @@ func Transit(ctx context.Context, q DBTX, p TransitionParams) (Fulfilment, error
 			UPDATE fulfilment SET
 				state = $3,
 				attempt = attempt + CASE WHEN $3 = 'dispatching' THEN 1 ELSE 0 END,
-				dispatched_at = CASE WHEN $3 = 'dispatching' THEN now() ELSE dispatched_at END
+				dispatched_at = CASE WHEN $3 = 'dispatching' THEN now() ELSE dispatched_at END,
+				-- A newly parked row gets its first lookup after the grace,
+				-- whatever the backoff of an earlier parking was.
+				checks = CASE WHEN $3 = 'needs_reconciliation' THEN 0 ELSE checks END,
+				next_check_at = CASE WHEN $3 = 'needs_reconciliation' THEN NULL ELSE next_check_at END
 			WHERE id = $1 AND state = $2 AND ($4 = 0 OR attempt = $4)
 			RETURNING `+fulfilmentColumns+`
 		), logged AS (
@@ -101,7 +105,7 @@ func SweepStale(ctx context.Context, q DBTX, lease time.Duration, actor string) 
 			LIMIT 1000
 			FOR UPDATE SKIP LOCKED
 		), moved AS (
-			UPDATE fulfilment f SET state = 'needs_reconciliation'
+			UPDATE fulfilment f SET state = 'needs_reconciliation', checks = 0, next_check_at = NULL
 			FROM stale WHERE f.id = stale.id AND f.state = 'dispatching'
 			RETURNING f.id, f.event_pk, f.provider, f.payment_id, f.state, f.attempt, f.created_at, f.updated_at, f.dispatched_at, f.checks, f.next_check_at
 		), logged AS (

@@ -43,14 +43,16 @@ func pick(short, full int) int {
 
 // chaosHarness is one scenario's world.
 type chaosHarness struct {
-	t      *testing.T
-	d      *dbtest.DB
-	conn   *ledgerConnector
-	env    env
-	addrs  []string
-	mu     sync.Mutex
-	procs  []*guardian
-	faults atomic.Int64
+	t    *testing.T
+	d    *dbtest.DB
+	conn *ledgerConnector
+	// redisProxy and connProxy are set when the options asked for them.
+	redisProxy, connProxy *faultproxy.Proxy
+	env                   env
+	addrs                 []string
+	mu                    sync.Mutex
+	procs                 []*guardian
+	faults                atomic.Int64
 
 	// when faults were injected: [start, end] pairs
 	faultTimes [][2]time.Time
@@ -68,6 +70,9 @@ type chaosOpts struct {
 	redis         *redistest.Server
 	// dbThrough, when set, routes Guardian's Postgres through a proxy.
 	dbThrough *faultproxy.Proxy
+	// redisThrough and connectorThrough route Redis and the connector
+	// through proxies made here, kept in the harness.
+	redisThrough, connectorThrough bool
 }
 
 func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
@@ -103,6 +108,16 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 	}
 	if o.redis != nil {
 		h.env["REDIS_URL"] = o.redis.URL()
+		if o.redisThrough {
+			h.redisProxy = newProxy(t, o.redis.Addr)
+			h.env["REDIS_URL"] = "redis://" + h.redisProxy.Addr() + "/0"
+		}
+	}
+	if o.connectorThrough {
+		cu, err := url.Parse(h.conn.url)
+		require.NoError(t, err)
+		h.connProxy = newProxy(t, cu.Host)
+		h.env["GUARDIAN_CONNECTOR_URL"] = "http://" + h.connProxy.Addr() + "/"
 	}
 	for range max(o.processes, 1) {
 		addr := freeAddr(t)
@@ -110,6 +125,14 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 		h.procs = append(h.procs, startAt(t, addr, h.env))
 	}
 	return h
+}
+
+func newProxy(t *testing.T, target string) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.New(target)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
 }
 
 // restart brings process i back at its address after a kill.
@@ -284,6 +307,19 @@ func (h *chaosHarness) check(payments int) report {
 	}
 	require.Equal(t, payments, len(paid), "every payment was acknowledged in the end")
 	r.parked = count(`SELECT count(*) FROM fulfilment WHERE state = 'needs_reconciliation'`)
+	if r.parked > 0 {
+		rows, err := h.d.Pool.Query(ctx, `SELECT f.id, f.attempt, f.checks, coalesce(f.next_check_at::text, '-'),
+			(SELECT string_agg(from_state || '>' || to_state || ' ' || reason || ' ' || evidence::text, ' | ' ORDER BY t.id) FROM fulfilment_transition t WHERE t.fulfilment_id = f.id),
+			(SELECT coalesce(string_agg(answer || ' ' || evidence::text, ' | ' ORDER BY c.id), '') FROM fulfilment_check c WHERE c.fulfilment_id = f.id)
+			FROM fulfilment f WHERE state = 'needs_reconciliation'`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var id, next, ts, cs string
+			var attempt, checks int
+			require.NoError(t, rows.Scan(&id, &attempt, &checks, &next, &ts, &cs))
+			t.Logf("parked %s attempt %d checks %d next %s\n  transitions: %s\n  checks: %s", id, attempt, checks, next, ts, cs)
+		}
+	}
 	// The connector's lookup tells the truth, so the reconciler must settle
 	// every parked row by fact once the faults stop.
 	require.Zero(t, r.parked, "parked rows left after the reconciler's lookups")
@@ -310,7 +346,7 @@ func logReport(t *testing.T, name, load string, r report, extra string) {
 func TestChaosRedisFaults(t *testing.T) {
 	t.Parallel()
 	rs := redistest.StartServer(t)
-	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal", redis: rs})
+	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal", redis: rs, redisThrough: true})
 	payments := pick(150, 1000)
 	done := make(chan struct{})
 	go func() {
@@ -325,6 +361,12 @@ func TestChaosRedisFaults(t *testing.T) {
 			}
 			start := time.Now()
 			switch i % 8 {
+			case 1:
+				h.redisProxy.SetLatency(300 * time.Millisecond) // slower than the filter's 100 ms budget
+				time.Sleep(500 * time.Millisecond)
+				h.redisProxy.SetLatency(0)
+			case 2:
+				h.redisProxy.Cut() // connections reset
 			case 3:
 				_ = c.Do(ctx, "DEBUG", "SLEEP", "0.5").Err() // Redis hangs
 			case 6:
@@ -339,9 +381,20 @@ func TestChaosRedisFaults(t *testing.T) {
 	}()
 	h.deliver(payments, 3, 16, 60*time.Second)
 	close(done)
+	// Late duplicates, after the filter forgot (as after its TTL): every
+	// event again, once. Postgres must answer them as duplicates.
+	c := rs.Client(t)
+	require.NoError(t, c.FlushAll(context.Background()).Err())
+	c.Close()
+	var events int
+	require.NoError(t, h.d.Pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_event`).Scan(&events))
+	h.deliver(payments, 1, 16, 60*time.Second)
+	var after int
+	require.NoError(t, h.d.Pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_event`).Scan(&after))
+	require.Equal(t, events, after, "late duplicates stored nothing new")
 	r := h.check(payments)
 	require.Zero(t, r.fivexx, "a Redis fault caused a 5xx")
-	logReport(t, "redis-flush-sleep-restart", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent", payments), r, "")
+	logReport(t, "redis-flush-slow-cut-restart", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent", payments), r, "")
 }
 
 // TestChaosKillLoop kills Guardian with SIGKILL at random moments while the
@@ -403,6 +456,8 @@ func TestChaosPostgresFaults(t *testing.T) {
 				time.Sleep(1500 * time.Millisecond)
 				require.NoError(t, proxy.Up())
 				outages = append(outages, time.Since(start))
+			} else if i%2 == 0 {
+				proxy.Cut() // reset every Guardian connection wherever it is, COMMITs included
 			} else {
 				_, _ = h.d.Pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 					WHERE datname = $1 AND pid <> pg_backend_pid()`, h.d.Name)
@@ -425,9 +480,24 @@ func TestChaosPostgresFaults(t *testing.T) {
 // answers late; lookups settle what was parked, never twice.
 func TestChaosAmbiguousConnectorTwoProcesses(t *testing.T) {
 	t.Parallel()
-	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "ambiguous"})
+	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "ambiguous", connectorThrough: true})
 	payments := pick(150, 1000)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			h.connProxy.Cut() // connector connections reset mid-call
+			h.fault(time.Now())
+		}
+	})
 	h.deliver(payments, 3, 16, 60*time.Second)
+	close(done)
+	wg.Wait()
 	r := h.check(payments)
 	for _, e := range h.conn.entries(t) {
 		if e.Answer != "200" {
@@ -469,4 +539,34 @@ func TestChaosZombieDispatcher(t *testing.T) {
 	close(done)
 	r := h.check(payments)
 	logReport(t, "zombie-sigstop-past-lease", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent, 2 processes", payments), r, "")
+}
+
+// TestChaosRollingRestart restarts two Guardian processes one after the
+// other with SIGTERM, again and again, while the provider delivers.
+func TestChaosRollingRestart(t *testing.T) {
+	t.Parallel()
+	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "normal"})
+	payments, restarts := pick(120, 600), pick(4, 40)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range restarts {
+			select {
+			case <-done:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			start := time.Now()
+			h.proc(i % 2).stop(t) // graceful: drain, then exit 0
+			h.restart(i % 2)
+			h.fault(start)
+		}
+	})
+	h.deliver(payments, 3, 16, 120*time.Second)
+	wg.Wait()
+	close(done)
+	r := h.check(payments)
+	require.Zero(t, r.fivexx, "a rolling restart answered 5xx")
+	logReport(t, "rolling-restart-x2", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent, 2 processes", payments), r,
+		fmt.Sprintf(", transport errors %d", h.transport.Load()))
 }

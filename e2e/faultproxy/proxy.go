@@ -5,14 +5,17 @@ package faultproxy
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Proxy forwards TCP connections from Addr to a target.
 type Proxy struct {
 	target string
+	// latency is added before each chunk is forwarded, in nanoseconds.
+	latency atomic.Int64
 
 	mu       sync.Mutex
 	addr     string
@@ -69,7 +72,21 @@ func (p *Proxy) forward(client net.Conn) {
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if d := p.latency.Load(); d > 0 {
+					time.Sleep(time.Duration(d))
+				}
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
 		done <- struct{}{}
 	}
 	go pipe(upstream, client)
@@ -102,6 +119,26 @@ func (p *Proxy) Down() {
 		_ = c.Close()
 	}
 	p.wg.Wait()
+}
+
+// SetLatency delays every chunk forwarded in either direction by d (0 turns
+// it off): a slow network or a slow server.
+func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// Cut resets every live connection and keeps accepting new ones: a network
+// blip, landing wherever each conversation happens to be (before a
+// statement, or between a COMMIT and its answer).
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = map[net.Conn]struct{}{}
+	p.mu.Unlock()
+	for c := range conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
+	}
 }
 
 // Up accepts connections again on the same address.
