@@ -34,6 +34,15 @@ import (
 func chaosFull() bool { return os.Getenv("CHAOS_FULL") != "" }
 
 // pick returns short in `just test` and full in `just chaos`.
+// parallel runs scenarios side by side in the short version; the full
+// version runs them one at a time, so each has the machine (and the
+// server's connections) to itself and its figures are its own.
+func parallel(t *testing.T) {
+	if !chaosFull() {
+		t.Parallel()
+	}
+}
+
 func pick(short, full int) int {
 	if chaosFull() {
 		return full
@@ -90,6 +99,9 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 	require.NoError(t, err)
 	q := u.Query()
 	q.Set("connect_timeout", "2")
+	// Several scenarios and processes share one Postgres server and its
+	// max_connections: keep each process's pool small.
+	q.Set("pool_max_conns", "10")
 	u.RawQuery = q.Encode()
 	h.env = env{
 		"DATABASE_URL":                  u.String(),
@@ -344,7 +356,7 @@ func logReport(t *testing.T, name, load string, r report, extra string) {
 // TestChaosRedisFaults: duplicate storms while the filter's Redis is
 // flushed, slept and restarted. No 5xx may come from Redis.
 func TestChaosRedisFaults(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	rs := redistest.StartServer(t)
 	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal", redis: rs, redisThrough: true})
 	payments := pick(150, 1000)
@@ -400,7 +412,7 @@ func TestChaosRedisFaults(t *testing.T) {
 // TestChaosKillLoop kills Guardian with SIGKILL at random moments while the
 // provider delivers, and restarts it each time.
 func TestChaosKillLoop(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal"})
 	payments, cycles := pick(120, 600), pick(6, 200)
 	done := make(chan struct{})
@@ -430,7 +442,7 @@ func TestChaosKillLoop(t *testing.T) {
 // TestChaosPostgresFaults terminates Guardian's Postgres sessions again and
 // again and takes Postgres away entirely for a while.
 func TestChaosPostgresFaults(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	d0 := dbtest.NewDB(t) // only to find the server's address
 	u, err := url.Parse(d0.URL)
 	require.NoError(t, err)
@@ -456,8 +468,10 @@ func TestChaosPostgresFaults(t *testing.T) {
 				time.Sleep(1500 * time.Millisecond)
 				require.NoError(t, proxy.Up())
 				outages = append(outages, time.Since(start))
+			} else if i%3 == 0 {
+				proxy.CutAfter([]byte("commit"), 3) // the next COMMITs reach Postgres, their answers do not
 			} else if i%2 == 0 {
-				proxy.Cut() // reset every Guardian connection wherever it is, COMMITs included
+				proxy.Cut() // reset every Guardian connection wherever it is
 			} else {
 				_, _ = h.d.Pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 					WHERE datname = $1 AND pid <> pg_backend_pid()`, h.d.Name)
@@ -479,7 +493,7 @@ func TestChaosPostgresFaults(t *testing.T) {
 // behind one provider while the connector acts and then fails, resets or
 // answers late; lookups settle what was parked, never twice.
 func TestChaosAmbiguousConnectorTwoProcesses(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "ambiguous", connectorThrough: true})
 	payments := pick(150, 1000)
 	done := make(chan struct{})
@@ -516,7 +530,6 @@ func TestChaosZombieDispatcher(t *testing.T) {
 		t.Log("runs in `just chaos` only: it waits out a 16 s dispatch lease")
 		return
 	}
-	t.Parallel()
 	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "normal"})
 	payments := 200
 	done := make(chan struct{})
@@ -544,7 +557,7 @@ func TestChaosZombieDispatcher(t *testing.T) {
 // TestChaosRollingRestart restarts two Guardian processes one after the
 // other with SIGTERM, again and again, while the provider delivers.
 func TestChaosRollingRestart(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "normal"})
 	payments, restarts := pick(120, 600), pick(4, 40)
 	done := make(chan struct{})

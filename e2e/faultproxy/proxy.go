@@ -4,6 +4,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"sync"
@@ -16,6 +17,10 @@ type Proxy struct {
 	target string
 	// latency is added before each chunk is forwarded, in nanoseconds.
 	latency atomic.Int64
+	// cutAfter is how many more client messages containing cutPattern get
+	// forwarded and then have their connection reset before any answer.
+	cutAfter   atomic.Int64
+	cutPattern atomic.Pointer[[]byte]
 
 	mu       sync.Mutex
 	addr     string
@@ -82,6 +87,17 @@ func (p *Proxy) forward(client net.Conn) {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					break
 				}
+				if pat := p.cutPattern.Load(); src == client && pat != nil && bytes.Contains(buf[:n], *pat) && p.cutAfter.Add(-1) >= 0 {
+					// Forwarded: the server will act on it. Reset before
+					// its answer can come back.
+					for _, c := range []net.Conn{client, upstream} {
+						if tc, ok := c.(*net.TCPConn); ok {
+							_ = tc.SetLinger(0)
+						}
+						_ = c.Close()
+					}
+					break
+				}
 			}
 			if err != nil {
 				break
@@ -139,6 +155,15 @@ func (p *Proxy) Cut() {
 		}
 		_ = c.Close()
 	}
+}
+
+// CutAfter arms the proxy to reset the connection right after forwarding
+// each of the next n client messages that contain pattern, before the
+// server's answer returns: for Postgres, pattern "commit" cuts a connection
+// right after its COMMIT reached the server.
+func (p *Proxy) CutAfter(pattern []byte, n int) {
+	p.cutPattern.Store(&pattern)
+	p.cutAfter.Store(int64(n))
 }
 
 // Up accepts connections again on the same address.
