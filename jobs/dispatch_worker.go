@@ -90,8 +90,17 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 	w.metrics.Transition(string(state.Pending), string(state.Dispatching), 1)
 	log = log.With("attempt", claimed.Attempt)
 
+	// The call must start within the connector timeout of the claim. A
+	// dispatcher frozen after its claim (a stalled VM, SIGSTOP) may wake
+	// after the sweep parked its row and the reconciler proved "not done"
+	// and dispatched again: its deadline has passed by then, so it does not
+	// send. (A process frozen in the middle of writing its request can
+	// still deliver it on waking; receivers fence on Guardian-Attempt or
+	// honour the Idempotency-Key for that: docs/design.md.)
 	start := time.Now()
-	res := w.connector.Fulfil(ctx, connector.Request{
+	callCtx, cancelCall := context.WithDeadline(ctx, start.Add(w.timeout))
+	defer cancelCall()
+	res := w.connector.Fulfil(callCtx, connector.Request{
 		FulfilmentID: id, Attempt: claimed.Attempt, PaymentID: in.PaymentID,
 		EventID: in.EventID, EventType: in.EventType, Payload: in.Payload,
 	})

@@ -142,6 +142,11 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 	// are case-insensitive on the wire, so the receiver sees the same header.
 	req.Header["idempotency-key"] = []string{r.FulfilmentID}
 
+	if ctx.Err() != nil {
+		// The deadline passed before a byte left (a dispatcher that stalled
+		// after its claim): do not send late.
+		return Result{Outcome: state.NotSent, Evidence: map[string]any{"attempt": r.Attempt, "error": "deadline passed before sending", "connected": false}}
+	}
 	resp, err := c.client.Do(req)
 	evidence := map[string]any{"attempt": r.Attempt, "duration_ms": time.Since(start).Milliseconds()}
 	if err != nil {
