@@ -127,13 +127,18 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "build request: " + err.Error()}}
 	}
 	msgID := r.FulfilmentID + "." + strconv.Itoa(r.Attempt)
-	sig, err := c.signer.Sign(msgID, c.now(), body)
+	// One reading of the clock for both the signature and its header: two
+	// readings straddling a second would sign one timestamp and send
+	// another, and the receiver would reject a good request (found by the
+	// chaos suite as a payment whose first fulfilment "failed").
+	signedAt := c.now()
+	sig, err := c.signer.Sign(msgID, signedAt, body)
 	if err != nil {
 		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "sign request"}}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(standardwebhooks.HeaderWebhookID, msgID)
-	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(c.now().Unix(), 10))
+	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(signedAt.Unix(), 10))
 	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
 	req.Header.Set("Guardian-Attempt", strconv.Itoa(r.Attempt))
 	// Set under a non-canonical map key on purpose: net/http treats a POST
@@ -224,12 +229,13 @@ func (c *HTTP) Lookup(ctx context.Context, key string) (Answer, map[string]any, 
 		return CannotTell, nil, errors.New("build lookup request")
 	}
 	msgID := key + ".lookup"
-	sig, err := c.signer.Sign(msgID, c.now(), nil)
+	signedAt := c.now()
+	sig, err := c.signer.Sign(msgID, signedAt, nil)
 	if err != nil {
 		return CannotTell, nil, errors.New("sign lookup request")
 	}
 	req.Header.Set(standardwebhooks.HeaderWebhookID, msgID)
-	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(c.now().Unix(), 10))
+	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(signedAt.Unix(), 10))
 	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
 	req.Header["idempotency-key"] = []string{key}
 	resp, err := c.client.Do(req)

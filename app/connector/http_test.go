@@ -182,3 +182,23 @@ func TestHTTPLookup(t *testing.T) {
 		require.Error(t, err)
 	})
 }
+
+// TestHTTPSignsWithOneClockReading pins the clock so that every reading
+// crosses a second: the signed timestamp and the header must still agree.
+func TestHTTPSignsWithOneClockReading(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	clock := func() time.Time { return time.Unix(1_800_000_000+calls.Add(1), 999_999_999) }
+	var verified atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		wh, _ := standardwebhooks.NewWebhook(secret)
+		verified.Store(wh.VerifyIgnoringTimestamp(body, r.Header) == nil)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	c, err := NewHTTP(HTTPConfig{URL: srv.URL, Secret: secret, Now: clock})
+	require.NoError(t, err)
+	require.Equal(t, state.Done, c.Fulfil(context.Background(), req).Outcome)
+	require.True(t, verified.Load(), "the signature covers the timestamp that was sent")
+}
