@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,6 +46,7 @@ type App struct {
 	stopRiverUI context.CancelFunc
 
 	stopTracing func(context.Context) error
+	pprof       *http.Server
 }
 
 // New builds an App from cfg, migrating the database first unless
@@ -211,6 +214,21 @@ func (a *App) Start(ctx context.Context) error {
 		_ = a.jobs.Stop(ctx)
 		return err
 	}
+	if a.cfg.PprofAddr != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		a.pprof = &http.Server{Addr: a.cfg.PprofAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := a.pprof.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.logger.Error("pprof server stopped", "error", err)
+			}
+		}()
+		a.logger.Info("pprof listening", "addr", a.cfg.PprofAddr)
+	}
 	return nil
 }
 
@@ -224,6 +242,9 @@ func (a *App) Stop(ctx context.Context) error {
 	var errs []error
 	if a.web != nil {
 		errs = append(errs, a.web.Stop(ctx))
+	}
+	if a.pprof != nil {
+		_ = a.pprof.Close()
 	}
 	if a.stopRiverUI != nil {
 		a.stopRiverUI()

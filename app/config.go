@@ -79,6 +79,9 @@ type Config struct {
 	LogFormat string
 	// LogLevel is debug, info, warn or error. Defaults to info.
 	LogLevel string
+	// PprofAddr, when set, serves net/http/pprof on this address (keep it
+	// on loopback or a private network). Unset by default.
+	PprofAddr string
 	// Tracing exports OpenTelemetry traces of intake and dispatch over OTLP
 	// HTTP. On when OTEL_EXPORTER_OTLP_ENDPOINT or
 	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; off by default.
@@ -168,6 +171,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		Dev:                 boolean("GUARDIAN_DEV", false),
 		LogLevel:            or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
 		Tracing:             getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
+		PprofAddr:           getenv("GUARDIAN_PPROF_ADDR"),
 		ServiceName:         or(getenv("OTEL_SERVICE_NAME"), "guardian"),
 	}
 	cfg.LogFormat = getenv("GUARDIAN_LOG_FORMAT")
