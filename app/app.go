@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"time"
@@ -221,9 +222,15 @@ func (a *App) Start(ctx context.Context) error {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		a.pprof = &http.Server{Addr: a.cfg.PprofAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		ln, err := net.Listen("tcp", a.cfg.PprofAddr)
+		if err != nil {
+			_ = a.web.Stop(ctx)
+			_ = a.jobs.Stop(ctx)
+			return fmt.Errorf("pprof listen: %w", err)
+		}
+		a.pprof = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
-			if err := a.pprof.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := a.pprof.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				a.logger.Error("pprof server stopped", "error", err)
 			}
 		}()

@@ -191,7 +191,13 @@ func TestRedisDownFailsOpen(t *testing.T) {
 	conn := newFakeConnector(t)
 	e := baseEnv(t, d, conn)
 	e["REDIS_URL"] = "redis://" + freeAddr(t)
+	pprofAddr := freeAddr(t)
+	e["GUARDIAN_PPROF_ADDR"] = pprofAddr
 	g := start(t, e)
+	resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/cmdline")
+	require.NoError(t, err, "pprof serves when GUARDIAN_PPROF_ADDR is set")
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	body := []byte(`{"id":"evt_rd","type":"payment_intent.succeeded","data":{"object":{"id":"pi_rd"}}}`)
 	for range 3 {
 		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
