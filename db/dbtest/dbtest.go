@@ -9,7 +9,7 @@
 // per migration set (guardian_test_tmpl_<hash>), so a test that commits, or
 // runs concurrent transactions, owns everything it sees. The clone is
 // dropped when the test ends; the template stays as a cache for the next run
-// and is rebuilt whenever the migrations change.
+// and is rebuilt (and its predecessors dropped) whenever the migrations change.
 package dbtest
 
 import (
@@ -149,8 +149,25 @@ func ensureTemplate(ctx context.Context, admin string) (string, error) {
 		if err := migrate(ctx, withDatabase(admin, name)); err != nil {
 			return err
 		}
-		_, err := conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH is_template true ALLOW_CONNECTIONS false", pgx.Identifier{name}.Sanitize()))
-		return err
+		if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH is_template true ALLOW_CONNECTIONS false", pgx.Identifier{name}.Sanitize())); err != nil {
+			return err
+		}
+		// Templates of older migration sets are dead weight: drop them. A
+		// clone only happens under the advisory lock held here, so none is
+		// in use.
+		rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'guardian\_test\_tmpl\_%' AND datname <> $1`, name)
+		if err != nil {
+			return err
+		}
+		old, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, o := range old {
+			_, _ = conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH is_template false", pgx.Identifier{o}.Sanitize()))
+			_, _ = conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s", pgx.Identifier{o}.Sanitize()))
+		}
+		return nil
 	})
 	return name, err
 }
