@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -42,7 +43,7 @@ type BenchResult struct {
 func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	base := fs.String("url", or(getenv("GUARDIAN_URL"), "http://127.0.0.1:8080"), "Guardian's base URL")
+	base := fs.String("url", cmp.Or(getenv("GUARDIAN_URL"), "http://127.0.0.1:8080"), "Guardian's base URL")
 	concurrency := fs.Int("concurrency", 32, "requests in flight")
 	duration := fs.Duration("duration", 10*time.Second, "how long to send")
 	dupShare := fs.Float64("duplicates", 0.3, "share of deliveries that repeat an event already sent (0-1)")

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -205,7 +206,7 @@ func printDetail(w io.Writer, d web.FulfilmentDetail) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WHEN\tFROM\tTO\tATTEMPT\tACTOR\tREASON\tEVIDENCE")
 	for _, t := range d.Transitions {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", t.CreatedAt.UTC().Format(time.RFC3339), or(t.From, "-"), t.To, t.Attempt, t.Actor, t.Reason, string(t.Evidence))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", t.CreatedAt.UTC().Format(time.RFC3339), cmp.Or(t.From, "-"), t.To, t.Attempt, t.Actor, t.Reason, string(t.Evidence))
 	}
 	_ = tw.Flush()
 	if len(d.Checks) > 0 {
@@ -221,7 +222,7 @@ func printDetail(w io.Writer, d web.FulfilmentDetail) {
 func printEvent(w io.Writer, d web.EventDetail) {
 	e := d.Event
 	fmt.Fprintf(w, "event %s %s\n  type        %s\n  payment     %s\n  deliveries  %d (first %s, last %s)\n",
-		e.Provider, e.EventID, e.Type, or(e.PaymentID, "-"), e.Deliveries, e.FirstSeenAt.UTC().Format(time.RFC3339), e.LastSeenAt.UTC().Format(time.RFC3339))
+		e.Provider, e.EventID, e.Type, cmp.Or(e.PaymentID, "-"), e.Deliveries, e.FirstSeenAt.UTC().Format(time.RFC3339), e.LastSeenAt.UTC().Format(time.RFC3339))
 	for _, f := range d.Fulfilments {
 		fmt.Fprintf(w, "  fulfilment  %s %s (attempt %d)\n", f.ID, f.State, f.Attempt)
 	}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -143,10 +144,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 
 	cfg := Config{
-		DatabaseURL:         or(getenv("DATABASE_URL"), DefaultDatabaseURL),
-		Addr:                or(getenv("GUARDIAN_ADDR"), ":8080"),
+		DatabaseURL:         cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL),
+		Addr:                cmp.Or(getenv("GUARDIAN_ADDR"), ":8080"),
 		RedisURL:            getenv("REDIS_URL"),
-		RedisPrefix:         or(getenv("GUARDIAN_REDIS_PREFIX"), "idem:"),
+		RedisPrefix:         cmp.Or(getenv("GUARDIAN_REDIS_PREFIX"), "idem:"),
 		StripeSecrets:       list(getenv("GUARDIAN_STRIPE_SECRETS"), ","),
 		StandardSecrets:     list(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"),
 		StripeFulfilTypes:   list(getenv("GUARDIAN_STRIPE_FULFIL_TYPES"), ","),
@@ -166,13 +167,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		API:                 boolean("GUARDIAN_API", true),
 		AdminTokens:         list(getenv("GUARDIAN_ADMIN_TOKEN"), ","),
 		SessionTTL:          dur("GUARDIAN_SESSION_TTL", 8*time.Hour),
-		TokenStore:          or(getenv("GUARDIAN_TOKEN_STORE"), "postgres"),
+		TokenStore:          cmp.Or(getenv("GUARDIAN_TOKEN_STORE"), "postgres"),
 		Migrate:             boolean("GUARDIAN_MIGRATE", true),
 		Dev:                 boolean("GUARDIAN_DEV", false),
-		LogLevel:            or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
+		LogLevel:            cmp.Or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
 		Tracing:             getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
 		PprofAddr:           getenv("GUARDIAN_PPROF_ADDR"),
-		ServiceName:         or(getenv("OTEL_SERVICE_NAME"), "guardian"),
+		ServiceName:         cmp.Or(getenv("OTEL_SERVICE_NAME"), "guardian"),
 	}
 	cfg.LogFormat = getenv("GUARDIAN_LOG_FORMAT")
 	if cfg.LogFormat == "" {
@@ -235,13 +236,6 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("GUARDIAN_LOG_FORMAT: want json or text, got %q", c.LogFormat))
 	}
 	return errors.Join(errs...)
-}
-
-func or(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // list splits v on any of seps, trimming and dropping empty items.

@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -22,7 +23,7 @@ import (
 func runDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	base := fs.String("url", or(getenv("GUARDIAN_URL"), "http://127.0.0.1:8080"), "Guardian's base URL")
+	base := fs.String("url", cmp.Or(getenv("GUARDIAN_URL"), "http://127.0.0.1:8080"), "Guardian's base URL")
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
@@ -83,7 +84,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	_ = tw.Flush()
 
-	pool, err := db.Connect(ctx, or(getenv("DATABASE_URL"), DefaultDatabaseURL))
+	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL))
 	if err != nil {
 		fmt.Fprintf(stderr, "guardian demo: cannot read fulfilments: %v\n", err)
 		return ExitFailure

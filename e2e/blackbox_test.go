@@ -143,7 +143,7 @@ func TestRefusesToStartWithoutSecrets(t *testing.T) {
 		var exit *exec.ExitError
 		require.ErrorAs(t, err, &exit, tt.name)
 		require.Equal(t, 2, exit.ExitCode(), tt.name)
-		require.True(t, contains(string(out), tt.want), "%s: %s", tt.name, out)
+		require.Contains(t, string(out), tt.want, tt.name)
 		require.NotContains(t, string(out), stripeSecret)
 		require.NotContains(t, string(out), connectorSecret)
 	}

@@ -253,8 +253,6 @@ func stateCount(t *testing.T, d *dbtest.DB, state string) int {
 	return n
 }
 
-func contains(haystack, needle string) bool { return strings.Contains(haystack, needle) }
-
 // scrape reads /metrics into series -> value, keyed as Prometheus prints them
 // (name{label="v",...}).
 func (g *guardian) scrape(t *testing.T) map[string]float64 {

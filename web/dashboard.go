@@ -31,12 +31,12 @@ const resolvePurpose = "dashboard-resolve"
 
 var funcs = template.FuncMap{
 	"ago": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
-	"ts":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"ts": stamp,
 	"tsp": func(t *time.Time) string {
 		if t == nil {
 			return "-"
 		}
-		return t.UTC().Format("2006-01-02 15:04:05Z")
+		return stamp(*t)
 	},
 	"pretty": func(raw json.RawMessage) string {
 		var v any
@@ -56,6 +56,8 @@ var funcs = template.FuncMap{
 	"path":  url.PathEscape,
 	"deref": func(t *time.Time) time.Time { return *t },
 }
+
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
 func parseTemplates() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}

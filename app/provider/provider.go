@@ -66,15 +66,6 @@ func checkTimestamp(signed, now time.Time, tolerance time.Duration) error {
 	return nil
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
 func orDefault(list, def []string) []string {
 	if len(list) == 0 {
 		return def

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,7 +110,7 @@ func (s *Standard) Verify(header http.Header, body []byte, now time.Time) (Event
 		return Event{}, fmt.Errorf("%w: type is required", ErrMalformed)
 	}
 	ev := Event{Provider: s.Name(), ID: id, Type: env.Type, Payload: body}
-	if !contains(s.fulfilTypes, env.Type) {
+	if !slices.Contains(s.fulfilTypes, env.Type) {
 		return ev, nil
 	}
 	pid, _ := env.Data.PaymentID.(string)

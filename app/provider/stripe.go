@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -98,7 +99,7 @@ func (s *Stripe) Verify(header http.Header, body []byte, now time.Time) (Event, 
 		return Event{}, fmt.Errorf("%w: id and type are required", ErrMalformed)
 	}
 	ev := Event{Provider: s.Name(), ID: env.ID, Type: env.Type, Payload: body}
-	if !contains(s.fulfilTypes, env.Type) {
+	if !slices.Contains(s.fulfilTypes, env.Type) {
 		return ev, nil
 	}
 	ev.PaymentID = stripePaymentID(env.Data.Object)

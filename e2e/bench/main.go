@@ -30,6 +30,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,7 +89,7 @@ func main() {
 
 	conn := fakeConnector()
 	defer conn.Close()
-	log.Printf("machine: %d CPUs; concurrency %d; %d runs of %s each\n", nproc(), *concurrency, *runs, *duration)
+	log.Printf("machine: %d CPUs; concurrency %d; %d runs of %s each\n", runtime.NumCPU(), *concurrency, *runs, *duration)
 	if *only == "dispatch" {
 		var disp, bare []float64
 		for range *runs {
@@ -228,7 +229,7 @@ func duplicates(bin, url string) float64 {
 
 func pgbench(dbURL string) float64 {
 	script := filepath.Join(repoRoot(), "e2e", "bench", "intake.sql")
-	out, err := exec.Command("pgbench", "-n", "-c", strconv.Itoa(*concurrency), "-j", strconv.Itoa(nproc()), "-T", strconv.Itoa(int(duration.Seconds())), "-f", script, dbURL).CombinedOutput()
+	out, err := exec.Command("pgbench", "-n", "-c", strconv.Itoa(*concurrency), "-j", strconv.Itoa(runtime.NumCPU()), "-T", strconv.Itoa(int(duration.Seconds())), "-f", script, dbURL).CombinedOutput()
 	if err != nil {
 		log.Fatalf("pgbench: %v\n%s", err, out)
 	}
@@ -247,7 +248,7 @@ func pgbenchP99(dbURL string, rate float64) float64 {
 	check(err)
 	defer os.RemoveAll(dir)
 	script := filepath.Join(repoRoot(), "e2e", "bench", "intake.sql")
-	out, err := exec.Command("pgbench", "-n", "-c", strconv.Itoa(*concurrency), "-j", strconv.Itoa(nproc()), "-T", strconv.Itoa(int(duration.Seconds())),
+	out, err := exec.Command("pgbench", "-n", "-c", strconv.Itoa(*concurrency), "-j", strconv.Itoa(runtime.NumCPU()), "-T", strconv.Itoa(int(duration.Seconds())),
 		"-R", fmt.Sprint(int(rate)), "-f", script, "--log", "--log-prefix", filepath.Join(dir, "l"), dbURL).CombinedOutput()
 	if err != nil {
 		log.Fatalf("pgbench: %v\n%s", err, out)
@@ -479,15 +480,6 @@ func dropDB(ctx context.Context, dbURL string) {
 	}
 	defer conn.Close(ctx)
 	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+strings.TrimPrefix(u.Path, "/")+" WITH (FORCE)")
-}
-
-func nproc() int {
-	out, err := exec.Command("nproc").Output()
-	if err != nil {
-		return 1
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	return max(n, 1)
 }
 
 func repoRoot() string {
