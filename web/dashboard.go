@@ -31,7 +31,7 @@ const resolvePurpose = "dashboard-resolve"
 
 var funcs = template.FuncMap{
 	"ago": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
-	"ts": stamp,
+	"ts":  stamp,
 	"tsp": func(t *time.Time) string {
 		if t == nil {
 			return "-"
