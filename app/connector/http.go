@@ -126,26 +126,11 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 	if err != nil {
 		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "build request: " + err.Error()}}
 	}
-	msgID := r.FulfilmentID + "." + strconv.Itoa(r.Attempt)
-	// One reading of the clock for both the signature and its header: two
-	// readings straddling a second would sign one timestamp and send
-	// another, and the receiver would reject a good request (found by the
-	// chaos suite as a payment whose first fulfilment "failed").
-	signedAt := c.now()
-	sig, err := c.signer.Sign(msgID, signedAt, body)
-	if err != nil {
+	if err := c.sign(req, r.FulfilmentID+"."+strconv.Itoa(r.Attempt), r.FulfilmentID, body); err != nil {
 		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "sign request"}}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(standardwebhooks.HeaderWebhookID, msgID)
-	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(signedAt.Unix(), 10))
-	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
 	req.Header.Set("Guardian-Attempt", strconv.Itoa(r.Attempt))
-	// Set under a non-canonical map key on purpose: net/http treats a POST
-	// carrying "Idempotency-Key" as replayable and may resend it on a reused
-	// connection, which would break "at most once per attempt". Header names
-	// are case-insensitive on the wire, so the receiver sees the same header.
-	req.Header["idempotency-key"] = []string{r.FulfilmentID}
 
 	if ctx.Err() != nil {
 		// The deadline passed before a byte left (a dispatcher that stalled
@@ -174,6 +159,29 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 		evidence["error"] = classifyError(readErr)
 	}
 	return Result{Outcome: ClassifyStatus(resp.StatusCode), Evidence: evidence}
+}
+
+// sign sets the Standard Webhooks headers for body under msgID, and the
+// Idempotency-Key, on req.
+func (c *HTTP) sign(req *http.Request, msgID, key string, body []byte) error {
+	// One reading of the clock for both the signature and its header: two
+	// readings straddling a second would sign one timestamp and send
+	// another, and the receiver would reject a good request (found by the
+	// chaos suite as a payment whose first fulfilment "failed").
+	signedAt := c.now()
+	sig, err := c.signer.Sign(msgID, signedAt, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(standardwebhooks.HeaderWebhookID, msgID)
+	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(signedAt.Unix(), 10))
+	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	// Set under a non-canonical map key on purpose: net/http treats a POST
+	// carrying "Idempotency-Key" as replayable and may resend it on a reused
+	// connection, which would break "at most once per attempt". Header names
+	// are case-insensitive on the wire, so the receiver sees the same header.
+	req.Header["idempotency-key"] = []string{key}
+	return nil
 }
 
 // ClassifyStatus maps an HTTP answer to an outcome.
@@ -228,16 +236,9 @@ func (c *HTTP) Lookup(ctx context.Context, key string) (Answer, map[string]any, 
 	if err != nil {
 		return CannotTell, nil, errors.New("build lookup request")
 	}
-	msgID := key + ".lookup"
-	signedAt := c.now()
-	sig, err := c.signer.Sign(msgID, signedAt, nil)
-	if err != nil {
+	if err := c.sign(req, key+".lookup", key, nil); err != nil {
 		return CannotTell, nil, errors.New("sign lookup request")
 	}
-	req.Header.Set(standardwebhooks.HeaderWebhookID, msgID)
-	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(signedAt.Unix(), 10))
-	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
-	req.Header["idempotency-key"] = []string{key}
 	resp, err := c.client.Do(req)
 	if err != nil {
 		return CannotTell, map[string]any{"lookup_error": classifyError(err)}, nil
