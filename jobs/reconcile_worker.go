@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -48,23 +47,12 @@ func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration {
 
 // Work runs one round.
 func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs]) error {
-	l, err := w.locker.Acquire(ctx, "guardian_reconcile", reconcileLockTTL)
-	if errors.Is(err, lock.ErrHeld) {
-		w.logger.DebugContext(ctx, "reconcile: another round is running")
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := lock.ReleaseSoon(ctx, w.locker, l); err != nil {
-			w.logger.WarnContext(ctx, "reconcile: lock release", "error", err)
+	return exclusive(ctx, w.locker, w.logger, "guardian_reconcile", reconcileLockTTL, func(lock.Lease) error {
+		sum, err := w.reconciler.RunChecks(ctx, w.actor)
+		if sum.Checked > 0 {
+			w.logger.InfoContext(ctx, "reconcile: round done", "checked", sum.Checked, "fulfilled", sum.Fulfilled,
+				"redispatched", sum.Redispatched, "undecided", sum.Undecided)
 		}
-	}()
-	sum, err := w.reconciler.RunChecks(ctx, w.actor)
-	if sum.Checked > 0 {
-		w.logger.InfoContext(ctx, "reconcile: round done", "checked", sum.Checked, "fulfilled", sum.Fulfilled,
-			"redispatched", sum.Redispatched, "undecided", sum.Undecided)
-	}
-	return err
+		return err
+	})
 }

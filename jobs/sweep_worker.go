@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -57,41 +56,29 @@ func (w *SweepWorker) Timeout(*river.Job[SweepArgs]) time.Duration { return swee
 
 // Work sweeps once.
 func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error {
-	l, err := w.locker.Acquire(ctx, "guardian_sweep", sweepLockTTL)
-	if errors.Is(err, lock.ErrHeld) {
-		w.logger.DebugContext(ctx, "sweep: another sweep is running")
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := lock.ReleaseSoon(ctx, w.locker, l); err != nil {
-			w.logger.WarnContext(ctx, "sweep: lock release", "error", err)
-		}
-	}()
-
-	var moved []db.Fulfilment
-	err = w.store.InTx(ctx, func(tx pgx.Tx) error {
-		if err := db.CheckFence(ctx, tx, "guardian_sweep", l.Fence); err != nil {
+	return exclusive(ctx, w.locker, w.logger, "guardian_sweep", sweepLockTTL, func(l lock.Lease) error {
+		var moved []db.Fulfilment
+		err := w.store.InTx(ctx, func(tx pgx.Tx) error {
+			if err := db.CheckFence(ctx, tx, "guardian_sweep", l.Fence); err != nil {
+				return err
+			}
+			var err error
+			moved, err = db.SweepStale(ctx, tx, w.lease, w.actor)
+			return err
+		})
+		if err != nil {
 			return err
 		}
-		var err error
-		moved, err = db.SweepStale(ctx, tx, w.lease, w.actor)
-		return err
+		w.metrics.Transition(string(state.Dispatching), string(state.NeedsReconciliation), len(moved))
+		for _, f := range moved {
+			w.logger.WarnContext(ctx, "sweep: dispatch lease expired; parked for reconciliation",
+				"fulfilment_id", f.ID, "payment_id", f.PaymentID, "attempt", f.Attempt)
+		}
+		if n, err := db.PruneTokens(ctx, w.store.Pool(), time.Now().Add(-tokenGrace)); err != nil {
+			w.logger.WarnContext(ctx, "sweep: prune tokens", "error", err)
+		} else if n > 0 {
+			w.logger.InfoContext(ctx, "sweep: pruned expired tokens", "rows", n)
+		}
+		return nil
 	})
-	if err != nil {
-		return err
-	}
-	w.metrics.Transition(string(state.Dispatching), string(state.NeedsReconciliation), len(moved))
-	if n, err := db.PruneTokens(ctx, w.store.Pool(), time.Now().Add(-tokenGrace)); err != nil {
-		w.logger.WarnContext(ctx, "sweep: prune tokens", "error", err)
-	} else if n > 0 {
-		w.logger.InfoContext(ctx, "sweep: pruned expired tokens", "rows", n)
-	}
-	for _, f := range moved {
-		w.logger.WarnContext(ctx, "sweep: dispatch lease expired; parked for reconciliation",
-			"fulfilment_id", f.ID, "payment_id", f.PaymentID, "attempt", f.Attempt)
-	}
-	return nil
 }
