@@ -103,7 +103,7 @@ func TestInsertFulfilment(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
-		_, err := db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "pending", To: "dispatching", Actor: "t", Reason: "r"})
+		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "t", nil)
 		require.NoError(t, err)
 		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "failed", Attempt: 1, Actor: "t", Reason: "r"})
 		require.NoError(t, err)
@@ -129,7 +129,8 @@ func TestTransit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
-		f, err := db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "pending", To: "dispatching", Actor: "worker", Reason: "claim"})
+		in, err := db.ClaimForDispatch(b.ctx, b.tx, id, "worker", map[string]int{"river_attempt": 1})
+		f := in.Fulfilment
 		require.NoError(t, err)
 		require.Equal(t, 1, f.Attempt)
 		require.NotNil(t, f.DispatchedAt)
@@ -150,7 +151,7 @@ func TestTransit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
-		_, err := db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "pending", To: "dispatching", Actor: "w", Reason: "r"})
+		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil)
 		require.NoError(t, err)
 		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "fulfilled", Attempt: 2, Actor: "w", Reason: "r"})
 		require.ErrorIs(t, err, db.ErrConflict)
@@ -218,13 +219,52 @@ func TestDatabaseGuardMatchesStateMachine(t *testing.T) {
 	require.ErrorContains(t, err, "fulfilment_state_check")
 }
 
+func TestParking(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ResetsTheLookupSchedule", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
+		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil)
+		require.NoError(t, err)
+		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "needs_reconciliation", Attempt: 1, Actor: "w", Reason: "unknown"})
+		require.NoError(t, err)
+		require.NoError(t, db.RecordCheck(b.ctx, b.tx, id, 1, "r", "not_done", map[string]int{}, time.Hour))
+		f, err := db.GetFulfilment(b.ctx, b.tx, id)
+		require.NoError(t, err)
+		require.Equal(t, 1, f.Checks)
+		require.NotNil(t, f.NextCheckAt)
+
+		// Dispatched again and parked again: the new parking starts afresh.
+		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "needs_reconciliation", To: "pending", Attempt: 1, Actor: "r", Reason: "not done"})
+		require.NoError(t, err)
+		_, err = db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil)
+		require.NoError(t, err)
+		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "needs_reconciliation", Attempt: 2, Actor: "w", Reason: "unknown"})
+		require.NoError(t, err)
+		f, err = db.GetFulfilment(b.ctx, b.tx, id)
+		require.NoError(t, err)
+		require.Zero(t, f.Checks)
+		require.Nil(t, f.NextCheckAt)
+	})
+
+	t.Run("DispatchingOnlyThroughAClaim", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
+		_, err := db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "pending", To: "dispatching", Actor: "w", Reason: "r"})
+		require.ErrorContains(t, err, "dispatching must take attempt 1")
+	})
+}
+
 func TestSweepStale(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	old := newFulfilment(t, b.ctx, b.tx, "evt_old", "pi_old")
 	fresh := newFulfilment(t, b.ctx, b.tx, "evt_new", "pi_new")
 	for _, id := range []string{old, fresh} {
-		_, err := db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "pending", To: "dispatching", Actor: "w", Reason: "r"})
+		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil)
 		require.NoError(t, err)
 	}
 	_, err := b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`)

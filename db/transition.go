@@ -28,8 +28,7 @@ type TransitionParams struct {
 	From string
 	To   string
 	// Attempt, when not zero, must equal the row's attempt: the fencing
-	// number of the dispatcher that claimed it. Moving to dispatching takes
-	// the next attempt instead.
+	// number of the dispatcher that claimed it.
 	Attempt  int
 	Actor    string
 	Reason   string
@@ -40,7 +39,8 @@ type TransitionParams struct {
 // still in p.From (and at p.Attempt when given), and logs the move in the
 // same statement. It returns the row as moved, or ErrConflict when the row
 // was no longer where the caller expected it. The database rejects moves the
-// state machine does not allow.
+// state machine does not allow, and moves into dispatching, which take a new
+// attempt: those go through ClaimForDispatch.
 func Transit(ctx context.Context, q DBTX, p TransitionParams) (Fulfilment, error) {
 	evidence := []byte("{}")
 	if p.Evidence != nil {
@@ -51,14 +51,7 @@ func Transit(ctx context.Context, q DBTX, p TransitionParams) (Fulfilment, error
 	}
 	f, err := scanFulfilment(q.QueryRow(ctx, `
 		WITH moved AS (
-			UPDATE fulfilment SET
-				state = $3,
-				attempt = attempt + CASE WHEN $3 = 'dispatching' THEN 1 ELSE 0 END,
-				dispatched_at = CASE WHEN $3 = 'dispatching' THEN now() ELSE dispatched_at END,
-				-- A newly parked row gets its first lookup after the grace,
-				-- whatever the backoff of an earlier parking was.
-				checks = CASE WHEN $3 = 'needs_reconciliation' THEN 0 ELSE checks END,
-				next_check_at = CASE WHEN $3 = 'needs_reconciliation' THEN NULL ELSE next_check_at END
+			UPDATE fulfilment SET state = $3
 			WHERE id = $1 AND state = $2 AND ($4 = 0 OR attempt = $4)
 			RETURNING `+fulfilmentColumns+`
 		), logged AS (
@@ -105,7 +98,7 @@ func SweepStale(ctx context.Context, q DBTX, lease time.Duration, actor string) 
 			LIMIT 1000
 			FOR UPDATE SKIP LOCKED
 		), moved AS (
-			UPDATE fulfilment f SET state = 'needs_reconciliation', checks = 0, next_check_at = NULL
+			UPDATE fulfilment f SET state = 'needs_reconciliation'
 			FROM stale WHERE f.id = stale.id AND f.state = 'dispatching'
 			RETURNING f.id, f.event_pk, f.provider, f.payment_id, f.state, f.attempt, f.created_at, f.updated_at, f.dispatched_at, f.checks, f.next_check_at
 		), logged AS (

@@ -97,7 +97,7 @@ func (b *testBundle) transitions(t *testing.T, id string) []db.Transition {
 // attempt taken, dispatched at the given time, no outcome recorded.
 func (b *testBundle) forceDispatching(t *testing.T, id string, at time.Time) {
 	t.Helper()
-	_, err := db.Transit(b.ctx, b.db.Pool, db.TransitionParams{ID: id, From: "pending", To: "dispatching", Actor: "crashed dispatcher", Reason: "dispatch claimed"})
+	_, err := db.ClaimForDispatch(b.ctx, b.db.Pool, id, "crashed dispatcher", nil)
 	require.NoError(t, err)
 	tx, err := b.db.Pool.Begin(b.ctx)
 	require.NoError(t, err)

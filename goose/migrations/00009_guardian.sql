@@ -111,6 +111,12 @@ BEGIN
     ELSIF NEW.attempt <> OLD.attempt THEN
         RAISE EXCEPTION 'fulfilment %: attempt changes only when dispatching starts', OLD.id USING ERRCODE = 'check_violation';
     END IF;
+    -- A newly parked row gets its first lookup after the grace, whatever
+    -- the backoff of an earlier parking was.
+    IF NEW.state = 'needs_reconciliation' THEN
+        NEW.checks := 0;
+        NEW.next_check_at := NULL;
+    END IF;
     NEW.updated_at := now();
     RETURN NEW;
 END;
