@@ -48,6 +48,9 @@ type App struct {
 
 	stopTracing func(context.Context) error
 	pprof       *http.Server
+	// migrator answers /readyz's "migrations current?" without re-reading
+	// the embedded migrations on every probe.
+	migrator *goose.Migrator
 }
 
 // New builds an App from cfg, migrating the database first unless
@@ -76,8 +79,12 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*App, error) {
 
 func (a *App) build(ctx context.Context) error {
 	cfg := a.cfg
+	var err error
+	if a.migrator, err = goose.NewMigrator(a.pool); err != nil {
+		return err
+	}
 	if cfg.Migrate {
-		if err := Migrate(ctx, a.pool, a.logger); err != nil {
+		if err := migrateUp(ctx, a.migrator, a.logger); err != nil {
 			return err
 		}
 	}
@@ -183,12 +190,7 @@ func (a *App) ready(ctx context.Context) error {
 	if err := a.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	m, err := goose.NewMigrator(a.pool)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	current, err := m.Current(ctx)
+	current, err := a.migrator.Current(ctx)
 	if err != nil {
 		return err
 	}
@@ -268,6 +270,10 @@ func (a *App) Stop(ctx context.Context) error {
 }
 
 func (a *App) close() {
+	if a.migrator != nil {
+		_ = a.migrator.Close()
+		a.migrator = nil
+	}
 	if a.redis != nil {
 		_ = a.redis.Close()
 		a.redis = nil
@@ -289,6 +295,10 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 		return err
 	}
 	defer m.Close()
+	return migrateUp(ctx, m, logger)
+}
+
+func migrateUp(ctx context.Context, m *goose.Migrator, logger *slog.Logger) error {
 	start := time.Now()
 	res, err := m.Up(ctx)
 	for _, r := range res {
