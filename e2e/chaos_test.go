@@ -258,6 +258,44 @@ func (h *chaosHarness) fivexxWindows(margin time.Duration) (windows, unexplained
 	return windows, unexplained
 }
 
+// injector runs one kind of fault again and again while the provider delivers.
+type injector struct {
+	stopping chan struct{}
+	done     chan struct{}
+	bounded  bool
+}
+
+// inject starts running fault(i) after each pause(), recording each as a
+// fault with its span: n times, or until finish when n is 0.
+func (h *chaosHarness) inject(n int, pause func() time.Duration, fault func(i int)) *injector {
+	in := &injector{stopping: make(chan struct{}), done: make(chan struct{}), bounded: n > 0}
+	go func() {
+		defer close(in.done)
+		for i := 0; n == 0 || i < n; i++ {
+			select {
+			case <-in.stopping:
+				return
+			case <-time.After(pause()):
+			}
+			start := time.Now()
+			fault(i)
+			h.fault(start)
+		}
+	}()
+	return in
+}
+
+// finish waits for a bounded injector's last fault, or stops an unbounded
+// one after the fault in progress.
+func (in *injector) finish() {
+	if !in.bounded {
+		close(in.stopping)
+	}
+	<-in.done
+}
+
+func every(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
+
 // report is one scenario's line.
 type report struct {
 	deliveries, faults, doubles, lost, unsettled, parked, fivexx int
@@ -360,44 +398,32 @@ func TestChaosRedisFaults(t *testing.T) {
 	rs := redistest.StartServer(t)
 	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal", redis: rs, redisThrough: true})
 	payments := pick(150, 1000)
-	done := make(chan struct{})
-	go func() {
-		c := rs.Client(t)
-		defer c.Close()
-		ctx := context.Background()
-		for i := 0; ; i++ {
-			select {
-			case <-done:
-				return
-			case <-time.After(250 * time.Millisecond):
-			}
-			start := time.Now()
-			switch i % 8 {
-			case 1:
-				h.redisProxy.SetLatency(300 * time.Millisecond) // slower than the filter's 100 ms budget
-				time.Sleep(500 * time.Millisecond)
-				h.redisProxy.SetLatency(0)
-			case 2:
-				h.redisProxy.Cut() // connections reset
-			case 3:
-				_ = c.Do(ctx, "DEBUG", "SLEEP", "0.5").Err() // Redis hangs
-			case 6:
-				rs.RestartFromSnapshot(t) // Redis down and back, empty
-				c.Close()
-				c = rs.Client(t)
-			default:
-				_ = c.FlushAll(ctx).Err()
-			}
-			h.fault(start)
+	c := rs.Client(t)
+	defer func() { c.Close() }()
+	ctx := context.Background()
+	in := h.inject(0, every(250*time.Millisecond), func(i int) {
+		switch i % 8 {
+		case 1:
+			h.redisProxy.SetLatency(300 * time.Millisecond) // slower than the filter's 100 ms budget
+			time.Sleep(500 * time.Millisecond)
+			h.redisProxy.SetLatency(0)
+		case 2:
+			h.redisProxy.Cut() // connections reset
+		case 3:
+			_ = c.Do(ctx, "DEBUG", "SLEEP", "0.5").Err() // Redis hangs
+		case 6:
+			rs.RestartFromSnapshot(t) // Redis down and back, empty
+			c.Close()
+			c = rs.Client(t)
+		default:
+			_ = c.FlushAll(ctx).Err()
 		}
-	}()
+	})
 	h.deliver(payments, 3, 16, 60*time.Second)
-	close(done)
+	in.finish()
 	// Late duplicates, after the filter forgot (as after its TTL): every
 	// event again, once. Postgres must answer them as duplicates.
-	c := rs.Client(t)
-	require.NoError(t, c.FlushAll(context.Background()).Err())
-	c.Close()
+	require.NoError(t, c.FlushAll(ctx).Err())
 	var events int
 	require.NoError(t, h.d.Pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_event`).Scan(&events))
 	h.deliver(payments, 1, 16, 60*time.Second)
@@ -415,24 +441,12 @@ func TestChaosKillLoop(t *testing.T) {
 	parallel(t)
 	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal"})
 	payments, cycles := pick(120, 600), pick(6, 200)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for range cycles {
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Duration(100+rand.IntN(400)) * time.Millisecond):
-			}
-			start := time.Now()
-			h.proc(0).kill(t)
-			h.restart(0)
-			h.fault(start)
-		}
+	in := h.inject(cycles, func() time.Duration { return time.Duration(100+rand.IntN(400)) * time.Millisecond }, func(int) {
+		h.proc(0).kill(t)
+		h.restart(0)
 	})
 	h.deliver(payments, 3, 16, 120*time.Second)
-	wg.Wait()
-	close(done)
+	in.finish()
 	r := h.check(payments)
 	require.Zero(t, r.fivexx, "only connection errors while killed, never a 5xx")
 	logReport(t, "kill-9-loop", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent", payments), r,
@@ -451,37 +465,27 @@ func TestChaosPostgresFaults(t *testing.T) {
 	t.Cleanup(proxy.Close)
 	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal", dbThrough: proxy})
 	payments := pick(120, 800)
-	done := make(chan struct{})
 	var outages []time.Duration
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		ctx := context.Background()
-		for i := 0; ; i++ {
-			select {
-			case <-done:
-				return
-			case <-time.After(300 * time.Millisecond):
-			}
+	ctx := context.Background()
+	in := h.inject(0, every(300*time.Millisecond), func(i int) {
+		switch {
+		case i%10 == 2:
 			start := time.Now()
-			if i%10 == 2 {
-				proxy.Down() // Postgres unreachable
-				time.Sleep(1500 * time.Millisecond)
-				require.NoError(t, proxy.Up())
-				outages = append(outages, time.Since(start))
-			} else if i%3 == 0 {
-				proxy.CutAfter([]byte("commit"), 3) // the next COMMITs reach Postgres, their answers do not
-			} else if i%2 == 0 {
-				proxy.Cut() // reset every Guardian connection wherever it is
-			} else {
-				_, _ = h.d.Pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-					WHERE datname = $1 AND pid <> pg_backend_pid()`, h.d.Name)
-			}
-			h.fault(start)
+			proxy.Down() // Postgres unreachable
+			time.Sleep(1500 * time.Millisecond)
+			require.NoError(t, proxy.Up())
+			outages = append(outages, time.Since(start))
+		case i%3 == 0:
+			proxy.CutAfter([]byte("commit"), 3) // the next COMMITs reach Postgres, their answers do not
+		case i%2 == 0:
+			proxy.Cut() // reset every Guardian connection wherever it is
+		default:
+			_, _ = h.d.Pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE datname = $1 AND pid <> pg_backend_pid()`, h.d.Name)
 		}
 	})
 	h.deliver(payments, 3, 16, 120*time.Second)
-	close(done)
-	wg.Wait()
+	in.finish()
 	r := h.check(payments)
 	windows, unexplained := h.fivexxWindows(3 * time.Second)
 	require.Zero(t, unexplained, "5xx answers outside every Postgres fault plus 3 s")
@@ -496,22 +500,9 @@ func TestChaosAmbiguousConnectorTwoProcesses(t *testing.T) {
 	parallel(t)
 	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "ambiguous", connectorThrough: true})
 	payments := pick(150, 1000)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(200 * time.Millisecond):
-			}
-			h.connProxy.Cut() // connector connections reset mid-call
-			h.fault(time.Now())
-		}
-	})
+	in := h.inject(0, every(200*time.Millisecond), func(int) { h.connProxy.Cut() }) // connector connections reset mid-call
 	h.deliver(payments, 3, 16, 60*time.Second)
-	close(done)
-	wg.Wait()
+	in.finish()
 	r := h.check(payments)
 	for _, e := range h.conn.entries(t) {
 		if e.Answer != "200" {
@@ -527,29 +518,18 @@ func TestChaosAmbiguousConnectorTwoProcesses(t *testing.T) {
 // dispatch lease, lets the other process take over, and resumes it.
 func TestChaosZombieDispatcher(t *testing.T) {
 	if !chaosFull() {
-		t.Log("runs in `just chaos` only: it waits out a 16 s dispatch lease")
-		return
+		t.Skip("runs in `just chaos` only (CHAOS_FULL=1): it waits out a 16 s dispatch lease")
 	}
 	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "normal"})
 	payments := 200
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		select {
-		case <-done:
-			return
-		case <-time.After(time.Second):
-		}
+	in := h.inject(1, every(time.Second), func(int) {
 		p := h.proc(0)
-		start := time.Now()
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
 		time.Sleep(20 * time.Second) // past the lease: the sweep parks its rows
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
-		h.fault(start)
 	})
 	h.deliver(payments, 3, 16, 120*time.Second)
-	wg.Wait()
-	close(done)
+	in.finish()
 	r := h.check(payments)
 	logReport(t, "zombie-sigstop-past-lease", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent, 2 processes", payments), r, "")
 }
@@ -560,24 +540,12 @@ func TestChaosRollingRestart(t *testing.T) {
 	parallel(t)
 	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "normal"})
 	payments, restarts := pick(120, 600), pick(4, 40)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := range restarts {
-			select {
-			case <-done:
-				return
-			case <-time.After(300 * time.Millisecond):
-			}
-			start := time.Now()
-			h.proc(i % 2).stop(t) // graceful: drain, then exit 0
-			h.restart(i % 2)
-			h.fault(start)
-		}
+	in := h.inject(restarts, every(300*time.Millisecond), func(i int) {
+		h.proc(i % 2).stop(t) // graceful: drain, then exit 0
+		h.restart(i % 2)
 	})
 	h.deliver(payments, 3, 16, 120*time.Second)
-	wg.Wait()
-	close(done)
+	in.finish()
 	r := h.check(payments)
 	require.Zero(t, r.fivexx, "a rolling restart answered 5xx")
 	logReport(t, "rolling-restart-x2", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent, 2 processes", payments), r,
