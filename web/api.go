@@ -178,6 +178,10 @@ func (e *conflictError) Error() string {
 	return "fulfilment is " + e.state + ", not needs_reconciliation: someone resolved it first"
 }
 
+func (e *conflictError) answer() (int, any) {
+	return http.StatusConflict, ResolveConflict{Error: e.Error(), State: e.state}
+}
+
 // EventDetail is the answer to GET /api/v1/events/{provider}/{event_id}.
 type EventDetail struct {
 	Event       db.Event        `json:"event"`

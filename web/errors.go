@@ -25,29 +25,32 @@ func (e *HTTPError) Error() string {
 
 func (e *HTTPError) Unwrap() error { return e.Err }
 
+// answerer is an error that knows the answer a client gets for it.
+type answerer interface {
+	error
+	answer() (code int, body any)
+}
+
+func (e *HTTPError) answer() (int, any) { return e.Code, map[string]string{"error": e.Msg} }
+
 func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
 		}
-		code, msg := http.StatusInternalServerError, "internal error"
-		var he *HTTPError
+		code, body := http.StatusInternalServerError, any(map[string]string{"error": "internal error"})
+		var ae answerer
 		var ee *echo.HTTPError
-		var ce *conflictError
-		if errors.As(err, &ce) {
-			_ = c.JSON(http.StatusConflict, ResolveConflict{Error: ce.Error(), State: ce.state})
-			return
-		}
 		switch {
-		case errors.As(err, &he):
-			code, msg = he.Code, he.Msg
+		case errors.As(err, &ae):
+			code, body = ae.answer()
 		case errors.As(err, &ee):
 			code = ee.Code
-			if m, ok := ee.Message.(string); ok {
-				msg = m
-			} else {
+			msg, ok := ee.Message.(string)
+			if !ok {
 				msg = http.StatusText(code)
 			}
+			body = map[string]string{"error": msg}
 		}
 		level := slog.LevelDebug
 		if code >= 500 {
@@ -59,6 +62,6 @@ func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			_ = c.NoContent(code)
 			return
 		}
-		_ = c.JSON(code, map[string]string{"error": msg})
+		_ = c.JSON(code, body)
 	}
 }
