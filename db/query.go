@@ -202,11 +202,12 @@ func RecordCheck(ctx context.Context, q DBTX, id string, attempt int, actor, ans
 	return wrap("record check", err)
 }
 
-// Checks returns a fulfilment's lookups, oldest first.
-func Checks(ctx context.Context, q DBTX, id string) ([]Check, error) {
+// Checks returns the lookups of one or more fulfilments in one query,
+// oldest first.
+func Checks(ctx context.Context, q DBTX, fulfilmentIDs ...string) ([]Check, error) {
 	rows, err := q.Query(ctx, `
 		SELECT id, fulfilment_id, attempt, actor, answer, evidence, created_at
-		FROM fulfilment_check WHERE fulfilment_id = $1 ORDER BY id`, id)
+		FROM fulfilment_check WHERE fulfilment_id = ANY($1::uuid[]) ORDER BY id`, fulfilmentIDs)
 	if err != nil {
 		return nil, wrap("list checks", err)
 	}

@@ -67,11 +67,12 @@ func Transit(ctx context.Context, q DBTX, p TransitionParams) (Fulfilment, error
 	return f, wrap("transit "+p.From+" -> "+p.To, err)
 }
 
-// Transitions returns a fulfilment's log, oldest first.
-func Transitions(ctx context.Context, q DBTX, fulfilmentID string) ([]Transition, error) {
+// Transitions returns the logs of one or more fulfilments in one query,
+// oldest first.
+func Transitions(ctx context.Context, q DBTX, fulfilmentIDs ...string) ([]Transition, error) {
 	rows, err := q.Query(ctx, `
 		SELECT id, fulfilment_id, coalesce(from_state, ''), to_state, attempt, actor, reason, evidence, created_at
-		FROM fulfilment_transition WHERE fulfilment_id = $1 ORDER BY id`, fulfilmentID)
+		FROM fulfilment_transition WHERE fulfilment_id = ANY($1::uuid[]) ORDER BY id`, fulfilmentIDs)
 	if err != nil {
 		return nil, wrap("list transitions", err)
 	}

@@ -256,17 +256,30 @@ func (s *Server) handleQueue(c echo.Context) error {
 		Transitions []db.Transition
 		Checks      []db.Check
 	}
-	var rows []row
-	for _, f := range fs {
-		ts, err := db.Transitions(c.Request().Context(), s.cfg.Store.Pool(), f.ID)
-		if err != nil {
-			return storageError(err)
-		}
-		cs, err := db.Checks(c.Request().Context(), s.cfg.Store.Pool(), f.ID)
-		if err != nil {
-			return storageError(err)
-		}
-		rows = append(rows, row{F: f, Transitions: ts, Checks: cs})
+	ids := make([]string, len(fs))
+	for i, f := range fs {
+		ids[i] = f.ID
+	}
+	// Two queries for the whole page, not two per row.
+	ts, err := db.Transitions(c.Request().Context(), s.cfg.Store.Pool(), ids...)
+	if err != nil {
+		return storageError(err)
+	}
+	cs, err := db.Checks(c.Request().Context(), s.cfg.Store.Pool(), ids...)
+	if err != nil {
+		return storageError(err)
+	}
+	rows := make([]row, len(fs))
+	at := map[string]*row{}
+	for i, f := range fs {
+		rows[i].F = f
+		at[f.ID] = &rows[i]
+	}
+	for _, t := range ts {
+		at[t.FulfilmentID].Transitions = append(at[t.FulfilmentID].Transitions, t)
+	}
+	for _, c := range cs {
+		at[c.FulfilmentID].Checks = append(at[c.FulfilmentID].Checks, c)
 	}
 	return s.render(c, http.StatusOK, "queue", page{Title: "Reconciliation queue", Data: map[string]any{"Rows": rows, "Next": next}})
 }

@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -219,4 +220,23 @@ func TestDashboardSessionExpires(t *testing.T) {
 	code, _, h := op.get("/")
 	require.Equal(t, http.StatusSeeOther, code, "an expired session signs the operator out")
 	require.Equal(t, "/login", h.Get("Location"))
+}
+
+func TestDashboardQueueGroupsEvidencePerRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{answer: unknownFirst()})
+	b.parked(t, "evt_1", "pi_1")
+	b.parked(t, "evt_2", "pi_2")
+	op := newBrowser(t, b)
+	op.signIn("ana", adminToken)
+	code, body, _ := op.get("/queue")
+	require.Equal(t, http.StatusOK, code)
+	articles := strings.Split(body, `<article class="card parked">`)[1:]
+	require.Len(t, articles, 2)
+	for i, a := range articles {
+		require.Contains(t, a, fmt.Sprintf("pi_%d", i+1), "oldest first")
+		require.NotContains(t, a, fmt.Sprintf("pi_%d", 2-i))
+		require.Equal(t, 1, strings.Count(a, "dispatching → needs_reconciliation"), "each row shows its own timeline")
+		require.Equal(t, 3, strings.Count(a, "<tr><td>"), "pending, dispatching, parked")
+	}
 }
