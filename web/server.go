@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/guardian-pay/guardian/app/intake"
+	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/reconcile"
 	"github.com/guardian-pay/guardian/app/tokens"
@@ -40,8 +41,8 @@ type Config struct {
 	IntakeTimeout time.Duration
 	// Now is the clock for signature timestamps. Defaults to time.Now.
 	Now func() time.Time
-	// Metrics, if set, counts deliveries.
-	Metrics Metrics
+	// Metrics counts deliveries; nil counts nothing.
+	Metrics *metrics.Metrics
 
 	// AdminTokens admit operators to /api/v1 and /riverui/. Several may be
 	// valid at once, for rotation. Empty disables both.
@@ -64,16 +65,6 @@ type Config struct {
 	Tracer trace.Tracer
 }
 
-// Metrics receives what the server observes. The zero value of a Server
-// uses a no-op.
-type Metrics interface {
-	Delivery(provider, outcome string, seconds float64)
-}
-
-type noMetrics struct{}
-
-func (noMetrics) Delivery(string, string, float64) {}
-
 // Server serves Guardian's HTTP endpoints.
 type Server struct {
 	cfg    Config
@@ -85,7 +76,7 @@ type Server struct {
 	activity    activity
 	providers   map[string]provider.Provider
 	now         func() time.Time
-	metrics     Metrics
+	metrics     *metrics.Metrics
 
 	mu       sync.Mutex
 	http     *http.Server
@@ -107,9 +98,6 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, providers: map[string]provider.Provider{}, now: cfg.Now, metrics: cfg.Metrics}
 	if s.now == nil {
 		s.now = time.Now
-	}
-	if s.metrics == nil {
-		s.metrics = noMetrics{}
 	}
 	if s.cfg.Tracer == nil {
 		s.cfg.Tracer = noop.NewTracerProvider().Tracer("guardian")
