@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -301,6 +302,8 @@ func FuzzDecodeStrict(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var v any
-		_ = decodeStrict(data, &v)
+		if decodeStrict(data, &v) == nil && !json.Valid(data) {
+			t.Fatalf("accepted invalid JSON %q", data)
+		}
 	})
 }
