@@ -38,11 +38,6 @@ func New(pool *pgxpool.Pool) *Store {
 // Pool returns the pool the store runs on.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Ping reports whether Postgres answers.
-func (s *Store) Ping(ctx context.Context) error {
-	return translate(s.pool.Ping(ctx))
-}
-
 // InTx runs fn in one transaction and commits if fn returns nil. Any error
 // rolls the transaction back; nothing fn wrote is visible unless the commit
 // succeeded.
@@ -59,21 +54,6 @@ func translate(err error) error {
 		return ErrNotFound
 	}
 	return err
-}
-
-// Unavailable reports whether err means Postgres could not be reached or
-// answered nothing usable, as opposed to a rejected statement.
-func Unavailable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		// Class 08 is connection exceptions, 57P0x is shutdown and
-		// admin-terminated sessions, 53 is insufficient resources.
-		return pgErr.Code[:2] == "08" || pgErr.Code[:2] == "53" || pgErr.Code[:3] == "57P"
-	}
-	return !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict)
 }
 
 func wrap(op string, err error) error {

@@ -11,15 +11,15 @@ import (
 
 // Event is one stored webhook event.
 type Event struct {
-	ID          int64           `json:"id"`
-	Provider    string          `json:"provider"`
-	EventID     string          `json:"event_id"`
-	Type        string          `json:"event_type"`
-	PaymentID   string          `json:"payment_id,omitempty"`
-	Payload     json.RawMessage `json:"payload"`
-	Deliveries  int             `json:"deliveries"`
-	FirstSeenAt time.Time       `json:"first_seen_at"`
-	LastSeenAt  time.Time       `json:"last_seen_at"`
+	ID          int64
+	Provider    string
+	EventID     string
+	Type        string
+	PaymentID   string
+	Payload     json.RawMessage
+	Deliveries  int
+	FirstSeenAt time.Time
+	LastSeenAt  time.Time
 }
 
 // EventParams is a verified event about to be stored.
@@ -71,11 +71,4 @@ func scanEvent(row pgx.Row) (Event, error) {
 func GetEvent(ctx context.Context, q DBTX, provider, eventID string) (Event, error) {
 	e, err := scanEvent(q.QueryRow(ctx, `SELECT `+eventColumns+` FROM webhook_event WHERE provider = $1 AND event_id = $2`, provider, eventID))
 	return e, wrap("get event", err)
-}
-
-// CountEvents returns how many events are stored.
-func CountEvents(ctx context.Context, q DBTX) (int, error) {
-	var n int
-	err := q.QueryRow(ctx, `SELECT count(*) FROM webhook_event`).Scan(&n)
-	return n, wrap("count events", err)
 }

@@ -7,23 +7,25 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/guardian-pay/guardian/app/state"
 )
 
 // Fulfilment is one payment's external action and where it stands.
 type Fulfilment struct {
-	ID           string     `json:"id"`
-	EventPK      int64      `json:"event_pk"`
-	Provider     string     `json:"provider"`
-	PaymentID    string     `json:"payment_id"`
-	State        string     `json:"state"`
-	Attempt      int        `json:"attempt"`
-	CreatedAt    time.Time  `json:"created_at"`
-	UpdatedAt    time.Time  `json:"updated_at"`
-	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
+	ID           string
+	EventPK      int64
+	Provider     string
+	PaymentID    string
+	State        state.State
+	Attempt      int
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	DispatchedAt *time.Time
 	// Checks counts the reconciler's lookups since the row was last parked;
 	// NextCheckAt is when the next is due (nil: once the grace has passed).
-	Checks      int        `json:"checks"`
-	NextCheckAt *time.Time `json:"next_check_at,omitempty"`
+	Checks      int
+	NextCheckAt *time.Time
 }
 
 const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at`
@@ -78,13 +80,13 @@ func FulfilmentsByPayment(ctx context.Context, q DBTX, provider, paymentID strin
 }
 
 // CountByState returns how many fulfilments are in each state.
-func CountByState(ctx context.Context, q DBTX) (map[string]int, error) {
+func CountByState(ctx context.Context, q DBTX) (map[state.State]int, error) {
 	rows, err := q.Query(ctx, `SELECT state, count(*) FROM fulfilment GROUP BY state`)
 	if err != nil {
 		return nil, wrap("count by state", err)
 	}
-	counts := map[string]int{}
-	var st string
+	counts := map[state.State]int{}
+	var st state.State
 	var n int
 	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error { counts[st] = n; return nil })
 	return counts, wrap("count by state", err)

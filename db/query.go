@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/guardian-pay/guardian/app/state"
 )
 
 // ListParams filters and pages a fulfilment listing. Zero fields do not filter.
 type ListParams struct {
-	State     string
+	State     state.State
 	Provider  string
 	PaymentID string
 	EventID   string
@@ -137,10 +139,10 @@ func ValidUUID(s string) bool {
 
 // Stats is the shape of the fulfilment table at one moment.
 type Stats struct {
-	ByState map[string]int `json:"by_state"`
+	ByState map[state.State]int
 	// OldestNeedsReconciliation is when the longest-waiting parked
 	// fulfilment was parked; nil when none waits.
-	OldestNeedsReconciliation *time.Time `json:"oldest_needs_reconciliation,omitempty"`
+	OldestNeedsReconciliation *time.Time
 }
 
 // GetStats counts fulfilments per state and finds the oldest parked one.
@@ -156,13 +158,13 @@ func GetStats(ctx context.Context, q DBTX) (Stats, error) {
 
 // Check is one reconciliation lookup's answer.
 type Check struct {
-	ID           int64           `json:"id"`
-	FulfilmentID string          `json:"fulfilment_id"`
-	Attempt      int             `json:"attempt"`
-	Actor        string          `json:"actor"`
-	Answer       string          `json:"answer"`
-	Evidence     json.RawMessage `json:"evidence"`
-	CreatedAt    time.Time       `json:"created_at"`
+	ID           int64
+	FulfilmentID string
+	Attempt      int
+	Actor        string
+	Answer       string
+	Evidence     json.RawMessage
+	CreatedAt    time.Time
 }
 
 // DueForCheck returns parked fulfilments whose next lookup is due: parked

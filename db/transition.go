@@ -7,26 +7,28 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/guardian-pay/guardian/app/state"
 )
 
 // Transition is one row of the append-only fulfilment_transition log.
 type Transition struct {
-	ID           int64           `json:"id"`
-	FulfilmentID string          `json:"fulfilment_id"`
-	From         string          `json:"from_state,omitempty"`
-	To           string          `json:"to_state"`
-	Attempt      int             `json:"attempt"`
-	Actor        string          `json:"actor"`
-	Reason       string          `json:"reason"`
-	Evidence     json.RawMessage `json:"evidence"`
-	CreatedAt    time.Time       `json:"created_at"`
+	ID           int64
+	FulfilmentID string
+	From         state.State
+	To           state.State
+	Attempt      int
+	Actor        string
+	Reason       string
+	Evidence     json.RawMessage
+	CreatedAt    time.Time
 }
 
 // TransitionParams names one conditional move.
 type TransitionParams struct {
 	ID   string
-	From string
-	To   string
+	From state.State
+	To   state.State
 	// Attempt, when not zero, must equal the row's attempt: the fencing
 	// number of the dispatcher that claimed it.
 	Attempt  int
@@ -64,7 +66,7 @@ func Transit(ctx context.Context, q DBTX, p TransitionParams) (Fulfilment, error
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Fulfilment{}, ErrConflict
 	}
-	return f, wrap("transit "+p.From+" -> "+p.To, err)
+	return f, wrap("transit "+string(p.From)+" -> "+string(p.To), err)
 }
 
 // Transitions returns the logs of one or more fulfilments in one query,
@@ -89,12 +91,14 @@ func Transitions(ctx context.Context, q DBTX, fulfilmentIDs ...string) ([]Transi
 // SweepStale moves every fulfilment that has been dispatching for longer
 // than lease to needs_reconciliation, logging each move, and returns the
 // rows it moved. Rows are locked with SKIP LOCKED so a dispatcher finishing
-// at the same moment wins or loses cleanly, never both.
-func SweepStale(ctx context.Context, q DBTX, lease time.Duration, actor string) ([]Fulfilment, error) {
+// at the same moment wins or loses cleanly, never both. The lease is
+// measured against the database's clock, the one that stamped
+// dispatched_at, unless asOf is given (tests pin the clock with it).
+func SweepStale(ctx context.Context, q DBTX, lease time.Duration, actor string, asOf *time.Time) ([]Fulfilment, error) {
 	rows, err := q.Query(ctx, `
 		WITH stale AS (
 			SELECT id FROM fulfilment
-			WHERE state = 'dispatching' AND dispatched_at < now() - make_interval(secs => $1)
+			WHERE state = 'dispatching' AND dispatched_at < coalesce($3::timestamptz, now()) - make_interval(secs => $1)
 			ORDER BY dispatched_at
 			LIMIT 1000
 			FOR UPDATE SKIP LOCKED
@@ -110,7 +114,7 @@ func SweepStale(ctx context.Context, q DBTX, lease time.Duration, actor string) 
 			FROM moved
 		)
 		SELECT `+fulfilmentColumns+` FROM moved`,
-		lease.Seconds(), actor)
+		lease.Seconds(), actor, asOf)
 	if err != nil {
 		return nil, wrap("sweep stale dispatching", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/web"
 )
@@ -62,7 +63,7 @@ func TestOperatorCLI(t *testing.T) {
 	require.Zero(t, code, out)
 	var detail web.FulfilmentDetail
 	require.NoError(t, json.Unmarshal([]byte(out), &detail))
-	require.Equal(t, "needs_reconciliation", detail.Fulfilment.State)
+	require.Equal(t, state.State("needs_reconciliation"), detail.Fulfilment.State)
 	require.Contains(t, string(detail.Transitions[len(detail.Transitions)-1].Evidence), `"status":500`)
 
 	out, code = cli(t, g, adminToken, "fulfilments", "show", id)
@@ -85,7 +86,7 @@ func TestOperatorCLI(t *testing.T) {
 	require.Zero(t, code, out)
 	var ev web.EventDetail
 	require.NoError(t, json.Unmarshal([]byte(out), &ev))
-	require.Equal(t, "fulfilled", ev.Fulfilments[0].State)
+	require.Equal(t, state.State("fulfilled"), ev.Fulfilments[0].State)
 
 	out, code = cli(t, g, adminToken, "events", "replay", "stripe", "evt_cli", "--operator", "ana", "--json")
 	require.Zero(t, code, out)

@@ -15,11 +15,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
-	"github.com/guardian-pay/guardian/app/metrics"
-	"github.com/guardian-pay/guardian/app/reconcile"
-	"github.com/guardian-pay/guardian/db"
 )
 
 // Queue names. Maintenance work has its own queue so a backlog of
@@ -29,22 +26,72 @@ const (
 	QueueMaintenance = "maintenance"
 )
 
-// Config configures Guardian's River client.
+// Defaults for the River side of Guardian.
+const (
+	// DefaultDispatchWorkers is how many dispatches run at once in a process.
+	DefaultDispatchWorkers = 50
+	// DefaultSweepInterval is how often the leader sweeps.
+	DefaultSweepInterval = 30 * time.Second
+	// DefaultReconcileInterval is how often the leader runs the reconciler.
+	DefaultReconcileInterval = time.Minute
+)
+
+// FetchCooldown is the pause between River fetches while jobs are waiting.
+// River's default (100 ms) with 50 workers caps a process at 500 jobs/s;
+// 20 ms lifts that cap above what Postgres commits on a small machine, and
+// costs nothing when the queue is empty (River then waits for a notification).
+const FetchCooldown = 20 * time.Millisecond
+
+// Enqueuer inserts dispatch jobs through an insert-only River client: it
+// works no jobs and elects no leader. It implements fulfilment.Enqueuer, so
+// the domain can be built before the workers that call it.
+type Enqueuer struct {
+	river *river.Client[pgx.Tx]
+}
+
+// NewEnqueuer returns an Enqueuer over pool.
+func NewEnqueuer(pool *pgxpool.Pool, logger *slog.Logger) (*Enqueuer, error) {
+	if pool == nil || logger == nil {
+		return nil, errors.New("jobs: pool and logger are required")
+	}
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:        logger.With("component", "river"),
+		FetchCooldown: FetchCooldown,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river insert client: %w", err)
+	}
+	return &Enqueuer{river: rc}, nil
+}
+
+// EnqueueDispatchTx inserts a fulfilment's dispatch job in tx.
+func (e *Enqueuer) EnqueueDispatchTx(ctx context.Context, tx pgx.Tx, fulfilmentID string) error {
+	_, err := e.river.InsertTx(ctx, tx, DispatchArgs{FulfilmentID: fulfilmentID}, nil)
+	return err
+}
+
+// River returns the insert-only River client, for River UI in a process
+// that works no jobs.
+func (e *Enqueuer) River() *river.Client[pgx.Tx] { return e.river }
+
+// Config configures Guardian's working River client.
 type Config struct {
-	Pool      *pgxpool.Pool
-	Connector connector.Connector
-	Logger    *slog.Logger
-	// ConnectorTimeout bounds one connector call. Defaults to 30 seconds.
-	ConnectorTimeout time.Duration
-	// DispatchLease is how long a fulfilment may stay dispatching before the
-	// sweep parks it; River's stuck-job rescue uses the same span. It must
-	// exceed ConnectorTimeout plus the time to record the outcome. Defaults
-	// to 5 minutes.
+	Pool   *pgxpool.Pool
+	Logger *slog.Logger
+	// Service is the domain every worker calls. Required.
+	Service *fulfilment.Service
+	// Locker keeps periodic work from overlapping itself. Required.
+	Locker lock.Locker
+	// Tokens, when set, has expired single-use tokens pruned by the sweep.
+	Tokens TokenPruner
+	// DispatchLease is River's stuck-job rescue span; the wiring passes the
+	// domain's dispatch lease. Defaults to fulfilment.DefaultDispatchLease.
 	DispatchLease time.Duration
-	// SweepInterval is how often the leader sweeps. Defaults to 30 seconds.
+	// SweepInterval is how often the leader sweeps. Defaults to
+	// DefaultSweepInterval; at least 1 second.
 	SweepInterval time.Duration
 	// DispatchWorkers is how many dispatches run at once in this process.
-	// Defaults to 50.
+	// Defaults to DefaultDispatchWorkers.
 	DispatchWorkers int
 	// ID names this process in River and in transition logs. Defaults to
 	// River's generated id.
@@ -53,58 +100,32 @@ type Config struct {
 	// Defaults to River's default (1 second); a shorter one also shortens
 	// River's fetch cooldown to match.
 	FetchPollInterval time.Duration
-	// Workless, when true, makes a client that only inserts jobs.
-	Workless bool
-
-	// Looker, when set, lets the reconciler resolve parked fulfilments by
-	// asking the connector. Nil leaves them to operators.
-	Looker connector.Looker
+	// Reconcile schedules the reconciler on the leader; set it when the
+	// connector can look up its idempotency keys.
+	Reconcile bool
 	// ReconcileInterval is how often the leader runs the reconciler.
-	// Defaults to 1 minute.
+	// Defaults to DefaultReconcileInterval; at least 1 second.
 	ReconcileInterval time.Duration
-	// ReconcileGrace is how long a row stays parked before its first
-	// lookup. Defaults to 1 minute.
-	ReconcileGrace time.Duration
-	// ReconcileBackoff is the wait after a first undecided lookup; it doubles
-	// up to 1 hour. Defaults to 1 minute.
-	ReconcileBackoff time.Duration
-	// Metrics records dispatches and transitions; nil records nothing.
-	Metrics *metrics.Metrics
 	// Tracer traces each dispatch; nil traces nothing.
 	Tracer trace.Tracer
 }
 
-// FetchCooldown is the pause between River fetches while jobs are waiting.
-// River's default (100 ms) with 50 workers caps a process at 500 jobs/s;
-// 20 ms lifts that cap above what Postgres commits on a small machine, and
-// costs nothing when the queue is empty (River then waits for a notification).
-const FetchCooldown = 20 * time.Millisecond
-
-// recordMargin is the time a dispatch job keeps, past the connector's
-// timeout, to record the outcome.
-const recordMargin = 15 * time.Second
-
 func (c *Config) withDefaults() Config {
 	out := *c
-	out.ConnectorTimeout = cmp.Or(out.ConnectorTimeout, 30*time.Second)
-	out.DispatchLease = cmp.Or(out.DispatchLease, 5*time.Minute)
-	out.SweepInterval = cmp.Or(out.SweepInterval, 30*time.Second)
-	out.DispatchWorkers = cmp.Or(out.DispatchWorkers, 50)
-	out.ReconcileInterval = cmp.Or(out.ReconcileInterval, time.Minute)
+	out.DispatchLease = cmp.Or(out.DispatchLease, fulfilment.DefaultDispatchLease)
+	out.SweepInterval = cmp.Or(out.SweepInterval, DefaultSweepInterval)
+	out.DispatchWorkers = cmp.Or(out.DispatchWorkers, DefaultDispatchWorkers)
+	out.ReconcileInterval = cmp.Or(out.ReconcileInterval, DefaultReconcileInterval)
+	if out.Tracer == nil {
+		out.Tracer = noop.NewTracerProvider().Tracer("guardian")
+	}
 	return out
 }
 
 func (c *Config) validate() error {
 	switch {
-	case c.Pool == nil:
-		return errors.New("jobs: pool is required")
-	case c.Logger == nil:
-		return errors.New("jobs: logger is required")
-	case !c.Workless && c.Connector == nil:
-		return errors.New("jobs: connector is required")
-	case c.DispatchLease <= c.ConnectorTimeout+recordMargin:
-		return fmt.Errorf("jobs: dispatch lease %s must exceed the connector timeout %s plus %s to record the outcome",
-			c.DispatchLease, c.ConnectorTimeout, recordMargin)
+	case c.Pool == nil || c.Logger == nil || c.Service == nil || c.Locker == nil:
+		return errors.New("jobs: pool, logger, service and locker are required")
 	case c.SweepInterval < time.Second:
 		return errors.New("jobs: sweep interval must be at least 1s")
 	case c.ReconcileInterval < time.Second:
@@ -113,11 +134,10 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Client is Guardian's River client with its workers registered.
+// Client is Guardian's working River client: dispatch, sweep and reconcile
+// workers, and the leader's periodic schedules.
 type Client struct {
-	river      *river.Client[pgx.Tx]
-	reconciler *reconcile.Service
-	workless   bool
+	river *river.Client[pgx.Tx]
 }
 
 // New returns a Client; Start runs it.
@@ -126,86 +146,58 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	store := db.New(cfg.Pool)
-	c := &Client{}
-	reconciler, err := reconcile.New(reconcile.Config{
-		Store: store, Enqueuer: c, Logger: cfg.Logger, Looker: cfg.Looker,
-		Grace: cfg.ReconcileGrace, Backoff: cfg.ReconcileBackoff, LookupTimeout: cfg.ConnectorTimeout,
-		Metrics: cfg.Metrics,
-	})
-	if err != nil {
-		return nil, err
-	}
-	c.reconciler = reconciler
+	dispatch := &DispatchWorker{service: cfg.Service, tracer: cfg.Tracer}
+	sweep := &SweepWorker{service: cfg.Service, tokens: cfg.Tokens, locker: cfg.Locker, logger: cfg.Logger}
+	reconcile := &ReconcileWorker{service: cfg.Service, locker: cfg.Locker, logger: cfg.Logger}
 	workers := river.NewWorkers()
-	tracer := cfg.Tracer
-	if tracer == nil {
-		tracer = noop.NewTracerProvider().Tracer("guardian")
-	}
-	dispatch := &DispatchWorker{store: store, connector: cfg.Connector, timeout: cfg.ConnectorTimeout, logger: cfg.Logger, metrics: cfg.Metrics, tracer: tracer}
-	locker := lock.Postgres{Store: store}
-	sweep := &SweepWorker{store: store, locker: locker, lease: cfg.DispatchLease, logger: cfg.Logger, metrics: cfg.Metrics}
-	reconcileWorker := &ReconcileWorker{reconciler: reconciler, locker: locker, logger: cfg.Logger}
-	if err := river.AddWorkerSafely(workers, dispatch); err != nil {
-		return nil, err
-	}
-	if err := river.AddWorkerSafely(workers, sweep); err != nil {
-		return nil, err
-	}
-	if err := river.AddWorkerSafely(workers, reconcileWorker); err != nil {
-		return nil, err
+	for _, add := range []func() error{
+		func() error { return river.AddWorkerSafely(workers, dispatch) },
+		func() error { return river.AddWorkerSafely(workers, sweep) },
+		func() error { return river.AddWorkerSafely(workers, reconcile) },
+	} {
+		if err := add(); err != nil {
+			return nil, err
+		}
 	}
 
-	rcfg := &river.Config{
+	periodic := []*river.PeriodicJob{
+		river.NewPeriodicJob(river.PeriodicInterval(cfg.SweepInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "guardian_sweep", RunOnStart: true}),
+	}
+	if cfg.Reconcile {
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.ReconcileInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return ReconcileArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "guardian_reconcile", RunOnStart: true}))
+	}
+	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		ID:                   cfg.ID,
 		Logger:               cfg.Logger.With("component", "river"),
 		RescueStuckJobsAfter: cfg.DispatchLease,
-		JobTimeout:           cfg.ConnectorTimeout + recordMargin,
+		JobTimeout:           cfg.Service.ConnectorTimeout() + fulfilment.RecordMargin,
 		FetchPollInterval:    cfg.FetchPollInterval,
 		FetchCooldown:        min(cmp.Or(cfg.FetchPollInterval, FetchCooldown), FetchCooldown),
 		Workers:              workers,
-	}
-	if !cfg.Workless {
-		rcfg.Queues = map[string]river.QueueConfig{
+		Queues: map[string]river.QueueConfig{
 			QueueDispatch:    {MaxWorkers: cfg.DispatchWorkers},
 			QueueMaintenance: {MaxWorkers: 2},
-		}
-		rcfg.PeriodicJobs = []*river.PeriodicJob{
-			river.NewPeriodicJob(river.PeriodicInterval(cfg.SweepInterval),
-				func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
-				&river.PeriodicJobOpts{ID: "guardian_sweep", RunOnStart: true}),
-		}
-		if cfg.Looker != nil {
-			rcfg.PeriodicJobs = append(rcfg.PeriodicJobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ReconcileInterval),
-				func() (river.JobArgs, *river.InsertOpts) { return ReconcileArgs{}, nil },
-				&river.PeriodicJobOpts{ID: "guardian_reconcile", RunOnStart: true}))
-		}
-	}
-	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), rcfg)
+		},
+		PeriodicJobs: periodic,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	dispatch.actor = func(jobID int64) string { return fmt.Sprintf("dispatcher %s job %d", rc.ID(), jobID) }
 	sweep.actor = "sweeper " + rc.ID()
-	reconcileWorker.actor = "reconciler " + rc.ID()
-	c.river = rc
-	c.workless = cfg.Workless
-	return c, nil
+	reconcile.actor = "reconciler " + rc.ID()
+	return &Client{river: rc}, nil
 }
-
-// Reconciler returns the service that resolves parked fulfilments, for the
-// operator API.
-func (c *Client) Reconciler() *reconcile.Service { return c.reconciler }
 
 // River returns the underlying River client, for River UI and tests.
 func (c *Client) River() *river.Client[pgx.Tx] { return c.river }
 
-// Start starts working jobs; it returns once River is running. A workless
-// client only inserts, and needs no start.
+// Start starts working jobs; it returns once River is running.
 func (c *Client) Start(ctx context.Context) error {
-	if c.workless {
-		return nil
-	}
 	return c.river.Start(ctx)
 }
 
@@ -214,20 +206,11 @@ func (c *Client) Start(ctx context.Context) error {
 // parks its fulfilment as needs_reconciliation. Safe before Start and more
 // than once.
 func (c *Client) Stop(ctx context.Context) error {
-	if c.workless {
-		return nil
-	}
 	err := c.river.Stop(ctx)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return c.river.StopAndCancel(cctx)
 	}
-	return err
-}
-
-// EnqueueDispatchTx inserts a fulfilment's dispatch job in tx.
-func (c *Client) EnqueueDispatchTx(ctx context.Context, tx pgx.Tx, fulfilmentID string) error {
-	_, err := c.river.InsertTx(ctx, tx, DispatchArgs{FulfilmentID: fulfilmentID}, nil)
 	return err
 }

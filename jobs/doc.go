@@ -1,21 +1,24 @@
-// Package jobs holds Guardian's River job arguments and workers: dispatch
-// (one fulfilment's connector call) and the stale-dispatch sweep, plus the
-// River client that runs them.
+// Package jobs holds Guardian's River adapters: job arguments, workers whose
+// Work calls the fulfilment domain (app/fulfilment), and the leader's
+// periodic schedules. Nothing here decides a state: the adapters name the
+// actor, trace, and translate the domain's answers into River's (retry,
+// cancel).
 //
-// # Dispatch
+// # Workers
 //
-// A dispatch job claims its fulfilment (pending -> dispatching, taking the
-// next attempt number) in a committed transaction before calling the
-// connector, then moves it by the call's outcome with a conditional update
-// naming the state and attempt it expects. A job that finds its fulfilment
-// already dispatching (River retried it after a crash or a rescue) cannot
-// know what the earlier attempt did: it parks the fulfilment as
-// needs_reconciliation and calls nothing.
+//   - DispatchWorker runs one fulfilment's dispatch (claim, call, record).
+//   - SweepWorker, every SweepInterval on the leader, parks fulfilments whose
+//     dispatch lease ran out, and prunes expired single-use tokens.
+//   - ReconcileWorker, every ReconcileInterval on the leader when the
+//     connector can look up its keys, resolves parked fulfilments by lookup.
 //
-// # Sweep
+// Periodic work runs under a Guardian lock as well as River's leadership, so
+// a round never overlaps itself across processes; the sweep writes under
+// the lock's fencing number.
 //
-// A periodic job, run by River on its elected leader only, moves fulfilments
-// dispatching for longer than the dispatch lease to needs_reconciliation, so
-// a dispatcher that died mid-call is noticed by a scan, not by an event a
-// crash never sends.
+// # Inserting
+//
+// Enqueuer is an insert-only River client, built before the domain so the
+// domain can enqueue inside its own transactions; Client is the working
+// client, built after the domain so its workers can call it.
 package jobs

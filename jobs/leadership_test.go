@@ -11,8 +11,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
+	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/lock"
+	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/jobs"
 )
@@ -26,10 +28,15 @@ func TestOneLeaderRunsPeriodicWork(t *testing.T) {
 	ctx := context.Background()
 	d := dbtest.NewDB(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	store := db.New(d.Pool)
+	enqueuer, err := jobs.NewEnqueuer(d.Pool, logger)
+	require.NoError(t, err)
+	service, err := fulfilment.New(fulfilment.Config{Store: store, Enqueuer: enqueuer, Logger: logger, Connector: &connectortest.Recorder{}})
+	require.NoError(t, err)
 	newClient := func(id string) *jobs.Client {
 		c, err := jobs.New(jobs.Config{
-			Pool: d.Pool, Connector: &connectortest.Recorder{}, Logger: logger, ID: id,
-			Looker: &fakeLooker{answer: connector.CannotTell}, FetchPollInterval: 20 * time.Millisecond,
+			Pool: d.Pool, Logger: logger, Service: service, Locker: lock.Postgres{Store: store}, ID: id,
+			Reconcile: true, FetchPollInterval: 20 * time.Millisecond,
 			SweepInterval: time.Hour, ReconcileInterval: time.Hour, // only the start-up run happens in this test
 		})
 		require.NoError(t, err)

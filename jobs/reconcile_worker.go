@@ -7,8 +7,8 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
-	"github.com/guardian-pay/guardian/app/reconcile"
 )
 
 // ReconcileArgs asks for one round of lookups on parked fulfilments.
@@ -23,17 +23,17 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueMaintenance, MaxAttempts: 1}
 }
 
-// ReconcileWorker runs the automatic resolver: River schedules it on its
-// elected leader only. Rounds do not overlap: a round holds the
+// ReconcileWorker runs fulfilment.Service.Reconcile: River schedules it on
+// its elected leader only. Rounds do not overlap: a round holds the
 // "guardian_reconcile" lock, and one that finds it held does nothing, so a
 // parked row is never looked up twice at once.
 type ReconcileWorker struct {
 	river.WorkerDefaults[ReconcileArgs]
 
-	reconciler *reconcile.Service
-	locker     lock.Locker
-	logger     *slog.Logger
-	actor      string
+	service *fulfilment.Service
+	locker  lock.Locker
+	logger  *slog.Logger
+	actor   string
 }
 
 // reconcileLockTTL bounds one round; the job's timeout ends it well before.
@@ -48,7 +48,7 @@ func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration {
 // Work runs one round.
 func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs]) error {
 	return exclusive(ctx, w.locker, w.logger, "guardian_reconcile", reconcileLockTTL, func(lock.Lease) error {
-		sum, err := w.reconciler.RunChecks(ctx, w.actor)
+		sum, err := w.service.Reconcile(ctx, w.actor)
 		if sum.Checked > 0 {
 			w.logger.InfoContext(ctx, "reconcile: round done", "checked", sum.Checked, "fulfilled", sum.Fulfilled,
 				"redispatched", sum.Redispatched, "undecided", sum.Undecided)

@@ -5,13 +5,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
-	"github.com/guardian-pay/guardian/app/metrics"
-	"github.com/guardian-pay/guardian/app/state"
-	"github.com/guardian-pay/guardian/db"
 )
 
 // SweepArgs asks for one sweep of stale dispatching fulfilments.
@@ -26,22 +23,25 @@ func (SweepArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueMaintenance, MaxAttempts: 1}
 }
 
-// SweepWorker parks fulfilments whose dispatch lease expired, and prunes
-// expired single-use tokens.
+// TokenPruner deletes single-use token records that expired before a time.
+type TokenPruner interface {
+	Prune(ctx context.Context, before time.Time) (int64, error)
+}
+
+// SweepWorker runs fulfilment.Service.Sweep, and prunes expired single-use
+// tokens.
 //
 // River enqueues sweeps on its leader only, but any process may work one,
 // and a slow sweep may still run when the next is due. A sweep therefore
-// takes Guardian's "guardian_sweep" lock and writes under its fencing
-// number: a sweeper that stalled past the lock's TTL finds its write refused
-// instead of racing its successor.
+// takes Guardian's "guardian_sweep" lock, and the domain writes under its
+// fencing number.
 type SweepWorker struct {
 	river.WorkerDefaults[SweepArgs]
 
-	store   *db.Store
+	service *fulfilment.Service
+	tokens  TokenPruner
 	locker  lock.Locker
-	lease   time.Duration
 	logger  *slog.Logger
-	metrics *metrics.Metrics
 	actor   string
 }
 
@@ -57,24 +57,13 @@ func (w *SweepWorker) Timeout(*river.Job[SweepArgs]) time.Duration { return swee
 // Work sweeps once.
 func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error {
 	return exclusive(ctx, w.locker, w.logger, "guardian_sweep", sweepLockTTL, func(l lock.Lease) error {
-		var moved []db.Fulfilment
-		err := w.store.InTx(ctx, func(tx pgx.Tx) error {
-			if err := db.CheckFence(ctx, tx, "guardian_sweep", l.Fence); err != nil {
-				return err
-			}
-			var err error
-			moved, err = db.SweepStale(ctx, tx, w.lease, w.actor)
-			return err
-		})
-		if err != nil {
+		if _, err := w.service.Sweep(ctx, w.actor, l); err != nil {
 			return err
 		}
-		w.metrics.Transition(string(state.Dispatching), string(state.NeedsReconciliation), len(moved))
-		for _, f := range moved {
-			w.logger.WarnContext(ctx, "sweep: dispatch lease expired; parked for reconciliation",
-				"fulfilment_id", f.ID, "payment_id", f.PaymentID, "attempt", f.Attempt)
+		if w.tokens == nil {
+			return nil
 		}
-		if n, err := db.PruneTokens(ctx, w.store.Pool(), time.Now().Add(-tokenGrace)); err != nil {
+		if n, err := w.tokens.Prune(ctx, time.Now().Add(-tokenGrace)); err != nil {
 			w.logger.WarnContext(ctx, "sweep: prune tokens", "error", err)
 		} else if n > 0 {
 			w.logger.InfoContext(ctx, "sweep: pruned expired tokens", "rows", n)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/guardian-pay/guardian/app/reconcile"
+	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -29,7 +29,7 @@ func (s *Server) mountAPI() {
 
 // FulfilmentList is the answer to GET /api/v1/fulfilments.
 type FulfilmentList struct {
-	Fulfilments []db.Fulfilment `json:"fulfilments"`
+	Fulfilments []Fulfilment `json:"fulfilments"`
 	// NextCursor continues the listing; empty on the last page.
 	NextCursor string `json:"next_cursor,omitempty"`
 }
@@ -37,11 +37,11 @@ type FulfilmentList struct {
 func (s *Server) apiListFulfilments(c echo.Context) error {
 	q := c.QueryParams()
 	p := db.ListParams{
-		State: q.Get("state"), Provider: q.Get("provider"), PaymentID: q.Get("payment_id"),
+		State: state.State(q.Get("state")), Provider: q.Get("provider"), PaymentID: q.Get("payment_id"),
 		EventID: q.Get("event_id"), Cursor: q.Get("cursor"),
 	}
 	if p.State != "" {
-		if _, err := state.Parse(p.State); err != nil {
+		if _, err := state.Parse(string(p.State)); err != nil {
 			return &HTTPError{Code: http.StatusBadRequest, Msg: "unknown state"}
 		}
 	}
@@ -65,18 +65,15 @@ func (s *Server) apiListFulfilments(c echo.Context) error {
 	if err != nil {
 		return storageError(err)
 	}
-	if fs == nil {
-		fs = []db.Fulfilment{}
-	}
-	return c.JSON(http.StatusOK, FulfilmentList{Fulfilments: fs, NextCursor: next})
+	return c.JSON(http.StatusOK, FulfilmentList{Fulfilments: apiList(fs, apiFulfilment), NextCursor: next})
 }
 
 // FulfilmentDetail is the answer to GET /api/v1/fulfilments/{id}.
 type FulfilmentDetail struct {
-	Fulfilment  db.Fulfilment   `json:"fulfilment"`
-	Event       db.Event        `json:"event"`
-	Transitions []db.Transition `json:"transitions"`
-	Checks      []db.Check      `json:"checks"`
+	Fulfilment  Fulfilment   `json:"fulfilment"`
+	Event       Event        `json:"event"`
+	Transitions []Transition `json:"transitions"`
+	Checks      []Check      `json:"checks"`
 }
 
 func (s *Server) apiGetFulfilment(c echo.Context) error {
@@ -99,20 +96,22 @@ func (s *Server) fulfilmentDetail(c echo.Context, id string) (FulfilmentDetail, 
 	if err != nil {
 		return FulfilmentDetail{}, storageError(err)
 	}
-	d := FulfilmentDetail{Fulfilment: f}
-	if d.Event, err = db.GetEventByPK(ctx, pool, f.EventPK); err != nil {
+	e, err := db.GetEventByPK(ctx, pool, f.EventPK)
+	if err != nil {
 		return FulfilmentDetail{}, storageError(err)
 	}
-	if d.Transitions, err = db.Transitions(ctx, pool, id); err != nil {
+	ts, err := db.Transitions(ctx, pool, id)
+	if err != nil {
 		return FulfilmentDetail{}, storageError(err)
 	}
-	if d.Checks, err = db.Checks(ctx, pool, id); err != nil {
+	cs, err := db.Checks(ctx, pool, id)
+	if err != nil {
 		return FulfilmentDetail{}, storageError(err)
 	}
-	if d.Checks == nil {
-		d.Checks = []db.Check{}
-	}
-	return d, nil
+	return FulfilmentDetail{
+		Fulfilment: apiFulfilment(f), Event: apiEvent(e),
+		Transitions: apiList(ts, apiTransition), Checks: apiList(cs, apiCheck),
+	}, nil
 }
 
 // ResolveRequest is the body of POST /api/v1/fulfilments/{id}/resolve.
@@ -124,6 +123,11 @@ type ResolveRequest struct {
 	// Evidence is the fact behind the resolution; required for fulfilled
 	// and pending.
 	Evidence string `json:"evidence"`
+}
+
+// ResolveAnswer is the answer to a resolution that applied.
+type ResolveAnswer struct {
+	Fulfilment Fulfilment `json:"fulfilment"`
 }
 
 // ResolveConflict is the body of a 409 to a resolution.
@@ -142,33 +146,33 @@ func (s *Server) apiResolve(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]db.Fulfilment{"fulfilment": f})
+	return c.JSON(http.StatusOK, ResolveAnswer{Fulfilment: f})
 }
 
 // resolve applies a resolution and maps its errors to answers; the API and
 // the dashboard share it.
-func (s *Server) resolve(c echo.Context, id string, req ResolveRequest) (db.Fulfilment, error) {
+func (s *Server) resolve(c echo.Context, id string, req ResolveRequest) (Fulfilment, error) {
 	if !db.ValidUUID(id) {
-		return db.Fulfilment{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
+		return Fulfilment{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
 	}
-	f, err := s.cfg.Reconciler.Resolve(c.Request().Context(), reconcile.Resolution{
+	f, err := s.cfg.Service.Resolve(c.Request().Context(), fulfilment.Resolution{
 		FulfilmentID: id, To: state.State(req.Resolution), Operator: req.Operator, Reason: req.Reason, Evidence: req.Evidence,
 	})
 	switch {
-	case errors.Is(err, reconcile.ErrInvalid):
-		return db.Fulfilment{}, &HTTPError{Code: http.StatusBadRequest, Msg: err.Error()}
+	case errors.Is(err, fulfilment.ErrInvalid):
+		return Fulfilment{}, &HTTPError{Code: http.StatusBadRequest, Msg: err.Error()}
 	case errors.Is(err, db.ErrNotFound):
-		return db.Fulfilment{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
-	case errors.Is(err, reconcile.ErrMoved):
+		return Fulfilment{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
+	case errors.Is(err, fulfilment.ErrMoved):
 		cur, gerr := db.GetFulfilment(c.Request().Context(), s.cfg.Store.Pool(), id)
 		if gerr != nil {
-			return db.Fulfilment{}, storageError(gerr)
+			return Fulfilment{}, storageError(gerr)
 		}
-		return db.Fulfilment{}, &conflictError{state: cur.State}
+		return Fulfilment{}, &conflictError{state: string(cur.State)}
 	case err != nil:
-		return db.Fulfilment{}, storageError(err)
+		return Fulfilment{}, storageError(err)
 	}
-	return f, nil
+	return apiFulfilment(f), nil
 }
 
 // conflictError answers 409 with the fulfilment's current state.
@@ -184,8 +188,8 @@ func (e *conflictError) answer() (int, any) {
 
 // EventDetail is the answer to GET /api/v1/events/{provider}/{event_id}.
 type EventDetail struct {
-	Event       db.Event        `json:"event"`
-	Fulfilments []db.Fulfilment `json:"fulfilments"`
+	Event       Event        `json:"event"`
+	Fulfilments []Fulfilment `json:"fulfilments"`
 }
 
 func (s *Server) apiGetEvent(c echo.Context) error {
@@ -209,10 +213,7 @@ func (s *Server) eventDetail(c echo.Context, providerName, eventID string) (Even
 	if err != nil {
 		return EventDetail{}, storageError(err)
 	}
-	if fs == nil {
-		fs = []db.Fulfilment{}
-	}
-	return EventDetail{Event: e, Fulfilments: fs}, nil
+	return EventDetail{Event: apiEvent(e), Fulfilments: apiList(fs, apiFulfilment)}, nil
 }
 
 // ReplayRequest is the body of POST /api/v1/events/{provider}/{event_id}/replay.
@@ -244,7 +245,7 @@ func (s *Server) replay(c echo.Context, providerName, eventID, operator string) 
 	if operator == "" || len(operator) > 200 {
 		return ReplayAnswer{}, &HTTPError{Code: http.StatusBadRequest, Msg: "operator name is required (at most 200 characters)"}
 	}
-	res, err := s.cfg.Intake.Replay(c.Request().Context(), providerName, eventID, operator)
+	res, err := s.cfg.Service.Replay(c.Request().Context(), providerName, eventID, operator)
 	if errors.Is(err, db.ErrNotFound) {
 		return ReplayAnswer{}, &HTTPError{Code: http.StatusNotFound, Msg: "event not found"}
 	}
@@ -286,7 +287,7 @@ func (s *Server) stats(c echo.Context) (StatsAnswer, error) {
 	}
 	a := StatsAnswer{ByState: map[string]int{}, OldestNeedsReconciliation: st.OldestNeedsReconciliation}
 	for _, name := range state.All {
-		a.ByState[string(name)] = st.ByState[string(name)]
+		a.ByState[string(name)] = st.ByState[name]
 	}
 	if st.OldestNeedsReconciliation != nil {
 		age := s.now().Sub(*st.OldestNeedsReconciliation).Seconds()

@@ -65,20 +65,13 @@ func (b *testBundle) parked(t *testing.T, eventID, paymentID string) string {
 	require.Eventually(t, func() bool {
 		fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", paymentID)
 		require.NoError(t, err)
-		if len(fs) == 1 && fs[0].State == "needs_reconciliation" {
+		if len(fs) == 1 && fs[0].State == state.NeedsReconciliation {
 			id = fs[0].ID
 			return true
 		}
 		return false
 	}, 10*time.Second, 10*time.Millisecond)
 	return id
-}
-
-func (b *testBundle) fulfilment(t *testing.T, id string) db.Fulfilment {
-	t.Helper()
-	f, err := db.GetFulfilment(b.ctx, b.db.Pool, id)
-	require.NoError(t, err)
-	return f
 }
 
 func TestAPIAuth(t *testing.T) {
@@ -115,7 +108,7 @@ func TestResolve(t *testing.T) {
 		id := b.parked(t, "evt_1", "pi_1")
 		code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Resolution: "fulfilled", Operator: "ana", Reason: "customer confirmed delivery", Evidence: "ticket 4711"})
 		require.Equal(t, http.StatusOK, code, string(body))
-		require.Equal(t, "fulfilled", b.fulfilment(t, id).State)
+		require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, id).State)
 		require.Equal(t, 1, b.rec.CallsFor(id), "resolving by hand calls nothing")
 
 		code, body = b.api(t, "GET", "/api/v1/fulfilments/"+id, adminToken, nil)
@@ -141,7 +134,7 @@ func TestResolve(t *testing.T) {
 		require.Equal(t, id, calls[1].FulfilmentID, "same Idempotency-Key")
 		require.Equal(t, 2, calls[1].Attempt)
 		require.Eventually(t, func() bool {
-			return b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch' AND state = 'completed'`) == 2
+			return b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch' AND state = 'completed'`) == 2
 		}, 10*time.Second, 10*time.Millisecond, "a new dispatch job ran")
 	})
 
@@ -151,7 +144,7 @@ func TestResolve(t *testing.T) {
 		id := b.parked(t, "evt_1", "pi_1")
 		code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "refunded instead"})
 		require.Equal(t, http.StatusOK, code)
-		require.Equal(t, "cancelled", b.fulfilment(t, id).State)
+		require.Equal(t, state.Cancelled, b.db.Fulfilment(t, id).State)
 	})
 
 	t.Run("RefusedInputChangesNothing", func(t *testing.T) {
@@ -169,7 +162,7 @@ func TestResolve(t *testing.T) {
 			code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, req)
 			require.Equal(t, http.StatusBadRequest, code, "%+v: %s", req, body)
 		}
-		require.Equal(t, "needs_reconciliation", b.fulfilment(t, id).State)
+		require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State)
 		code, _ := b.api(t, "POST", "/api/v1/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11/resolve", adminToken, web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "r"})
 		require.Equal(t, http.StatusNotFound, code)
 		code, _ = b.api(t, "POST", "/api/v1/fulfilments/not-a-uuid/resolve", adminToken, web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "r"})
@@ -197,7 +190,7 @@ func TestResolve(t *testing.T) {
 		close(start)
 		wg.Wait()
 		require.ElementsMatch(t, []int{http.StatusOK, http.StatusConflict}, codes)
-		final := b.fulfilment(t, id).State
+		final := string(b.db.Fulfilment(t, id).State)
 		for i, c := range codes {
 			if c == http.StatusConflict {
 				var conflict web.ResolveConflict
@@ -207,7 +200,7 @@ func TestResolve(t *testing.T) {
 				require.Equal(t, reqs[i].Resolution, final)
 			}
 		}
-		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM fulfilment_transition WHERE fulfilment_id = $1 AND actor LIKE 'operator %'`, id))
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment_transition WHERE fulfilment_id = $1 AND actor LIKE 'operator %'`, id))
 	})
 }
 
@@ -222,8 +215,8 @@ func TestReplay(t *testing.T) {
 		code, body := b.api(t, "POST", "/api/v1/events/stripe/evt_1/replay", adminToken, web.ReplayRequest{Operator: "ana"})
 		require.Equal(t, http.StatusOK, code)
 		require.JSONEq(t, `{"result":"already_fulfilled_or_in_flight"}`, string(body))
-		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM fulfilment`))
-		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
 		require.Equal(t, 1, b.rec.CallsForPayment("pi_1"), "no second connector call")
 	})
 
@@ -239,7 +232,7 @@ func TestReplay(t *testing.T) {
 		require.NoError(t, json.Unmarshal(body, &a))
 		require.Equal(t, "fulfilment_created", a.Result)
 		require.NotEqual(t, id, a.FulfilmentID, "a new fulfilment, hence a new Idempotency-Key")
-		b.waitState(t, a.FulfilmentID, "needs_reconciliation") // unknownFirst: its first call is unknown too
+		b.db.WaitState(t, a.FulfilmentID, state.NeedsReconciliation) // unknownFirst: its first call is unknown too
 	})
 
 	t.Run("UnknownEventAndNonFulfillingType", func(t *testing.T) {
@@ -318,9 +311,4 @@ func TestReadEndpoints(t *testing.T) {
 	require.Equal(t, 5, st.ByState["fulfilled"])
 	require.Equal(t, 0, st.ByState["needs_reconciliation"])
 	require.Nil(t, st.OldestNeedsReconciliationAge)
-}
-
-func (b *testBundle) waitState(t *testing.T, id, want string) {
-	t.Helper()
-	require.Eventually(t, func() bool { return b.fulfilment(t, id).State == want }, 10*time.Second, 10*time.Millisecond)
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/guardian-pay/guardian/app/reconcile"
+	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
@@ -243,7 +243,7 @@ func (s *Server) handleOverview(c echo.Context) error {
 
 func (s *Server) handleQueue(c echo.Context) error {
 	fs, next, err := db.ListFulfilments(c.Request().Context(), s.cfg.Store.Pool(), db.ListParams{
-		State: string(state.NeedsReconciliation), Limit: 100, Cursor: c.QueryParam("cursor"),
+		State: state.NeedsReconciliation, Limit: 100, Cursor: c.QueryParam("cursor"),
 	})
 	if errors.Is(err, db.ErrBadCursor) {
 		return &HTTPError{Code: http.StatusBadRequest, Msg: "invalid cursor"}
@@ -322,7 +322,7 @@ func (s *Server) handleFulfilmentPage(c echo.Context) error {
 	}
 	p := page{Title: "Fulfilment " + d.Fulfilment.ID, Data: d}
 	if c.QueryParam("resolved") != "" {
-		p.Flash = "Resolved: the fulfilment is now " + d.Fulfilment.State + ". The audit entry is at the end of the timeline."
+		p.Flash = "Resolved: the fulfilment is now " + string(d.Fulfilment.State) + ". The audit entry is at the end of the timeline."
 	}
 	return s.render(c, http.StatusOK, "fulfilment", p)
 }
@@ -348,7 +348,7 @@ func (s *Server) handleResolveAsk(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	res := reconcile.Resolution{FulfilmentID: intent.FulfilmentID, To: state.State(intent.Resolution), Operator: intent.Operator, Reason: intent.Reason, Evidence: intent.Evidence}
+	res := fulfilment.Resolution{FulfilmentID: intent.FulfilmentID, To: state.State(intent.Resolution), Operator: intent.Operator, Reason: intent.Reason, Evidence: intent.Evidence}
 	if err := res.Validate(); err != nil {
 		return s.render(c, http.StatusBadRequest, "fulfilment", page{Title: "Fulfilment " + d.Fulfilment.ID, Data: d, Error: err.Error()})
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/web"
 )
 
@@ -152,12 +153,12 @@ func TestDashboardResolve(t *testing.T) {
 	require.Contains(t, body, "Confirm resolution")
 	token := field(tokenRE, body)
 	require.NotEmpty(t, token)
-	require.Equal(t, "needs_reconciliation", b.fulfilment(t, id).State, "asking changes nothing")
+	require.Equal(t, state.State("needs_reconciliation"), b.db.Fulfilment(t, id).State, "asking changes nothing")
 
 	code, _, h := op.post("/fulfilments/"+id+"/resolve/confirm", url.Values{"_csrf": {field(csrfRE, body)}, "token": {token}})
 	require.Equal(t, http.StatusSeeOther, code)
 	require.Equal(t, "/fulfilments/"+id+"?resolved=1", h.Get("Location"))
-	require.Equal(t, "fulfilled", b.fulfilment(t, id).State)
+	require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, id).State)
 	_, page, _ := op.get("/fulfilments/" + id + "?resolved=1")
 	require.Contains(t, page, "operator ana")
 	require.Contains(t, page, "receiver confirmed")
@@ -185,7 +186,7 @@ func TestDashboardShowsTheRacePlainly(t *testing.T) {
 	code, page, _ := op.post("/fulfilments/"+id+"/resolve/confirm", url.Values{"_csrf": {field(csrfRE, body)}, "token": {token}})
 	require.Equal(t, http.StatusConflict, code)
 	require.Contains(t, page, "Someone else resolved this fulfilment first: it is now fulfilled")
-	require.Equal(t, "fulfilled", b.fulfilment(t, id).State)
+	require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, id).State)
 }
 
 func TestDashboardEscapesUntrustedText(t *testing.T) {

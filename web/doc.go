@@ -1,5 +1,15 @@
-// Package web is Guardian's HTTP face, on Echo: webhook intake at
-// POST /webhooks/{provider}, and /healthz and /readyz.
+// Package web is Guardian's HTTP face, on Echo: thin adapters that parse a
+// request, call the fulfilment domain (app/fulfilment) and turn its answer
+// into a status code. They decide nothing themselves.
+//
+//   - POST /webhooks/{provider}: verify the signature over the raw,
+//     size-capped body, then fulfilment.Service.Accept.
+//   - /api/v1 (bearer token): list and read fulfilments and events, resolve a
+//     parked fulfilment, replay a stored event, stats; answers use this
+//     package's own wire types (Fulfilment, Event, ...), never the database's.
+//   - / (signed-in session): the dashboard; resolutions confirm through a
+//     single-use token. /riverui/ behind the same session.
+//   - /metrics, /healthz, /readyz, POST /tokens/{token}/redeem.
 //
 // What a client sees is kept apart from what the log gets (HTTPError): an
 // answer names the problem in a few words and never carries internals,

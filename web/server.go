@@ -16,12 +16,21 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/guardian-pay/guardian/app/intake"
+	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/provider"
-	"github.com/guardian-pay/guardian/app/reconcile"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
+)
+
+// Defaults for a Server, each written once.
+const (
+	// DefaultAddr is the listen address.
+	DefaultAddr = ":8080"
+	// DefaultMaxBodyBytes caps a webhook body: 1 MiB.
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultSessionTTL is how long a dashboard sign-in lasts.
+	DefaultSessionTTL = 8 * time.Hour
 )
 
 // Config configures a Server.
@@ -30,7 +39,9 @@ type Config struct {
 	Addr string
 	// Providers are served at /webhooks/{Name()}.
 	Providers []provider.Provider
-	Intake    *intake.Service
+	// Service is the fulfilment domain: intake, replay and resolutions.
+	// Required.
+	Service *fulfilment.Service
 	// Ready reports whether the server can take traffic (Postgres reachable,
 	// migrations current). Required.
 	Ready  func(ctx context.Context) error
@@ -49,8 +60,6 @@ type Config struct {
 	AdminTokens []string
 	// Store serves the operator API's reads. Required with AdminTokens.
 	Store *db.Store
-	// Reconciler applies operators' resolutions. Required with AdminTokens.
-	Reconciler *reconcile.Service
 	// RiverUI, when set, is served at /riverui/ behind the admin token.
 	RiverUI http.Handler
 	// Tokens, when set, serves POST /api/v1/tokens (operators) and
@@ -85,16 +94,16 @@ type Server struct {
 
 // New returns a Server; Start serves it.
 func New(cfg Config) (*Server, error) {
-	if cfg.Intake == nil || cfg.Ready == nil || cfg.Logger == nil {
-		return nil, errors.New("web: intake, ready and logger are required")
+	if cfg.Service == nil || cfg.Ready == nil || cfg.Logger == nil {
+		return nil, errors.New("web: service, ready and logger are required")
 	}
 	if len(cfg.Providers) == 0 {
 		return nil, errors.New("web: at least one provider is required")
 	}
-	cfg.Addr = cmp.Or(cfg.Addr, ":8080")
-	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, 1<<20)
+	cfg.Addr = cmp.Or(cfg.Addr, DefaultAddr)
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
 	cfg.IntakeTimeout = cmp.Or(cfg.IntakeTimeout, 10*time.Second)
-	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, 8*time.Hour)
+	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, DefaultSessionTTL)
 	s := &Server{cfg: cfg, providers: map[string]provider.Provider{}, now: cfg.Now, metrics: cfg.Metrics}
 	if s.now == nil {
 		s.now = time.Now
@@ -126,8 +135,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.tokens = newTokenSet(cfg.AdminTokens)
 	if len(s.tokens) > 0 {
-		if cfg.Store == nil || cfg.Reconciler == nil {
-			return nil, errors.New("web: the operator API needs a store and a reconciler")
+		if cfg.Store == nil {
+			return nil, errors.New("web: the operator API needs a store")
 		}
 		s.mountAPI()
 		if cfg.Tokens != nil {
@@ -150,9 +159,6 @@ func New(cfg Config) (*Server, error) {
 
 // Handler returns the server's routes, for tests and embedding.
 func (s *Server) Handler() http.Handler { return s.echo }
-
-// Echo returns the Echo instance, for mounting further routes.
-func (s *Server) Echo() *echo.Echo { return s.echo }
 
 // Start listens on the configured address and serves in the background. It
 // returns once the listener is open, or with the error that prevented it.

@@ -24,7 +24,7 @@ func TestTokensOverHTTP(t *testing.T) {
 	var issued web.IssuedToken
 	require.NoError(t, json.Unmarshal(body, &issued))
 	require.GreaterOrEqual(t, len(issued.Token), 43, "at least 256 bits")
-	require.Zero(t, b.count(t, `SELECT count(*) FROM single_use_token WHERE encode(hash, 'escape') LIKE '%' || $1 || '%'`, issued.Token), "only the hash is stored")
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM single_use_token WHERE encode(hash, 'escape') LIKE '%' || $1 || '%'`, issued.Token), "only the hash is stored")
 
 	// 20 holders of the same link redeem at once: one gets the payload.
 	codes := make([]int, 20)
@@ -63,5 +63,5 @@ func TestTokensOverHTTP(t *testing.T) {
 		code, _ := b.api(t, "POST", "/api/v1/tokens", adminToken, bad)
 		require.Equal(t, http.StatusBadRequest, code, "%+v", bad)
 	}
-	require.Zero(t, b.count(t, `SELECT count(*) FROM single_use_token`), "the redeemed token is gone and refused requests stored nothing")
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM single_use_token`), "the redeemed token is gone and refused requests stored nothing")
 }

@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/guardian-pay/guardian/app/intake"
+	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
 )
 
@@ -70,7 +70,7 @@ func (s *Server) receive(c echo.Context, p provider.Provider) (string, error) {
 
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.IntakeTimeout)
 	defer cancel()
-	res, err := s.cfg.Intake.Accept(ctx, ev)
+	res, err := s.cfg.Service.Accept(ctx, ev)
 	if err != nil && c.Request().Context().Err() != nil {
 		// The sender hung up first; it will retry. Nothing to answer.
 		return "client_gone", c.NoContent(statusClientClosed)
@@ -80,7 +80,7 @@ func (s *Server) receive(c echo.Context, p provider.Provider) (string, error) {
 		return "unavailable", &HTTPError{Code: http.StatusServiceUnavailable, Msg: "storage unavailable, retry later", Err: err}
 	}
 	status := "accepted"
-	if res.Outcome != intake.NewEvent {
+	if res.Outcome != fulfilment.NewEvent {
 		status = "duplicate"
 	}
 	return res.Outcome.String(), c.JSON(http.StatusOK, webhookAnswer{Status: status, EventID: ev.ID})

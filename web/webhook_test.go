@@ -24,7 +24,8 @@ import (
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/filter"
 	"github.com/guardian-pay/guardian/app/filter/redistest"
-	"github.com/guardian-pay/guardian/app/intake"
+	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
@@ -73,17 +74,9 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	d := dbtest.NewDB(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rec := &connectortest.Recorder{Answer: opts.answer}
-	client, err := jobs.New(jobs.Config{Pool: d.Pool, Connector: rec, Logger: logger, FetchPollInterval: 20 * time.Millisecond})
-	require.NoError(t, err)
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, client.Stop(ctx))
-	})
-
 	b := &testBundle{ctx: ctx, db: d, rec: rec}
 	var f filter.Filter
+	var err error
 	switch opts.filter {
 	case redisFilter:
 		rc, prefix := redistest.Client(t)
@@ -108,8 +101,21 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	if opts.pool != nil {
 		pool = opts.pool(d)
 	}
-	in, err := intake.New(intake.Config{Store: db.New(pool), Enqueuer: client, Filter: f, Logger: logger})
+	enqueuer, err := jobs.NewEnqueuer(d.Pool, logger)
 	require.NoError(t, err)
+	service, err := fulfilment.New(fulfilment.Config{Store: db.New(pool), Enqueuer: enqueuer, Connector: rec, Filter: f, Logger: logger})
+	require.NoError(t, err)
+	client, err := jobs.New(jobs.Config{
+		Pool: d.Pool, Logger: logger, Service: service, Locker: lock.Postgres{Store: db.New(d.Pool)},
+		FetchPollInterval: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(ctx))
+	})
 	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}})
 	require.NoError(t, err)
 	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: []string{standardSecret}})
@@ -117,9 +123,9 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	ui, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client.River(), nil), Logger: logger, Prefix: "/riverui"})
 	require.NoError(t, err)
 	s, err := web.New(web.Config{
-		Providers: []provider.Provider{stripe, standard}, Intake: in, Logger: logger,
+		Providers: []provider.Provider{stripe, standard}, Service: service, Logger: logger,
 		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: 64 << 10,
-		AdminTokens: []string{"old-operator-token", adminToken}, Store: db.New(d.Pool), Reconciler: client.Reconciler(),
+		AdminTokens: []string{"old-operator-token", adminToken}, Store: db.New(d.Pool),
 		RiverUI: ui, Tokens: tokens.New(tokens.Postgres{Store: db.New(d.Pool)}, nil),
 		Now: opts.now, SessionTTL: time.Hour,
 	})
@@ -153,13 +159,6 @@ func (b *testBundle) post(t *testing.T, path string, header http.Header, body []
 func (b *testBundle) postStripe(t *testing.T, body string) answer {
 	t.Helper()
 	return b.post(t, "/webhooks/stripe", provider.SignStripe([]byte(body), stripeSecret, time.Now()), []byte(body))
-}
-
-func (b *testBundle) count(t *testing.T, query string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.db.Pool.QueryRow(b.ctx, query, args...).Scan(&n))
-	return n
 }
 
 // waitFulfilled waits until every fulfilment of the payment is fulfilled and
@@ -227,11 +226,11 @@ func TestConcurrentDuplicateDeliveries(t *testing.T) {
 				}
 			}
 			require.Equal(t, 1, accepted, "exactly one delivery stores the event")
-			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_event`))
+			require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
 			require.Equal(t, 1, b.waitFulfilled(t, "pi_storm"))
-			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+			require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
 			require.Equal(t, 1, b.rec.CallsForPayment("pi_storm"), "one connector call")
-			deliveries := b.count(t, `SELECT deliveries FROM webhook_event`)
+			deliveries := b.db.Count(t, `SELECT deliveries FROM webhook_event`)
 			if mode.mode == noFilter || mode.mode == deadRedisFilter {
 				require.Equal(t, 64, deliveries, "every delivery reached Postgres and was counted")
 			} else {
@@ -239,13 +238,13 @@ func TestConcurrentDuplicateDeliveries(t *testing.T) {
 			}
 
 			// Later duplicates: with the filter they never reach Postgres.
-			before := b.count(t, `SELECT deliveries FROM webhook_event`)
+			before := b.db.Count(t, `SELECT deliveries FROM webhook_event`)
 			for range 5 {
 				a := b.postStripe(t, intentEvent("evt_storm", "pi_storm"))
 				require.Equal(t, http.StatusOK, a.code)
 				require.Equal(t, "duplicate", a.body["status"])
 			}
-			after := b.count(t, `SELECT deliveries FROM webhook_event`)
+			after := b.db.Count(t, `SELECT deliveries FROM webhook_event`)
 			if mode.mode == redisFilter {
 				require.Equal(t, before, after, "the filter answered without touching Postgres")
 			} else {
@@ -262,9 +261,9 @@ func TestTwoEventTypesForOnePaymentFulfilOnce(t *testing.T) {
 	for _, a := range answers {
 		require.Equal(t, http.StatusOK, a.code)
 	}
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM webhook_event`), "both events are stored")
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM webhook_event`), "both events are stored")
 	require.Equal(t, 1, b.waitFulfilled(t, "pi_both"))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM fulfilment`))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
 	require.Equal(t, 1, b.rec.CallsForPayment("pi_both"))
 }
 
@@ -279,8 +278,8 @@ func TestRedisFlushedMidRun(t *testing.T) {
 			b.filterFn() // the filter forgets everything
 		}
 	}
-	require.Equal(t, 5, b.count(t, `SELECT count(*) FROM webhook_event`))
-	require.Equal(t, 5, b.count(t, `SELECT count(*) FROM fulfilment`))
+	require.Equal(t, 5, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
+	require.Equal(t, 5, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
 	for i := range 5 {
 		require.Equal(t, 1, b.waitFulfilled(t, fmt.Sprintf("pi_%d", i)))
 		require.Equal(t, 1, b.rec.CallsForPayment(fmt.Sprintf("pi_%d", i)))
@@ -327,9 +326,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 		require.True(t, strings.HasPrefix(a.body["error"], tt.reason), "%s: %q", tt.name, a.body["error"])
 		require.NotContains(t, a.body["error"], stripeSecret)
 	}
-	require.Zero(t, b.count(t, `SELECT count(*) FROM webhook_event`))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM fulfilment`))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
 	require.Empty(t, b.rec.Calls())
 }
 
@@ -339,9 +338,9 @@ func TestNonFulfillingTypeIsStoredOnly(t *testing.T) {
 	a := b.postStripe(t, `{"id":"evt_cus","type":"customer.created","data":{"object":{"id":"cus_1"}}}`)
 	require.Equal(t, http.StatusOK, a.code)
 	require.Equal(t, "accepted", a.body["status"])
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_cus' AND payment_id IS NULL`))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM fulfilment`))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_cus' AND payment_id IS NULL`))
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
 }
 
 func TestStandardWebhooksFulfil(t *testing.T) {
@@ -355,8 +354,8 @@ func TestStandardWebhooksFulfil(t *testing.T) {
 		require.Equal(t, http.StatusOK, a.code)
 	}
 	require.Eventually(t, func() bool { return b.rec.CallsForPayment("pay_std") == 1 }, 10*time.Second, 10*time.Millisecond)
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM fulfilment WHERE provider = 'standard' AND payment_id = 'pay_std'`))
-	require.Equal(t, 3, b.count(t, `SELECT deliveries FROM webhook_event WHERE event_id = 'msg_std'`))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE provider = 'standard' AND payment_id = 'pay_std'`))
+	require.Equal(t, 3, b.db.Count(t, `SELECT deliveries FROM webhook_event WHERE event_id = 'msg_std'`))
 }
 
 func TestPostgresOutage(t *testing.T) {
@@ -388,7 +387,7 @@ func TestPostgresOutage(t *testing.T) {
 		require.Equal(t, http.StatusServiceUnavailable, a.code, "no 2xx without a commit")
 		require.Equal(t, "storage unavailable, retry later", a.body["error"])
 	}
-	require.Zero(t, b.count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_outage'`))
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_outage'`))
 
 	require.NoError(t, proxy.Up())
 	var a answer
@@ -398,7 +397,7 @@ func TestPostgresOutage(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 	require.Equal(t, "accepted", a.body["status"])
 	require.Equal(t, "duplicate", b.postStripe(t, body).body["status"])
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_outage'`))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_outage'`))
 	require.Equal(t, 1, b.waitFulfilled(t, "pi_outage"))
 	require.Equal(t, 1, b.rec.CallsForPayment("pi_outage"))
 }

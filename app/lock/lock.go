@@ -49,21 +49,31 @@ func newToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// ReleaseSoon releases l, retrying a few times on errors other than ErrLost:
-// a release that fails on a dropped connection would otherwise leave the
-// lock held until its TTL, stalling every holder after it. It ignores ctx's
-// cancellation, so a holder stopping mid-work still releases.
+// releaseBudget bounds ReleaseSoon: past it, the lock's TTL frees it anyway.
+const releaseBudget = 10 * time.Second
+
+// ReleaseSoon releases l, retrying with backoff on errors other than
+// ErrLost: a release that fails on a dropped connection would otherwise
+// leave the lock held until its TTL, stalling every holder after it. It
+// ignores ctx's cancellation, so a holder stopping mid-work still
+// releases, and gives up after 10 seconds; it waits between tries on that
+// deadline, never blind.
 func ReleaseSoon(ctx context.Context, locker Locker, l Lease) error {
-	ctx = context.WithoutCancel(ctx)
-	var err error
-	for attempt := range 5 {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err = locker.Release(rctx, l)
-		cancel()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseBudget)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		rctx, cancelTry := context.WithTimeout(ctx, 2*time.Second)
+		err := locker.Release(rctx, l)
+		cancelTry()
 		if err == nil || errors.Is(err, ErrLost) {
 			return err
 		}
-		time.Sleep(time.Duration(50<<attempt) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+			wait = min(2*wait, time.Second)
+		}
 	}
-	return err
 }

@@ -3,7 +3,6 @@ package lock_test
 import (
 	"testing"
 
-	"github.com/guardian-pay/guardian/app/filter/redistest"
 	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/lock/locktest"
 	"github.com/guardian-pay/guardian/db"
@@ -15,14 +14,5 @@ func TestPostgresLocker(t *testing.T) {
 	locktest.Run(t, func(t *testing.T) locktest.Harness {
 		d := dbtest.NewDB(t)
 		return locktest.Harness{Locker: lock.Postgres{Store: db.New(d.Pool)}, Pool: d.Pool}
-	})
-}
-
-func TestRedisLocker(t *testing.T) {
-	t.Parallel()
-	locktest.Run(t, func(t *testing.T) locktest.Harness {
-		d := dbtest.NewDB(t)
-		client, prefix := redistest.Client(t)
-		return locktest.Harness{Locker: lock.Redis{Client: client, Prefix: prefix}, Pool: d.Pool}
 	})
 }

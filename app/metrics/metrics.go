@@ -145,9 +145,9 @@ func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.GaugeValue, 0)
 	for _, s := range state.All {
-		ch <- prometheus.MustNewConstMetric(fulfilmentsDesc, prometheus.GaugeValue, float64(st.ByState[string(s)]), string(s))
+		ch <- prometheus.MustNewConstMetric(fulfilmentsDesc, prometheus.GaugeValue, float64(st.ByState[s]), string(s))
 	}
-	ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(st.ByState[string(state.NeedsReconciliation)]))
+	ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(st.ByState[state.NeedsReconciliation]))
 	age := 0.0
 	if st.OldestNeedsReconciliation != nil {
 		age = time.Since(*st.OldestNeedsReconciliation).Seconds()

@@ -3,6 +3,7 @@ package tokens
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/guardian-pay/guardian/db"
 )
@@ -25,4 +26,11 @@ func (p Postgres) Take(ctx context.Context, hash []byte) (Record, error) {
 		return Record{}, ErrGone
 	}
 	return r, err
+}
+
+// Prune deletes token records, and the consumption records that keep Redis
+// stores honest, that expired before cutoff. Tokens in either store are
+// pruned here: consumption records always live in Postgres.
+func (p Postgres) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
+	return db.PruneTokens(ctx, p.Store.Pool(), cutoff)
 }

@@ -121,7 +121,3 @@ func (r *Redis) Take(ctx context.Context, hash []byte) (Record, error) {
 	}
 	return rec, nil
 }
-
-// ForceScript makes Take use the GET+DEL Lua script, as on a server older
-// than 6.2. For tests of that path.
-func (r *Redis) ForceScript() { r.getdel = false }

@@ -42,7 +42,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/guardian-pay/guardian/app"
+	"github.com/guardian-pay/guardian/app/loadgen"
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/goose"
 	"github.com/guardian-pay/guardian/jobs"
 )
 
@@ -192,7 +194,7 @@ func main() {
 		s(intake).median/500, verdict(s(intake).median >= 2500), s(fulfil).median/100, verdict(s(fulfil).median >= 1000))
 }
 
-type benchResult = app.BenchResult
+type benchResult = loadgen.Result
 
 func bench(bin, url string, dup, fulfilling, rate float64, wait bool) benchResult {
 	return benchC(bin, url, *concurrency, dup, fulfilling, rate, wait)
@@ -385,7 +387,7 @@ func startGuardian(bin, dbURL, connURL string, extra map[string]string) *guardia
 	ln.Close()
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + dbURL, "GUARDIAN_ADDR=" + addr,
-		"GUARDIAN_STRIPE_SECRETS=" + app.DevStripeSecret, "GUARDIAN_STANDARD_SECRETS=" + app.DevStandardSecret,
+		"GUARDIAN_STRIPE_SECRETS=" + provider.DevStripeSecret, "GUARDIAN_STANDARD_SECRETS=" + provider.DevStandardSecret,
 		"GUARDIAN_CONNECTOR_URL=" + connURL, "GUARDIAN_CONNECTOR_SECRET=whsec_YmVuY2ggY29ubmVjdG9yIHNlY3JldA==",
 		"GUARDIAN_ADMIN_TOKEN=bench-admin-token-0123456789", "GUARDIAN_LOG_LEVEL=warn"}
 	for k, v := range extra {
@@ -465,7 +467,11 @@ func createDB(ctx context.Context) string {
 	u.RawQuery = q.Encode()
 	pool, err := pgxpool.New(ctx, u.String())
 	check(err)
-	check(app.Migrate(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	migrator, err := goose.NewMigrator(pool)
+	check(err)
+	_, err = migrator.Up(ctx)
+	check(err)
+	check(migrator.Close())
 	pool.Close()
 	q.Del("pool_max_conns")
 	u.RawQuery = q.Encode()

@@ -17,24 +17,15 @@ type Recorder struct {
 	// test releases it.
 	Answer func(ctx context.Context, req connector.Request) connector.Result
 
-	mu     sync.Mutex
-	calls  []connector.Request
-	notify chan struct{}
+	mu    sync.Mutex
+	calls []connector.Request
 }
 
 // Fulfil records req and answers.
 func (r *Recorder) Fulfil(ctx context.Context, req connector.Request) connector.Result {
 	r.mu.Lock()
 	r.calls = append(r.calls, req)
-	if r.notify == nil {
-		r.notify = make(chan struct{}, 1024)
-	}
-	n := r.notify
 	r.mu.Unlock()
-	select {
-	case n <- struct{}{}:
-	default:
-	}
 	if r.Answer != nil {
 		return r.Answer(ctx, req)
 	}
@@ -68,15 +59,4 @@ func (r *Recorder) CallsForPayment(paymentID string) int {
 		}
 	}
 	return n
-}
-
-// Called returns a channel that receives once per call (buffered; a slow
-// reader may miss some, so re-check Calls after waking).
-func (r *Recorder) Called() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.notify == nil {
-		r.notify = make(chan struct{}, 1024)
-	}
-	return r.notify
 }

@@ -1,4 +1,4 @@
-package app
+package wiring
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/guardian-pay/guardian/app/loadgen"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/goose"
 )
@@ -51,7 +52,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	case "demo":
 		return runDemo(ctx, rest, getenv, stdout, stderr)
 	case "bench":
-		return runBench(ctx, rest, getenv, stdout, stderr)
+		return loadgen.Main(ctx, rest, defaultURL, getenv, stdout, stderr)
 	case "fulfilments", "reconcile", "events":
 		return runOps(ctx, cmd, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":

@@ -1,9 +1,11 @@
-package app
+package wiring
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/provider"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -65,7 +67,7 @@ func TestConfigFromEnv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.StripeSecrets[0] != "whsec_real" || cfg.StandardSecrets[0] != DevStandardSecret || cfg.LogFormat != "text" {
+		if cfg.StripeSecrets[0] != "whsec_real" || cfg.StandardSecrets[0] != provider.DevStandardSecret || cfg.LogFormat != "text" {
 			t.Errorf("dev profile: %+v", cfg)
 		}
 	})

@@ -1,4 +1,4 @@
-package app
+package wiring
 
 import (
 	"bytes"
@@ -23,12 +23,12 @@ import (
 func runDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	base := fs.String("url", cmp.Or(getenv("GUARDIAN_URL"), "http://127.0.0.1:8080"), "Guardian's base URL")
+	base := fs.String("url", cmp.Or(getenv("GUARDIAN_URL"), defaultURL), "Guardian's base URL")
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
-	stripeSecret := first(list(getenv("GUARDIAN_STRIPE_SECRETS"), ","), DevStripeSecret)
-	standardSecret := first(list(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"), DevStandardSecret)
+	stripeSecret := first(list(getenv("GUARDIAN_STRIPE_SECRETS"), ","), provider.DevStripeSecret)
+	standardSecret := first(list(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"), provider.DevStandardSecret)
 
 	run := randomID()
 	pi := "pi_demo_" + run

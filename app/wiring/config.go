@@ -1,4 +1,4 @@
-package app
+package wiring
 
 import (
 	"cmp"
@@ -8,7 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/jobs"
+	"github.com/guardian-pay/guardian/web"
 )
 
 // Config is Guardian's configuration, read from the environment by
@@ -92,16 +95,16 @@ type Config struct {
 	ServiceName string
 }
 
+// defaultURL is where the CLI's client commands find a local Guardian.
+const defaultURL = "http://127.0.0.1" + web.DefaultAddr
+
 // DefaultDatabaseURL is the local Postgres of a development machine.
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/guardian?sslmode=disable"
 
-// Development secrets, used only with GUARDIAN_DEV=1. They are public: a
-// server started with them must never see real money.
-const (
-	DevStripeSecret   = "whsec_DEVELOPMENT_ONLY_stripe"
-	DevStandardSecret = "whsec_REVWRUxPUE1FTlQgT05MWSBzdGFuZGFyZA=="
-	DevAdminToken     = "dev-admin-token"
-)
+// DevAdminToken is the development profile's operator token, used only
+// with GUARDIAN_DEV=1 (the profile's webhook secrets are in app/provider).
+// It is public: a server started with it must never see real money.
+const DevAdminToken = "dev-admin-token"
 
 // ConfigFromEnv reads the configuration from getenv (os.Getenv in main).
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
@@ -145,7 +148,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 
 	cfg := Config{
 		DatabaseURL:         cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL),
-		Addr:                cmp.Or(getenv("GUARDIAN_ADDR"), ":8080"),
+		Addr:                cmp.Or(getenv("GUARDIAN_ADDR"), web.DefaultAddr),
 		RedisURL:            getenv("REDIS_URL"),
 		RedisPrefix:         cmp.Or(getenv("GUARDIAN_REDIS_PREFIX"), "idem:"),
 		StripeSecrets:       list(getenv("GUARDIAN_STRIPE_SECRETS"), ","),
@@ -153,20 +156,20 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		StripeFulfilTypes:   list(getenv("GUARDIAN_STRIPE_FULFIL_TYPES"), ","),
 		StandardFulfilTypes: list(getenv("GUARDIAN_STANDARD_FULFIL_TYPES"), ","),
 		Tolerance:           dur("GUARDIAN_TIMESTAMP_TOLERANCE", provider.DefaultTolerance),
-		MaxBodyBytes:        integer("GUARDIAN_MAX_BODY_BYTES", 1<<20),
+		MaxBodyBytes:        integer("GUARDIAN_MAX_BODY_BYTES", web.DefaultMaxBodyBytes),
 		ConnectorURL:        getenv("GUARDIAN_CONNECTOR_URL"),
 		ConnectorSecret:     getenv("GUARDIAN_CONNECTOR_SECRET"),
-		ConnectorTimeout:    dur("GUARDIAN_CONNECTOR_TIMEOUT", 30*time.Second),
-		DispatchLease:       dur("GUARDIAN_DISPATCH_LEASE", 5*time.Minute),
-		SweepInterval:       dur("GUARDIAN_SWEEP_INTERVAL", 30*time.Second),
-		DispatchWorkers:     int(integer("GUARDIAN_DISPATCH_WORKERS", 50)),
+		ConnectorTimeout:    dur("GUARDIAN_CONNECTOR_TIMEOUT", fulfilment.DefaultConnectorTimeout),
+		DispatchLease:       dur("GUARDIAN_DISPATCH_LEASE", fulfilment.DefaultDispatchLease),
+		SweepInterval:       dur("GUARDIAN_SWEEP_INTERVAL", jobs.DefaultSweepInterval),
+		DispatchWorkers:     int(integer("GUARDIAN_DISPATCH_WORKERS", jobs.DefaultDispatchWorkers)),
 		Workers:             boolean("GUARDIAN_WORKERS", true),
 		ConnectorLookupURL:  getenv("GUARDIAN_CONNECTOR_LOOKUP_URL"),
-		ReconcileInterval:   dur("GUARDIAN_RECONCILE_INTERVAL", time.Minute),
-		ReconcileGrace:      dur("GUARDIAN_RECONCILE_GRACE", time.Minute),
+		ReconcileInterval:   dur("GUARDIAN_RECONCILE_INTERVAL", jobs.DefaultReconcileInterval),
+		ReconcileGrace:      dur("GUARDIAN_RECONCILE_GRACE", fulfilment.DefaultReconcileGrace),
 		API:                 boolean("GUARDIAN_API", true),
 		AdminTokens:         list(getenv("GUARDIAN_ADMIN_TOKEN"), ","),
-		SessionTTL:          dur("GUARDIAN_SESSION_TTL", 8*time.Hour),
+		SessionTTL:          dur("GUARDIAN_SESSION_TTL", web.DefaultSessionTTL),
 		TokenStore:          cmp.Or(getenv("GUARDIAN_TOKEN_STORE"), "postgres"),
 		Migrate:             boolean("GUARDIAN_MIGRATE", true),
 		Dev:                 boolean("GUARDIAN_DEV", false),
@@ -184,10 +187,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if cfg.Dev {
 		if len(cfg.StripeSecrets) == 0 {
-			cfg.StripeSecrets = []string{DevStripeSecret}
+			cfg.StripeSecrets = []string{provider.DevStripeSecret}
 		}
 		if len(cfg.StandardSecrets) == 0 {
-			cfg.StandardSecrets = []string{DevStandardSecret}
+			cfg.StandardSecrets = []string{provider.DevStandardSecret}
 		}
 		if len(cfg.AdminTokens) == 0 {
 			cfg.AdminTokens = []string{DevAdminToken}

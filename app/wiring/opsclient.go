@@ -1,4 +1,4 @@
-package app
+package wiring
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ func newOpsClient(getenv func(string) string) (*opsClient, error) {
 	if token == "" {
 		return nil, errors.New("GUARDIAN_ADMIN_TOKEN is empty: set the operator token of the server in GUARDIAN_URL")
 	}
-	base := strings.TrimRight(cmp.Or(getenv("GUARDIAN_URL"), "http://127.0.0.1:8080"), "/")
+	base := strings.TrimRight(cmp.Or(getenv("GUARDIAN_URL"), defaultURL), "/")
 	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, errors.New("GUARDIAN_URL must be an absolute http(s) URL")
 	}

@@ -2,7 +2,7 @@
 // the pool, migrations, providers, connector, filter, River client and HTTP
 // server from a Config, and starts and stops them in order. Only main
 // imports it.
-package app
+package wiring
 
 import (
 	"context"
@@ -22,7 +22,8 @@ import (
 
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/filter"
-	"github.com/guardian-pay/guardian/app/intake"
+	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/tokens"
@@ -133,26 +134,37 @@ func (a *App) build(ctx context.Context) error {
 	a.stopTracing = stopTracing
 
 	registry := prometheus.NewRegistry()
-	m, err := metrics.New(registry, db.New(a.pool), a.logger)
-	if err != nil {
-		return err
-	}
-	if a.jobs, err = jobs.New(jobs.Config{
-		Metrics: m, Workless: !cfg.Workers, Tracer: tracer,
-		Pool: a.pool, Connector: conn, Logger: a.logger,
-		ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
-		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers,
-		Looker: looker, ReconcileInterval: cfg.ReconcileInterval, ReconcileGrace: cfg.ReconcileGrace,
-	}); err != nil {
-		return err
-	}
 	store := db.New(a.pool)
-	in, err := intake.New(intake.Config{Store: store, Enqueuer: a.jobs, Filter: dupFilter, Logger: a.logger, Metrics: m})
+	m, err := metrics.New(registry, store, a.logger)
 	if err != nil {
 		return err
+	}
+	enqueuer, err := jobs.NewEnqueuer(a.pool, a.logger)
+	if err != nil {
+		return err
+	}
+	service, err := fulfilment.New(fulfilment.Config{
+		Store: store, Enqueuer: enqueuer, Logger: a.logger, Connector: conn, Looker: looker,
+		Filter: dupFilter, Metrics: m, ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
+		ReconcileGrace: cfg.ReconcileGrace,
+	})
+	if err != nil {
+		return err
+	}
+	riverClient := enqueuer.River()
+	if cfg.Workers {
+		if a.jobs, err = jobs.New(jobs.Config{
+			Pool: a.pool, Logger: a.logger, Service: service, Locker: lock.Postgres{Store: store},
+			Tokens: tokens.Postgres{Store: store}, Tracer: tracer,
+			DispatchLease: cfg.DispatchLease, SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers,
+			Reconcile: looker != nil, ReconcileInterval: cfg.ReconcileInterval,
+		}); err != nil {
+			return err
+		}
+		riverClient = a.jobs.River()
 	}
 	webCfg := web.Config{
-		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Intake: in,
+		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Service: service,
 		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready, SessionTTL: cfg.SessionTTL,
 		Metrics: m, MetricsHandler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}), Tracer: tracer,
 	}
@@ -171,9 +183,9 @@ func (a *App) build(ctx context.Context) error {
 	}
 	webCfg.Tokens = tokens.New(tokenStore, nil)
 	if cfg.API {
-		webCfg.AdminTokens, webCfg.Store, webCfg.Reconciler = cfg.AdminTokens, store, a.jobs.Reconciler()
+		webCfg.AdminTokens, webCfg.Store = cfg.AdminTokens, store
 		if a.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
-			Endpoints: riverui.NewEndpoints(a.jobs.River(), nil),
+			Endpoints: riverui.NewEndpoints(riverClient, nil),
 			Logger:    a.logger.With("component", "riverui"),
 			Prefix:    "/riverui",
 		}); err != nil {
@@ -202,19 +214,21 @@ func (a *App) ready(ctx context.Context) error {
 
 // Start starts dispatch, then intake. It returns once both run.
 func (a *App) Start(ctx context.Context) error {
-	if err := a.jobs.Start(ctx); err != nil {
-		return fmt.Errorf("start river: %w", err)
+	if a.jobs != nil {
+		if err := a.jobs.Start(ctx); err != nil {
+			return fmt.Errorf("start river: %w", err)
+		}
 	}
 	if a.riverUI != nil {
 		uiCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		a.stopRiverUI = cancel
 		if err := a.riverUI.Start(uiCtx); err != nil {
-			_ = a.jobs.Stop(ctx)
+			a.stopJobs(ctx)
 			return fmt.Errorf("start river ui: %w", err)
 		}
 	}
 	if err := a.web.Start(ctx); err != nil {
-		_ = a.jobs.Stop(ctx)
+		a.stopJobs(ctx)
 		return err
 	}
 	if a.cfg.PprofAddr != "" {
@@ -227,7 +241,7 @@ func (a *App) Start(ctx context.Context) error {
 		ln, err := net.Listen("tcp", a.cfg.PprofAddr)
 		if err != nil {
 			_ = a.web.Stop(ctx)
-			_ = a.jobs.Stop(ctx)
+			a.stopJobs(ctx)
 			return fmt.Errorf("pprof listen: %w", err)
 		}
 		a.pprof = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -239,6 +253,13 @@ func (a *App) Start(ctx context.Context) error {
 		a.logger.Info("pprof listening", "addr", a.cfg.PprofAddr)
 	}
 	return nil
+}
+
+// stopJobs stops River after a failed start, when it runs.
+func (a *App) stopJobs(ctx context.Context) {
+	if a.jobs != nil {
+		_ = a.jobs.Stop(ctx)
+	}
 }
 
 // Addr returns the HTTP listen address, once started.

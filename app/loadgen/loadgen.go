@@ -1,14 +1,19 @@
-package app
+// Package loadgen is the load generator behind `guardian bench`: it sends
+// correctly signed Stripe deliveries, a share of them duplicates, to a
+// running Guardian and reports throughput, latency and end-to-end
+// fulfilment read from Guardian's metrics.
+package loadgen
 
 import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -20,8 +25,14 @@ import (
 	"github.com/guardian-pay/guardian/app/provider"
 )
 
-// BenchResult is what `guardian bench` measured.
-type BenchResult struct {
+// Exit codes, as the rest of the CLI uses them.
+const (
+	exitOK    = 0
+	exitUsage = 2
+)
+
+// Result is what one run measured.
+type Result struct {
 	Deliveries    int            `json:"deliveries"`
 	Seconds       float64        `json:"seconds"`
 	PerSecond     float64        `json:"deliveries_per_second"`
@@ -38,12 +49,14 @@ type BenchResult struct {
 	FulfilSeconds   float64 `json:"fulfil_seconds"`
 }
 
-// runBench sends correctly signed Stripe deliveries to a running Guardian
-// and reports throughput, latency and end-to-end fulfilment.
-func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// Main runs `guardian bench` with args: it sends correctly signed Stripe
+// deliveries to a running Guardian (GUARDIAN_URL, else defaultURL; signed with the first of
+// GUARDIAN_STRIPE_SECRETS or the development secret) and prints what it
+// measured. It returns the process exit code: 0, or 2 for bad flags.
+func Main(ctx context.Context, args []string, defaultURL string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	base := fs.String("url", cmp.Or(getenv("GUARDIAN_URL"), "http://127.0.0.1:8080"), "Guardian's base URL")
+	base := fs.String("url", cmp.Or(getenv("GUARDIAN_URL"), defaultURL), "Guardian's base URL")
 	concurrency := fs.Int("concurrency", 32, "requests in flight")
 	duration := fs.Duration("duration", 10*time.Second, "how long to send")
 	dupShare := fs.Float64("duplicates", 0.3, "share of deliveries that repeat an event already sent (0-1)")
@@ -55,16 +68,16 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	seed := fs.Int64("seed", 0, "events already sent under --prefix, which duplicates may repeat")
 	maxNew := fs.Int64("max", 0, "stop after this many new events (0: no limit)")
 	if err := fs.Parse(args); err != nil {
-		return ExitUsage
+		return exitUsage
 	}
 	if *concurrency < 1 || *dupShare < 0 || *dupShare > 1 || *fulfilShare < 0 || *fulfilShare > 1 {
 		fmt.Fprintln(stderr, "guardian bench: concurrency ≥ 1, shares between 0 and 1")
-		return ExitUsage
+		return exitUsage
 	}
-	secret := first(list(getenv("GUARDIAN_STRIPE_SECRETS"), ","), DevStripeSecret)
+	secret, _, _ := strings.Cut(cmp.Or(strings.TrimSpace(getenv("GUARDIAN_STRIPE_SECRETS")), provider.DevStripeSecret), ",")
 	run := *prefix
 	if run == "" {
-		run = randomID()
+		run = strings.ToLower(rand.Text()[:8])
 	}
 	target := strings.TrimRight(*base, "/") + "/webhooks/stripe"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *concurrency * 2, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}, Timeout: 30 * time.Second}
@@ -92,7 +105,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	var wg sync.WaitGroup
 	for w := range *concurrency {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w)+1, uint64(time.Now().UnixNano())))
+			rng := mathrand.New(mathrand.NewPCG(uint64(w)+1, uint64(time.Now().UnixNano())))
 			var local []time.Duration
 			localStatus := map[string]int{}
 			localErr := 0
@@ -157,7 +170,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	wg.Wait()
 	elapsed := time.Since(start)
 
-	res := BenchResult{Deliveries: len(latencies), Seconds: elapsed.Seconds(), Statuses: statuses, Errors: errs, NewFulfilling: int(newFulfil.Load())}
+	res := Result{Deliveries: len(latencies), Seconds: elapsed.Seconds(), Statuses: statuses, Errors: errs, NewFulfilling: int(newFulfil.Load())}
 	res.PerSecond = float64(res.Deliveries) / elapsed.Seconds()
 	slices.Sort(latencies)
 	pct := func(p float64) float64 {
@@ -194,7 +207,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 
 	if *asJSON {
 		_ = json.NewEncoder(stdout).Encode(res)
-		return ExitOK
+		return exitOK
 	}
 	fmt.Fprintf(stdout, "deliveries   %d in %.1fs: %.0f/s (concurrency %d, %.0f%% duplicates, %.0f%% fulfilling)\n",
 		res.Deliveries, res.Seconds, res.PerSecond, *concurrency, *dupShare*100, *fulfilShare*100)
@@ -213,7 +226,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	if *wait > 0 {
 		fmt.Fprintf(stdout, "fulfilled    %.0f of %d new fulfilling events in %.1fs: %.0f/s end to end\n", res.Fulfilled, res.NewFulfilling, res.FulfilSeconds, res.FulfilPerSecond)
 	}
-	return ExitOK
+	return exitOK
 }
 
 func benchEvent(run string, id int64, fulfils bool) []byte {

@@ -1,0 +1,207 @@
+package fulfilment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"time"
+
+	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// ErrNotSent is returned by Dispatch when the call provably never reached
+// the receiver: the fulfilment is pending again and the caller should retry
+// it with backoff.
+var ErrNotSent = errors.New("connector not reached")
+
+// DispatchRequest asks for one attempt at one fulfilment.
+type DispatchRequest struct {
+	FulfilmentID string
+	// Actor names the dispatcher in the transition log.
+	Actor string
+	// Evidence is recorded with the claim (the job's attempt, say).
+	Evidence map[string]any
+}
+
+// DispatchResult says what one Dispatch did.
+type DispatchResult struct {
+	// Called is true when the connector was called.
+	Called bool
+	// Attempt is the attempt claimed, when Called.
+	Attempt int
+	// Outcome is the call's outcome, when Called.
+	Outcome state.Outcome
+	// State is where the fulfilment was left (or found, when not called).
+	State state.State
+}
+
+// Dispatch claims a pending fulfilment, calls the connector once and
+// records what the call established.
+//
+// The claim (pending -> dispatching, next attempt) is committed before the
+// call leaves. A fulfilment found dispatching belongs to an earlier attempt
+// whose outcome is unknown (the job was retried after a crash or a rescue):
+// it is parked as needs_reconciliation and nothing is called. Any other
+// state means there is nothing to do.
+//
+// It returns db.ErrNotFound for an unknown fulfilment, ErrNotSent when the
+// call never reached the receiver (the row is pending again: retry), and
+// other errors when the database could not be reached.
+func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchResult, error) {
+	if s.cfg.Connector == nil {
+		return DispatchResult{}, errors.New("dispatch: no connector configured")
+	}
+	id := req.FulfilmentID
+	log := s.cfg.Logger.With("fulfilment_id", id, "actor", req.Actor)
+
+	// The call must start within the connector timeout of the moment the
+	// claim was asked for, not of when its answer came back: a dispatcher
+	// frozen between the claim's commit and the call (a stalled VM,
+	// SIGSTOP) may wake after the sweep parked its row and a lookup proved
+	// "not done" and sent it again. Its deadline has passed by then, so it
+	// does not send. docs/design.md says what a suspended clock does here.
+	deadline := time.Now().Add(s.cfg.ConnectorTimeout)
+
+	in, err := db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), id, req.Actor, req.Evidence)
+	if errors.Is(err, db.ErrConflict) {
+		return s.unclaimable(ctx, log, id, req.Actor)
+	}
+	if err != nil {
+		return DispatchResult{}, err
+	}
+	claimed := in.Fulfilment
+	s.cfg.Metrics.Transition(string(state.Pending), string(state.Dispatching), 1)
+	log = log.With("payment_id", in.PaymentID, "event_id", in.EventID, "attempt", claimed.Attempt)
+
+	callCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	start := time.Now()
+	res := s.cfg.Connector.Fulfil(callCtx, connector.Request{
+		FulfilmentID: id, Attempt: claimed.Attempt, PaymentID: in.PaymentID,
+		EventID: in.EventID, EventType: in.EventType, Payload: in.Payload,
+	})
+	s.cfg.Metrics.Dispatch(res.Outcome, errorClass(res), time.Since(start).Seconds())
+	out := DispatchResult{Called: true, Attempt: claimed.Attempt, Outcome: res.Outcome}
+	out.State, err = s.record(ctx, log, claimed, res, req.Actor)
+	return out, err
+}
+
+// unclaimable applies the rules to a fulfilment the claim did not find
+// pending.
+func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, id, actor string) (DispatchResult, error) {
+	cur, err := db.GetFulfilment(ctx, s.cfg.Store.Pool(), id)
+	if err != nil {
+		return DispatchResult{}, err
+	}
+	if cur.State != state.Dispatching {
+		log.InfoContext(ctx, "dispatch: nothing to do", "state", cur.State)
+		return DispatchResult{State: cur.State}, nil
+	}
+	_, err = db.Transit(ctx, s.cfg.Store.Pool(), db.TransitionParams{
+		ID: cur.ID, From: state.Dispatching, To: state.NeedsReconciliation, Attempt: cur.Attempt,
+		Actor: actor, Reason: "dispatch job found the fulfilment dispatching: an earlier attempt's outcome is unknown",
+		Evidence: map[string]any{"attempt": cur.Attempt, "dispatched_at": cur.DispatchedAt},
+	})
+	if errors.Is(err, db.ErrConflict) {
+		log.InfoContext(ctx, "dispatch: fulfilment moved before it could be parked")
+		return DispatchResult{State: cur.State}, nil
+	}
+	if err != nil {
+		return DispatchResult{}, err
+	}
+	s.cfg.Metrics.Transition(string(state.Dispatching), string(state.NeedsReconciliation), 1)
+	log.WarnContext(ctx, "dispatch: parked an attempt of unknown outcome for reconciliation", "attempt", cur.Attempt)
+	return DispatchResult{State: state.NeedsReconciliation}, nil
+}
+
+// record moves the claimed fulfilment by the call's outcome. It runs on a
+// context that survives the caller's cancellation: what the connector
+// answered is a fact worth writing even during shutdown. A success that
+// finds the row parked (the sweep's lease ran out while it waited) is a
+// fact too, and settles the parked row.
+func (s *Service) record(ctx context.Context, log *slog.Logger, claimed db.Fulfilment, res connector.Result, actor string) (state.State, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RecordMargin)
+	defer cancel()
+
+	evidence := map[string]any{"outcome": res.Outcome.String()}
+	maps.Copy(evidence, res.Evidence)
+	next := state.AfterDispatch(res.Outcome)
+	_, err := db.Transit(ctx, s.cfg.Store.Pool(), db.TransitionParams{
+		ID: claimed.ID, From: state.Dispatching, To: next, Attempt: claimed.Attempt,
+		Actor: actor, Reason: "connector outcome: " + res.Outcome.String(), Evidence: evidence,
+	})
+	switch {
+	case errors.Is(err, db.ErrConflict) && res.Outcome == state.Done:
+		_, err = db.Transit(ctx, s.cfg.Store.Pool(), db.TransitionParams{
+			ID: claimed.ID, From: state.NeedsReconciliation, To: state.Fulfilled, Attempt: claimed.Attempt,
+			Actor: actor, Reason: "late success of the parked attempt", Evidence: evidence,
+		})
+		if errors.Is(err, db.ErrConflict) {
+			log.WarnContext(ctx, "dispatch: late success found the fulfilment moved on; recorded nothing", "evidence", evidence)
+			return s.current(ctx, claimed.ID)
+		}
+		if err != nil {
+			return "", s.recordFailed(ctx, log, evidence, err)
+		}
+		s.cfg.Metrics.Transition(string(state.NeedsReconciliation), string(state.Fulfilled), 1)
+		log.InfoContext(ctx, "dispatch: late success resolved the parked fulfilment")
+		return state.Fulfilled, nil
+	case errors.Is(err, db.ErrConflict):
+		log.WarnContext(ctx, "dispatch: fulfilment moved while calling; outcome not recorded", "outcome", res.Outcome.String(), "evidence", evidence)
+		return s.current(ctx, claimed.ID)
+	case err != nil:
+		return "", s.recordFailed(ctx, log, evidence, err)
+	}
+	s.cfg.Metrics.Transition(string(state.Dispatching), string(next), 1)
+
+	switch next {
+	case state.Fulfilled:
+		log.InfoContext(ctx, "dispatch: fulfilled")
+	case state.Pending:
+		log.WarnContext(ctx, "dispatch: connector not reached; will retry", "evidence", evidence)
+		return next, fmt.Errorf("%w: %v", ErrNotSent, evidence["error"])
+	case state.Failed:
+		log.WarnContext(ctx, "dispatch: connector rejected the fulfilment", "evidence", evidence)
+	default:
+		log.WarnContext(ctx, "dispatch: outcome unknown; parked for reconciliation", "evidence", evidence)
+	}
+	return next, nil
+}
+
+// current reads where a fulfilment stands, for a result; a read error
+// leaves the state blank rather than failing what was already decided.
+func (s *Service) current(ctx context.Context, id string) (state.State, error) {
+	f, err := db.GetFulfilment(ctx, s.cfg.Store.Pool(), id)
+	if err != nil {
+		return "", nil
+	}
+	return f.State, nil
+}
+
+// recordFailed reports an outcome that could not be written. The caller
+// retries the job, which finds the row dispatching and parks it: the fact is
+// lost from the row but kept in this log line, and the reconciler's lookup
+// can establish it again.
+func (s *Service) recordFailed(ctx context.Context, log *slog.Logger, evidence map[string]any, err error) error {
+	log.ErrorContext(ctx, "dispatch: could not record the connector's outcome", "evidence", evidence, "error", err)
+	return fmt.Errorf("record outcome: %w", err)
+}
+
+// errorClass names why a call did not succeed, for the connector-errors
+// metric: the HTTP status class, or the transport error's class.
+func errorClass(res connector.Result) string {
+	if res.Outcome == state.Done {
+		return ""
+	}
+	if code, ok := res.Evidence["status"].(int); ok {
+		return fmt.Sprintf("%dxx", code/100)
+	}
+	if e, ok := res.Evidence["error"].(string); ok && e != "" {
+		return e
+	}
+	return res.Outcome.String()
+}

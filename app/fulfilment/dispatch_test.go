@@ -1,0 +1,215 @@
+package fulfilment_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/lock"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+)
+
+func TestDispatch(t *testing.T) {
+	t.Parallel()
+
+	t.Run("OutcomeTable", func(t *testing.T) {
+		t.Parallel()
+		tests := []struct {
+			outcome state.Outcome
+			want    state.State
+			wantErr error
+		}{
+			{state.Done, state.Fulfilled, nil},
+			{state.Rejected, state.Failed, nil},
+			{state.Unknown, state.NeedsReconciliation, nil},
+			{state.NotSent, state.Pending, fulfilment.ErrNotSent},
+		}
+		for _, tt := range tests {
+			t.Run(tt.outcome.String(), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				b.rec.Answer = answer(tt.outcome)
+				id := b.pay(t, "evt_1", "pi_1")
+				res, err := b.dispatch(t, id)
+				if tt.wantErr != nil {
+					require.ErrorIs(t, err, tt.wantErr)
+				} else {
+					require.NoError(t, err)
+				}
+				require.Equal(t, fulfilment.DispatchResult{Called: true, Attempt: 1, Outcome: tt.outcome, State: tt.want}, res)
+				f := b.db.Fulfilment(t, id)
+				require.Equal(t, tt.want, f.State)
+				require.Equal(t, 1, f.Attempt)
+				require.Equal(t, 1, b.rec.CallsFor(id))
+				ts := b.db.Transitions(t, id)
+				require.Len(t, ts, 3)
+				require.Equal(t, []state.State{state.Pending, state.Dispatching, tt.want}, []state.State{ts[0].To, ts[1].To, ts[2].To})
+				require.Equal(t, "test dispatcher", ts[2].Actor)
+				require.JSONEq(t, `{"outcome":"`+tt.outcome.String()+`","connector":"recorder"}`, string(ts[2].Evidence))
+			})
+		}
+	})
+
+	t.Run("CallCarriesTheKeyTheAttemptAndTheEvent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.pay(t, "evt_1", "pi_1")
+		_, err := b.dispatch(t, id)
+		require.NoError(t, err)
+		calls := b.rec.Calls()
+		require.Len(t, calls, 1)
+		require.JSONEq(t, `{"id":"evt_1"}`, string(calls[0].Payload))
+		calls[0].Payload = nil
+		require.Equal(t, connector.Request{FulfilmentID: id, Attempt: 1, PaymentID: "pi_1", EventID: "evt_1", EventType: "payment_intent.succeeded"}, calls[0])
+	})
+
+	t.Run("RowFoundDispatchingIsParkedWithoutACall", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.pay(t, "evt_1", "pi_1")
+		b.db.ForceDispatching(t, id, time.Now())
+		res, err := b.dispatch(t, id)
+		require.NoError(t, err)
+		require.False(t, res.Called)
+		require.Equal(t, state.NeedsReconciliation, res.State)
+		require.Zero(t, b.rec.CallsFor(id))
+		f := b.db.Fulfilment(t, id)
+		require.Equal(t, state.NeedsReconciliation, f.State)
+		require.Equal(t, 1, f.Attempt, "parking takes no new attempt")
+		ts := b.db.Transitions(t, id)
+		require.Contains(t, ts[len(ts)-1].Reason, "outcome is unknown")
+	})
+
+	t.Run("SettledRowIsLeftAlone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.pay(t, "evt_1", "pi_1")
+		_, err := b.dispatch(t, id)
+		require.NoError(t, err)
+		res, err := b.dispatch(t, id)
+		require.NoError(t, err)
+		require.Equal(t, fulfilment.DispatchResult{State: state.Fulfilled}, res)
+		require.Equal(t, 1, b.rec.CallsFor(id))
+	})
+
+	t.Run("UnknownFulfilmentIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.dispatch(t, "00000000-0000-0000-0000-000000000000")
+		require.ErrorIs(t, err, db.ErrNotFound)
+		require.Empty(t, b.rec.Calls())
+	})
+
+	t.Run("DeadlineIsMeasuredFromBeforeTheClaim", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		deadlines := make(chan time.Time, 1)
+		b.rec.Answer = func(ctx context.Context, _ connector.Request) connector.Result {
+			d, _ := ctx.Deadline()
+			deadlines <- d
+			return connector.Result{Outcome: state.Done}
+		}
+		id := b.pay(t, "evt_1", "pi_1")
+		_, err := b.dispatch(t, id)
+		require.NoError(t, err)
+		// dispatched_at is stamped while the claim runs, by this machine's
+		// Postgres: a deadline taken once the claim returned lands after it
+		// plus the timeout.
+		claimed := *b.db.Fulfilment(t, id).DispatchedAt
+		require.False(t, (<-deadlines).After(claimed.Add(b.svc.ConnectorTimeout())),
+			"the call's deadline must count the claim's time")
+	})
+
+	// lateAnswer hangs the call until the sweep has parked the row (its
+	// lease ran out), then answers with o; it returns the fulfilment.
+	lateAnswer := func(t *testing.T, o state.Outcome) (*testBundle, string) {
+		var now time.Time
+		b := setup(t, func(c *fulfilment.Config) { c.Now = func() time.Time { return now } })
+		entered, release := make(chan struct{}), make(chan struct{})
+		b.rec.Answer = func(context.Context, connector.Request) connector.Result {
+			close(entered)
+			<-release
+			return connector.Result{Outcome: o}
+		}
+		id := b.pay(t, "evt_1", "pi_1")
+		done := make(chan error, 1)
+		go func() { _, err := b.dispatch(t, id); done <- err }()
+		<-entered
+		now = b.db.Fulfilment(t, id).DispatchedAt.Add(time.Hour)
+		sum, err := b.svc.Sweep(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep", Fence: 1})
+		require.NoError(t, err)
+		require.Equal(t, 1, sum.Parked)
+		close(release)
+		require.NoError(t, <-done)
+		require.Equal(t, 1, b.rec.CallsFor(id))
+		return b, id
+	}
+
+	t.Run("LateSuccessSettlesTheRowTheSweepParked", func(t *testing.T) {
+		t.Parallel()
+		b, id := lateAnswer(t, state.Done)
+		require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, id).State)
+		ts := b.db.Transitions(t, id)
+		last := ts[len(ts)-1]
+		require.Equal(t, state.NeedsReconciliation, last.From)
+		require.Contains(t, last.Reason, "late success")
+	})
+
+	t.Run("LateFailureLeavesTheParkedRowParked", func(t *testing.T) {
+		t.Parallel()
+		b, id := lateAnswer(t, state.Rejected)
+		require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State, "only a success is a fact that settles a parked row")
+	})
+}
+
+func TestSweep(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AtTheLeaseBoundary", func(t *testing.T) {
+		t.Parallel()
+		var now time.Time
+		b := setup(t, func(c *fulfilment.Config) { c.Now = func() time.Time { return now } })
+		id := b.pay(t, "evt_1", "pi_1")
+		at := time.Now().UTC().Truncate(time.Millisecond)
+		b.db.ForceDispatching(t, id, at)
+		lease := lock.Lease{Name: "guardian_sweep", Fence: 1}
+
+		now = at.Add(20 * time.Second) // exactly the lease: still live
+		sum, err := b.svc.Sweep(b.ctx, "test sweeper", lease)
+		require.NoError(t, err)
+		require.Zero(t, sum.Parked)
+		require.Equal(t, state.Dispatching, b.db.Fulfilment(t, id).State)
+
+		now = at.Add(20*time.Second + time.Millisecond) // a millisecond past it
+		sum, err = b.svc.Sweep(b.ctx, "test sweeper", lease)
+		require.NoError(t, err)
+		require.Equal(t, 1, sum.Parked)
+		f := b.db.Fulfilment(t, id)
+		require.Equal(t, state.NeedsReconciliation, f.State)
+		ts := b.db.Transitions(t, id)
+		require.Equal(t, "test sweeper", ts[len(ts)-1].Actor)
+		require.Contains(t, ts[len(ts)-1].Reason, "lease expired")
+		require.Zero(t, b.rec.CallsFor(id))
+	})
+
+	t.Run("StaleFenceWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		var now time.Time
+		b := setup(t, func(c *fulfilment.Config) { c.Now = func() time.Time { return now } })
+		id := b.pay(t, "evt_1", "pi_1")
+		b.db.ForceDispatching(t, id, time.Now())
+		now = time.Now().Add(time.Hour)
+		_, err := b.svc.Sweep(b.ctx, "new holder", lock.Lease{Name: "guardian_sweep", Fence: 2})
+		require.NoError(t, err)
+		id2 := b.pay(t, "evt_2", "pi_2")
+		b.db.ForceDispatching(t, id2, time.Now())
+		_, err = b.svc.Sweep(b.ctx, "stalled holder", lock.Lease{Name: "guardian_sweep", Fence: 1})
+		require.ErrorIs(t, err, db.ErrStaleFence)
+		require.Equal(t, state.Dispatching, b.db.Fulfilment(t, id2).State)
+	})
+}

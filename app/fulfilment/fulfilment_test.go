@@ -1,0 +1,123 @@
+package fulfilment_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/connector/connectortest"
+	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/db/dbtest"
+)
+
+// enqueuer records the dispatches the domain asked for. It stands in for
+// River: these tests call Dispatch themselves.
+type enqueuer struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (e *enqueuer) EnqueueDispatchTx(_ context.Context, _ pgx.Tx, id string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ids = append(e.ids, id)
+	return nil
+}
+
+func (e *enqueuer) count(id string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, got := range e.ids {
+		if got == id {
+			n++
+		}
+	}
+	return n
+}
+
+// lookerFunc answers lookups with a function.
+type lookerFunc func(ctx context.Context, key string) (connector.Answer, map[string]any, error)
+
+func (f lookerFunc) Lookup(ctx context.Context, key string) (connector.Answer, map[string]any, error) {
+	return f(ctx, key)
+}
+
+type testBundle struct {
+	ctx      context.Context
+	db       *dbtest.DB
+	rec      *connectortest.Recorder
+	enqueuer *enqueuer
+	svc      *fulfilment.Service
+}
+
+// setup returns a Service on a fresh database with a recording connector
+// and enqueuer; opts adjust its Config before it is built.
+func setup(t *testing.T, opts ...func(*fulfilment.Config)) *testBundle {
+	t.Helper()
+	d := dbtest.NewDB(t)
+	b := &testBundle{ctx: context.Background(), db: d, rec: &connectortest.Recorder{}, enqueuer: &enqueuer{}}
+	cfg := fulfilment.Config{
+		Store: db.New(d.Pool), Enqueuer: b.enqueuer, Connector: b.rec,
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ConnectorTimeout: time.Second, DispatchLease: 20 * time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := fulfilment.New(cfg)
+	require.NoError(t, err)
+	b.svc = svc
+	return b
+}
+
+// pay accepts a fulfilling Stripe event and returns its fulfilment's id.
+func (b *testBundle) pay(t *testing.T, eventID, paymentID string) string {
+	t.Helper()
+	res, err := b.svc.Accept(b.ctx, paymentEvent(eventID, paymentID))
+	require.NoError(t, err)
+	require.NotEmpty(t, res.FulfilmentID)
+	return res.FulfilmentID
+}
+
+func paymentEvent(eventID, paymentID string) provider.Event {
+	return provider.Event{
+		Provider: "stripe", ID: eventID, Type: "payment_intent.succeeded", PaymentID: paymentID,
+		Payload: []byte(`{"id":"` + eventID + `"}`),
+	}
+}
+
+// dispatch runs one dispatch as a job would.
+func (b *testBundle) dispatch(t *testing.T, id string) (fulfilment.DispatchResult, error) {
+	t.Helper()
+	return b.svc.Dispatch(b.ctx, fulfilment.DispatchRequest{FulfilmentID: id, Actor: "test dispatcher"})
+}
+
+// answer makes a connector that answers every call with o.
+func answer(o state.Outcome) func(context.Context, connector.Request) connector.Result {
+	return func(context.Context, connector.Request) connector.Result {
+		return connector.Result{Outcome: o, Evidence: map[string]any{"connector": "recorder"}}
+	}
+}
+
+// park leaves a fulfilment parked after one call of unknown outcome.
+func (b *testBundle) park(t *testing.T, eventID, paymentID string) string {
+	t.Helper()
+	id := b.pay(t, eventID, paymentID)
+	b.rec.Answer = answer(state.Unknown)
+	_, err := b.dispatch(t, id)
+	require.NoError(t, err)
+	b.rec.Answer = nil
+	require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State)
+	return id
+}

@@ -1,0 +1,162 @@
+package fulfilment
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// Outcome says what a delivery turned out to be.
+type Outcome int
+
+const (
+	// NewEvent means the event was stored by this delivery.
+	NewEvent Outcome = iota
+	// DuplicateFiltered means the filter knew the event was committed;
+	// Postgres was not touched.
+	DuplicateFiltered
+	// DuplicatePostgres means Postgres already held the event; the delivery
+	// was counted.
+	DuplicatePostgres
+)
+
+// String names the outcome for logs and metrics.
+func (o Outcome) String() string {
+	switch o {
+	case DuplicateFiltered:
+		return "duplicate_filter"
+	case DuplicatePostgres:
+		return "duplicate_postgres"
+	default:
+		return "new"
+	}
+}
+
+// AcceptResult reports what Accept did.
+type AcceptResult struct {
+	Outcome Outcome
+	// FulfilmentID is set when this delivery created a fulfilment.
+	FulfilmentID string
+}
+
+// Accept records a verified event exactly once. It returns only after the
+// event is committed to Postgres (or was already), so an acknowledgement
+// sent after Accept returns nil is never lost. An error means nothing is
+// known to be committed and the provider must retry.
+//
+// The filter, when configured, is asked first and told last: only a mark
+// written after the commit may answer "duplicate".
+func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, error) {
+	// Attributes inline rather than a derived logger: this is the hottest
+	// path, and a duplicate answered by the filter logs nothing.
+	if s.cfg.Filter != nil {
+		seen, err := s.cfg.Filter.Committed(ctx, ev.Provider, ev.ID)
+		if err != nil {
+			s.cfg.Metrics.FilterError("check", err)
+			s.cfg.Logger.DebugContext(ctx, "duplicate filter unavailable, asking Postgres", "provider", ev.Provider, "event_id", ev.ID, "error", err)
+		} else if seen {
+			return AcceptResult{Outcome: DuplicateFiltered}, nil
+		}
+	}
+
+	var res AcceptResult
+	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+		eventPK, inserted, err := db.InsertEvent(ctx, tx, db.EventParams{
+			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload,
+		})
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			res = AcceptResult{Outcome: DuplicatePostgres}
+			return nil
+		}
+		res = AcceptResult{Outcome: NewEvent}
+		if !ev.Fulfils() {
+			return nil
+		}
+		res.FulfilmentID, err = s.create(ctx, tx, eventPK, ev.Provider, ev.PaymentID, "intake", "payment event received")
+		return err
+	})
+	if err != nil {
+		return AcceptResult{}, fmt.Errorf("record event: %w", err)
+	}
+
+	switch {
+	case res.FulfilmentID != "":
+		s.cfg.Metrics.Transition("none", string(state.Pending), 1)
+		s.cfg.Logger.InfoContext(ctx, "event stored, fulfilment created", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "fulfilment_id", res.FulfilmentID, "event_type", ev.Type)
+	case res.Outcome == NewEvent && ev.Fulfils():
+		s.cfg.Logger.InfoContext(ctx, "event stored; payment already has a fulfilment", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "event_type", ev.Type)
+	case res.Outcome == NewEvent:
+		s.cfg.Logger.DebugContext(ctx, "event stored; type does not fulfil", "provider", ev.Provider, "event_id", ev.ID, "event_type", ev.Type)
+	}
+
+	// Only now, after the commit, may the filter learn the event.
+	if s.cfg.Filter != nil {
+		if err := s.cfg.Filter.MarkCommitted(ctx, ev.Provider, ev.ID); err != nil {
+			s.cfg.Metrics.FilterError("mark", err)
+			s.cfg.Logger.DebugContext(ctx, "duplicate filter mark failed; later duplicates go to Postgres", "provider", ev.Provider, "event_id", ev.ID, "error", err)
+		}
+	}
+	return res, nil
+}
+
+// create makes the payment's fulfilment and its dispatch job in tx, unless
+// the payment already has a fulfilment that holds it (see
+// db.InsertFulfilment): then it returns "" and writes nothing. This is the
+// one place a fulfilment is born.
+func (s *Service) create(ctx context.Context, tx pgx.Tx, eventPK int64, providerName, paymentID, actor, reason string) (string, error) {
+	id, created, err := db.InsertFulfilment(ctx, tx, eventPK, providerName, paymentID, actor, reason)
+	if err != nil || !created {
+		return "", err
+	}
+	if err := s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, id); err != nil {
+		return "", fmt.Errorf("enqueue dispatch: %w", err)
+	}
+	return id, nil
+}
+
+// ReplayResult says what a replay did.
+type ReplayResult struct {
+	// Event is the stored event replayed.
+	Event db.Event
+	// FulfilmentID is set when the replay created a fulfilment: the payment
+	// had none that holds it.
+	FulfilmentID string
+	// Fulfils is false when the event's type does not fulfil a payment.
+	Fulfils bool
+}
+
+// Replay runs a stored event through the fulfilment dedup path again, for
+// an operator: it creates a fulfilment only if the payment has none that
+// holds it, so replaying an event that is fulfilled, in flight, parked or
+// cancelled changes nothing. It returns db.ErrNotFound for an unknown event.
+func (s *Service) Replay(ctx context.Context, providerName, eventID, operator string) (ReplayResult, error) {
+	var res ReplayResult
+	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+		ev, err := db.GetEvent(ctx, tx, providerName, eventID)
+		if err != nil {
+			return err
+		}
+		res = ReplayResult{Event: ev, Fulfils: ev.PaymentID != ""}
+		if !res.Fulfils {
+			return nil
+		}
+		res.FulfilmentID, err = s.create(ctx, tx, ev.ID, ev.Provider, ev.PaymentID, "operator "+operator, "replay of stored event")
+		return err
+	})
+	if err != nil {
+		return ReplayResult{}, fmt.Errorf("replay event: %w", err)
+	}
+	if res.FulfilmentID != "" {
+		s.cfg.Metrics.Transition("none", string(state.Pending), 1)
+	}
+	s.cfg.Logger.InfoContext(ctx, "event replayed", "provider", providerName, "event_id", eventID, "operator", operator, "fulfilment_id", res.FulfilmentID)
+	return res, nil
+}

@@ -1,0 +1,136 @@
+package fulfilment
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// ReconcileResult counts what one Reconcile round did.
+type ReconcileResult struct {
+	Checked, Fulfilled, Redispatched, Undecided int
+}
+
+// reconcileBatch caps the rows one round looks up.
+const reconcileBatch = 100
+
+// Reconcile asks the connector about every parked fulfilment whose lookup
+// is due: done resolves it to fulfilled, not done sends it back to pending
+// with a new dispatch (same Idempotency-Key), and cannot tell (or an error,
+// or a timeout) leaves it parked with the answer recorded and the next
+// lookup backed off. Without a Looker it does nothing.
+func (s *Service) Reconcile(ctx context.Context, actor string) (ReconcileResult, error) {
+	var sum ReconcileResult
+	if s.cfg.Looker == nil {
+		return sum, nil
+	}
+	due, err := db.DueForCheck(ctx, s.cfg.Store.Pool(), s.cfg.ReconcileGrace, reconcileBatch)
+	if err != nil {
+		return sum, err
+	}
+	for _, f := range due {
+		if ctx.Err() != nil {
+			return sum, ctx.Err()
+		}
+		sum.Checked++
+		answer, evidence := s.lookup(ctx, f.ID)
+		log := s.cfg.Logger.With("fulfilment_id", f.ID, "payment_id", f.PaymentID, "answer", answer.String())
+		record := func(tx pgx.Tx) error {
+			return db.RecordCheck(ctx, tx, f.ID, f.Attempt, actor, answer.String(), evidence, s.backoff(f.Checks))
+		}
+		// A decisive answer is recorded and applied in one transaction: if
+		// applying fails, nothing is recorded and the row stays due for the
+		// next round, instead of waiting out a backoff it never earned.
+		switch answer {
+		case connector.Performed:
+			err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+				if err := record(tx); err != nil {
+					return err
+				}
+				_, err := db.Transit(ctx, tx, db.TransitionParams{
+					ID: f.ID, From: state.NeedsReconciliation, To: state.Fulfilled, Attempt: f.Attempt,
+					Actor: actor, Reason: "connector lookup: done", Evidence: evidence,
+				})
+				return err
+			})
+			if err = s.settled(ctx, log, err, state.Fulfilled); err != nil {
+				return sum, err
+			}
+			sum.Fulfilled++
+		case connector.NotPerformed:
+			err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+				if err := record(tx); err != nil {
+					return err
+				}
+				if _, err := db.Transit(ctx, tx, db.TransitionParams{
+					ID: f.ID, From: state.NeedsReconciliation, To: state.Pending, Attempt: f.Attempt,
+					Actor: actor, Reason: "connector lookup: not done; dispatching again", Evidence: evidence,
+				}); err != nil {
+					return err
+				}
+				return s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, f.ID)
+			})
+			if err = s.settled(ctx, log, err, state.Pending); err != nil {
+				return sum, err
+			}
+			sum.Redispatched++
+		default:
+			if err := s.cfg.Store.InTx(ctx, record); err != nil {
+				return sum, err
+			}
+			log.InfoContext(ctx, "reconcile: lookup could not tell; left for an operator", "evidence", evidence)
+			sum.Undecided++
+		}
+	}
+	return sum, nil
+}
+
+// settled logs a resolution's result; a conflict (someone resolved it
+// first) is not an error.
+func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to state.State) error {
+	if errors.Is(err, db.ErrConflict) {
+		log.InfoContext(ctx, "reconcile: fulfilment moved before the lookup's answer was applied")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.cfg.Metrics.Transition(string(state.NeedsReconciliation), string(to), 1)
+	log.InfoContext(ctx, "reconcile: resolved by connector lookup")
+	return nil
+}
+
+func (s *Service) lookup(ctx context.Context, id string) (connector.Answer, map[string]any) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectorTimeout)
+	defer cancel()
+	start := time.Now()
+	answer, evidence, err := s.cfg.Looker.Lookup(ctx, id)
+	if evidence == nil {
+		evidence = map[string]any{}
+	}
+	evidence["duration_ms"] = time.Since(start).Milliseconds()
+	if err != nil {
+		evidence["error"] = err.Error()
+		return connector.CannotTell, evidence
+	}
+	return answer, evidence
+}
+
+// backoff is the wait after the checks-th lookup (0-based).
+func (s *Service) backoff(checks int) time.Duration {
+	d := s.cfg.ReconcileBackoff
+	for range min(checks, 30) {
+		d *= 2
+		if d >= s.cfg.ReconcileMaxBackoff {
+			return s.cfg.ReconcileMaxBackoff
+		}
+	}
+	return d
+}

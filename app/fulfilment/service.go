@@ -1,0 +1,128 @@
+package fulfilment
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/filter"
+	"github.com/guardian-pay/guardian/app/metrics"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// Defaults, each written once: the wiring, the River adapters and the
+// configuration read them from here.
+const (
+	// DefaultConnectorTimeout bounds one connector call or lookup.
+	DefaultConnectorTimeout = 30 * time.Second
+	// DefaultDispatchLease is how long a fulfilment may stay dispatching
+	// before the sweep parks it.
+	DefaultDispatchLease = 5 * time.Minute
+	// DefaultReconcileGrace is how long a row stays parked before its first
+	// lookup.
+	DefaultReconcileGrace = time.Minute
+	// DefaultReconcileBackoff is the wait after the first undecided lookup.
+	DefaultReconcileBackoff = time.Minute
+	// DefaultReconcileMaxBackoff caps the wait between lookups.
+	DefaultReconcileMaxBackoff = time.Hour
+	// RecordMargin is the time a dispatch keeps, past the connector's
+	// timeout, to record the outcome; a lease must exceed the timeout plus
+	// this margin.
+	RecordMargin = 15 * time.Second
+)
+
+// Enqueuer inserts the dispatch job for a fulfilment inside the caller's
+// transaction, so the job exists if and only if the transaction commits.
+// Implementations must be safe for concurrent use.
+type Enqueuer interface {
+	EnqueueDispatchTx(ctx context.Context, tx pgx.Tx, fulfilmentID string) error
+}
+
+// Config configures a Service.
+type Config struct {
+	// Store is the database every transition is written to. Required.
+	Store *db.Store
+	// Enqueuer inserts dispatch jobs. Required.
+	Enqueuer Enqueuer
+	// Logger receives one line per transition. Required.
+	Logger *slog.Logger
+	// Connector performs the action. Required to dispatch; an intake-only
+	// process may leave it nil.
+	Connector connector.Connector
+	// Looker, when set, lets Reconcile resolve parked fulfilments by asking
+	// the connector. Nil leaves them to operators.
+	Looker connector.Looker
+	// Filter is the optional duplicate filter in front of intake.
+	Filter filter.Filter
+	// Metrics counts transitions, dispatches and filter errors; nil counts
+	// nothing.
+	Metrics *metrics.Metrics
+
+	// ConnectorTimeout bounds one connector call, measured from before the
+	// claim. Defaults to DefaultConnectorTimeout.
+	ConnectorTimeout time.Duration
+	// DispatchLease is how long a fulfilment may stay dispatching before the
+	// sweep parks it. It must exceed ConnectorTimeout plus RecordMargin.
+	// Defaults to DefaultDispatchLease.
+	DispatchLease time.Duration
+	// ReconcileGrace is how long a row stays parked before its first lookup,
+	// so a call still running at the receiver can finish. Defaults to
+	// DefaultReconcileGrace.
+	ReconcileGrace time.Duration
+	// ReconcileBackoff is the wait after the first undecided lookup; it
+	// doubles with each further one, up to ReconcileMaxBackoff. Defaults to
+	// DefaultReconcileBackoff.
+	ReconcileBackoff time.Duration
+	// ReconcileMaxBackoff caps the wait between lookups. Defaults to
+	// DefaultReconcileMaxBackoff.
+	ReconcileMaxBackoff time.Duration
+
+	// Now, when set, is the clock the sweep measures leases against. Nil
+	// means the database's clock, the one that stamps dispatched_at, so
+	// that skew between hosts cannot shorten a lease. Tests pin it.
+	Now func() time.Time
+}
+
+// Service owns every move of a fulfilment between states: intake, replay,
+// dispatch, the stale sweep, reconciliation by lookup and operator
+// resolution. It is safe for concurrent use.
+type Service struct {
+	cfg Config
+}
+
+// New returns a Service, or an error naming what is missing or inconsistent.
+func New(cfg Config) (*Service, error) {
+	cfg.ConnectorTimeout = cmp.Or(cfg.ConnectorTimeout, DefaultConnectorTimeout)
+	cfg.DispatchLease = cmp.Or(cfg.DispatchLease, DefaultDispatchLease)
+	cfg.ReconcileGrace = cmp.Or(cfg.ReconcileGrace, DefaultReconcileGrace)
+	cfg.ReconcileBackoff = cmp.Or(cfg.ReconcileBackoff, DefaultReconcileBackoff)
+	cfg.ReconcileMaxBackoff = cmp.Or(cfg.ReconcileMaxBackoff, DefaultReconcileMaxBackoff)
+	switch {
+	case cfg.Store == nil || cfg.Enqueuer == nil || cfg.Logger == nil:
+		return nil, errors.New("fulfilment: store, enqueuer and logger are required")
+	case cfg.DispatchLease <= cfg.ConnectorTimeout+RecordMargin:
+		return nil, fmt.Errorf("fulfilment: dispatch lease %s must exceed the connector timeout %s plus %s to record the outcome",
+			cfg.DispatchLease, cfg.ConnectorTimeout, RecordMargin)
+	}
+	return &Service{cfg: cfg}, nil
+}
+
+// dbNow is the pinned clock for statements that would otherwise read the
+// database's own; nil means "the database's".
+func (s *Service) dbNow() *time.Time {
+	if s.cfg.Now == nil {
+		return nil
+	}
+	t := s.cfg.Now()
+	return &t
+}
+
+// ConnectorTimeout is the bound on one connector call, for adapters that
+// size their own timeouts around it.
+func (s *Service) ConnectorTimeout() time.Duration { return s.cfg.ConnectorTimeout }

@@ -1,0 +1,98 @@
+package dbtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// Count returns the single integer query answers on d, such as
+// `SELECT count(*) FROM fulfilment WHERE payment_id = $1`. It is the one row
+// counter every package's tests use.
+func (d *DB) Count(t testing.TB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := d.Pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("count (%s): %v", query, err)
+	}
+	return n
+}
+
+// Fulfilment returns one fulfilment as it stands.
+func (d *DB) Fulfilment(t testing.TB, id string) db.Fulfilment {
+	t.Helper()
+	f, err := db.GetFulfilment(context.Background(), d.Pool, id)
+	if err != nil {
+		t.Fatalf("get fulfilment %s: %v", id, err)
+	}
+	return f
+}
+
+// WaitState waits, polling every 10 ms for up to 15 s, until the fulfilment
+// is in want, and returns it; it fails the test with the last state seen.
+func (d *DB) WaitState(t testing.TB, id string, want state.State) db.Fulfilment {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		f := d.Fulfilment(t, id)
+		if f.State == want {
+			return f
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fulfilment %s never reached %s (last: %s)", id, want, f.State)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Transitions returns a fulfilment's audit log, oldest first.
+func (d *DB) Transitions(t testing.TB, id string) []db.Transition {
+	t.Helper()
+	ts, err := db.Transitions(context.Background(), d.Pool, id)
+	if err != nil {
+		t.Fatalf("transitions of %s: %v", id, err)
+	}
+	return ts
+}
+
+// ForceDispatching leaves a pending fulfilment as a crashed dispatcher
+// would: claimed, attempt taken, dispatched at the given time, no outcome
+// recorded.
+func (d *DB) ForceDispatching(t testing.TB, id string, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := db.ClaimForDispatch(ctx, d.Pool, id, "crashed dispatcher", nil); err != nil {
+		t.Fatalf("claim %s: %v", id, err)
+	}
+	d.backdate(t, `UPDATE fulfilment SET dispatched_at = $2 WHERE id = $1`, id, at)
+}
+
+// Backdate sets when a fulfilment last moved (updated_at), as if it had been
+// parked or moved at that time; the trigger that stamps updated_at is
+// bypassed for this one statement.
+func (d *DB) Backdate(t testing.TB, id string, at time.Time) {
+	t.Helper()
+	d.backdate(t, `UPDATE fulfilment SET updated_at = $2 WHERE id = $1`, id, at)
+}
+
+func (d *DB) backdate(t testing.TB, stmt, id string, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := d.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+		t.Fatalf("bypass triggers: %v", err)
+	}
+	if _, err := tx.Exec(ctx, stmt, id, at); err != nil {
+		t.Fatalf("backdate %s: %v", id, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+}

@@ -1,0 +1,85 @@
+package jobs_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/connector/connectortest"
+	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/app/tokens"
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/jobs"
+)
+
+func TestSweepWorker(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SweepRunsOnStart", func(t *testing.T) {
+		t.Parallel()
+		rec := &connectortest.Recorder{}
+		b := setup(t, rec, false, options{})
+		id := b.pay(t, "evt_1", "pi_1")
+		b.db.ForceDispatching(t, id, time.Now().Add(-10*time.Minute))
+		// Remove the dispatch job so only the sweep can move the row.
+		_, err := b.db.Pool.Exec(b.ctx, `DELETE FROM river_job WHERE kind = 'guardian_dispatch'`)
+		require.NoError(t, err)
+		b.start(t) // the sweep runs on start, as after a restart
+		b.db.WaitState(t, id, state.NeedsReconciliation)
+		require.Zero(t, rec.CallsFor(id))
+		ts := b.db.Transitions(t, id)
+		require.Regexp(t, `^sweeper `, ts[len(ts)-1].Actor)
+	})
+
+	t.Run("PrunesTokensExpiredADayAgo", func(t *testing.T) {
+		t.Parallel()
+		var pruner tokens.Postgres
+		b := setup(t, &connectortest.Recorder{}, false, options{jobs: func(c *jobs.Config) { c.Tokens = &pruner }})
+		pruner.Store = db.New(b.db.Pool)
+		for name, expired := range map[string]time.Duration{"old": -25 * time.Hour, "recent": -time.Hour, "live": time.Hour} {
+			require.NoError(t, pruner.Put(b.ctx, tokens.Hash(name), tokens.Record{Purpose: "test", Payload: []byte(`{}`), ExpiresAt: time.Now().Add(expired)}))
+		}
+		b.start(t)
+		b.waitJobs(t, `kind = 'guardian_sweep' AND state = 'completed'`, 1)
+		require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM single_use_token`))
+		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM single_use_token WHERE hash = $1`, tokens.Hash("old")))
+	})
+}
+
+func TestReconcileWorker(t *testing.T) {
+	t.Parallel()
+	var called atomic.Bool
+	rec := &connectortest.Recorder{Answer: func(context.Context, connector.Request) connector.Result {
+		if !called.Swap(true) {
+			return connector.Result{Outcome: state.Unknown}
+		}
+		return connector.Result{Outcome: state.Done}
+	}}
+	looker := lookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
+		return connector.NotPerformed, map[string]any{"lookup": "fake"}, nil
+	})
+	b := setup(t, rec, true, options{
+		fulfilment: func(c *fulfilment.Config) { c.Looker = looker; c.ReconcileGrace = time.Nanosecond },
+		jobs:       func(c *jobs.Config) { c.Reconcile = true; c.ReconcileInterval = time.Hour },
+	})
+	id := b.pay(t, "evt_1", "pi_1")
+	b.db.WaitState(t, id, state.NeedsReconciliation)
+	// Run a round as River's leader would: not done sends it again.
+	_, err := b.client.River().Insert(b.ctx, jobs.ReconcileArgs{}, nil)
+	require.NoError(t, err)
+	f := b.db.WaitState(t, id, state.Fulfilled)
+	require.Equal(t, 2, f.Attempt)
+	require.Equal(t, 2, rec.CallsFor(id))
+}
+
+// lookerFunc answers lookups with a function.
+type lookerFunc func(ctx context.Context, key string) (connector.Answer, map[string]any, error)
+
+func (f lookerFunc) Lookup(ctx context.Context, key string) (connector.Answer, map[string]any, error) {
+	return f(ctx, key)
+}

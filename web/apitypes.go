@@ -1,0 +1,92 @@
+package web
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// The operator API's wire format. These types are the API's own, converted
+// from the database's structs in one place each, so a column rename cannot
+// change an answer silently.
+
+// Fulfilment is one payment's external action and where it stands.
+type Fulfilment struct {
+	ID           string      `json:"id"`
+	Provider     string      `json:"provider"`
+	PaymentID    string      `json:"payment_id"`
+	State        state.State `json:"state"`
+	Attempt      int         `json:"attempt"`
+	CreatedAt    time.Time   `json:"created_at"`
+	UpdatedAt    time.Time   `json:"updated_at"`
+	DispatchedAt *time.Time  `json:"dispatched_at,omitempty"`
+	// Checks counts the reconciler's lookups since the row was last parked;
+	// NextCheckAt is when the next is due.
+	Checks      int        `json:"checks"`
+	NextCheckAt *time.Time `json:"next_check_at,omitempty"`
+}
+
+// Event is one stored webhook event.
+type Event struct {
+	Provider    string          `json:"provider"`
+	EventID     string          `json:"event_id"`
+	Type        string          `json:"event_type"`
+	PaymentID   string          `json:"payment_id,omitempty"`
+	Payload     json.RawMessage `json:"payload"`
+	Deliveries  int             `json:"deliveries"`
+	FirstSeenAt time.Time       `json:"first_seen_at"`
+	LastSeenAt  time.Time       `json:"last_seen_at"`
+}
+
+// Transition is one entry of a fulfilment's append-only audit log.
+type Transition struct {
+	From      state.State     `json:"from_state,omitempty"`
+	To        state.State     `json:"to_state"`
+	Attempt   int             `json:"attempt"`
+	Actor     string          `json:"actor"`
+	Reason    string          `json:"reason"`
+	Evidence  json.RawMessage `json:"evidence"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// Check is one reconciliation lookup's answer.
+type Check struct {
+	Attempt   int             `json:"attempt"`
+	Actor     string          `json:"actor"`
+	Answer    string          `json:"answer"`
+	Evidence  json.RawMessage `json:"evidence"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+func apiFulfilment(f db.Fulfilment) Fulfilment {
+	return Fulfilment{
+		ID: f.ID, Provider: f.Provider, PaymentID: f.PaymentID, State: f.State, Attempt: f.Attempt,
+		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, DispatchedAt: f.DispatchedAt, Checks: f.Checks, NextCheckAt: f.NextCheckAt,
+	}
+}
+
+func apiEvent(e db.Event) Event {
+	return Event{
+		Provider: e.Provider, EventID: e.EventID, Type: e.Type, PaymentID: e.PaymentID, Payload: e.Payload,
+		Deliveries: e.Deliveries, FirstSeenAt: e.FirstSeenAt, LastSeenAt: e.LastSeenAt,
+	}
+}
+
+func apiTransition(t db.Transition) Transition {
+	return Transition{From: t.From, To: t.To, Attempt: t.Attempt, Actor: t.Actor, Reason: t.Reason, Evidence: t.Evidence, CreatedAt: t.CreatedAt}
+}
+
+func apiCheck(c db.Check) Check {
+	return Check{Attempt: c.Attempt, Actor: c.Actor, Answer: c.Answer, Evidence: c.Evidence, CreatedAt: c.CreatedAt}
+}
+
+// apiList converts a slice, never returning nil, so an empty list is [].
+func apiList[T, U any](in []T, conv func(T) U) []U {
+	out := make([]U, len(in))
+	for i, v := range in {
+		out[i] = conv(v)
+	}
+	return out
+}
