@@ -20,7 +20,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/app/filter/redistest"
+	"github.com/guardian-pay/guardian/db/dbtest/redistest"
 	"github.com/guardian-pay/guardian/db/dbtest"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/filter"
-	"github.com/guardian-pay/guardian/app/filter/redistest"
+	"github.com/guardian-pay/guardian/db/dbtest/redistest"
 )
 
 func TestRedis(t *testing.T) {

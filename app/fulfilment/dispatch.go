@@ -74,7 +74,7 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 		return DispatchResult{}, err
 	}
 	claimed := in.Fulfilment
-	s.cfg.Metrics.Transition(string(state.Pending), string(state.Dispatching), 1)
+	s.cfg.Metrics.Transition(state.Pending, state.Dispatching, 1)
 	log = log.With("payment_id", in.PaymentID, "event_id", in.EventID, "attempt", claimed.Attempt)
 
 	callCtx, cancel := context.WithDeadline(ctx, deadline)
@@ -113,7 +113,7 @@ func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, id, actor s
 	if err != nil {
 		return DispatchResult{}, err
 	}
-	s.cfg.Metrics.Transition(string(state.Dispatching), string(state.NeedsReconciliation), 1)
+	s.cfg.Metrics.Transition(state.Dispatching, state.NeedsReconciliation, 1)
 	log.WarnContext(ctx, "dispatch: parked an attempt of unknown outcome for reconciliation", "attempt", cur.Attempt)
 	return DispatchResult{State: state.NeedsReconciliation}, nil
 }
@@ -147,7 +147,7 @@ func (s *Service) record(ctx context.Context, log *slog.Logger, claimed db.Fulfi
 		if err != nil {
 			return "", s.recordFailed(ctx, log, evidence, err)
 		}
-		s.cfg.Metrics.Transition(string(state.NeedsReconciliation), string(state.Fulfilled), 1)
+		s.cfg.Metrics.Transition(state.NeedsReconciliation, state.Fulfilled, 1)
 		log.InfoContext(ctx, "dispatch: late success resolved the parked fulfilment")
 		return state.Fulfilled, nil
 	case errors.Is(err, db.ErrConflict):
@@ -156,7 +156,7 @@ func (s *Service) record(ctx context.Context, log *slog.Logger, claimed db.Fulfi
 	case err != nil:
 		return "", s.recordFailed(ctx, log, evidence, err)
 	}
-	s.cfg.Metrics.Transition(string(state.Dispatching), string(next), 1)
+	s.cfg.Metrics.Transition(state.Dispatching, next, 1)
 
 	switch next {
 	case state.Fulfilled:

@@ -89,7 +89,7 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 
 	switch {
 	case res.FulfilmentID != "":
-		s.cfg.Metrics.Transition("none", string(state.Pending), 1)
+		s.cfg.Metrics.Transition("", state.Pending, 1)
 		s.cfg.Logger.InfoContext(ctx, "event stored, fulfilment created", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "fulfilment_id", res.FulfilmentID, "event_type", ev.Type)
 	case res.Outcome == NewEvent && ev.Fulfils():
 		s.cfg.Logger.InfoContext(ctx, "event stored; payment already has a fulfilment", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "event_type", ev.Type)
@@ -155,7 +155,7 @@ func (s *Service) Replay(ctx context.Context, providerName, eventID, operator st
 		return ReplayResult{}, fmt.Errorf("replay event: %w", err)
 	}
 	if res.FulfilmentID != "" {
-		s.cfg.Metrics.Transition("none", string(state.Pending), 1)
+		s.cfg.Metrics.Transition("", state.Pending, 1)
 	}
 	s.cfg.Logger.InfoContext(ctx, "event replayed", "provider", providerName, "event_id", eventID, "operator", operator, "fulfilment_id", res.FulfilmentID)
 	return res, nil

@@ -102,7 +102,7 @@ func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to s
 	if err != nil {
 		return err
 	}
-	s.cfg.Metrics.Transition(string(state.NeedsReconciliation), string(to), 1)
+	s.cfg.Metrics.Transition(state.NeedsReconciliation, to, 1)
 	log.InfoContext(ctx, "reconcile: resolved by connector lookup")
 	return nil
 }

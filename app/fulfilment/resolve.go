@@ -88,7 +88,7 @@ func (s *Service) Resolve(ctx context.Context, r Resolution) (db.Fulfilment, err
 	if err != nil {
 		return db.Fulfilment{}, err
 	}
-	s.cfg.Metrics.Transition(string(state.NeedsReconciliation), string(r.To), 1)
+	s.cfg.Metrics.Transition(state.NeedsReconciliation, r.To, 1)
 	s.cfg.Logger.InfoContext(ctx, "fulfilment resolved by operator", "fulfilment_id", r.FulfilmentID,
 		"payment_id", moved.PaymentID, "to", string(r.To), "operator", r.Operator)
 	return moved, nil

@@ -36,7 +36,7 @@ func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (Sw
 	if err != nil {
 		return SweepResult{}, err
 	}
-	s.cfg.Metrics.Transition(string(state.Dispatching), string(state.NeedsReconciliation), len(moved))
+	s.cfg.Metrics.Transition(state.Dispatching, state.NeedsReconciliation, len(moved))
 	for _, f := range moved {
 		s.cfg.Logger.WarnContext(ctx, "sweep: dispatch lease expired; parked for reconciliation",
 			"fulfilment_id", f.ID, "payment_id", f.PaymentID, "attempt", f.Attempt)

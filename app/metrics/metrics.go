@@ -4,6 +4,7 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -83,12 +84,13 @@ func (m *Metrics) Delivery(provider, outcome string, seconds float64) {
 	m.intakeSeconds.WithLabelValues(provider).Observe(seconds)
 }
 
-// Transition counts moves of fulfilments.
-func (m *Metrics) Transition(from, to string, n int) {
+// Transition counts moves of fulfilments; an empty from is a fulfilment's
+// creation, labelled "none".
+func (m *Metrics) Transition(from, to state.State, n int) {
 	if m == nil || n == 0 {
 		return
 	}
-	m.transitions.WithLabelValues(from, to).Add(float64(n))
+	m.transitions.WithLabelValues(cmp.Or(string(from), "none"), string(to)).Add(float64(n))
 }
 
 // Dispatch counts one connector call by outcome, and its error class when it
