@@ -186,22 +186,30 @@ func DueForCheck(ctx context.Context, q DBTX, grace time.Duration, limit int) ([
 }
 
 // RecordCheck logs a lookup's answer and schedules the next lookup after
-// backoff, if the fulfilment is still parked at the same attempt.
+// backoff, if, and only if, the fulfilment is still parked at the same
+// attempt: an answer about a row that moved on is not recorded, and
+// ErrConflict says so.
 func RecordCheck(ctx context.Context, q DBTX, id string, attempt int, actor, answer string, evidence any, backoff time.Duration) error {
 	ev, err := json.Marshal(evidence)
 	if err != nil {
 		return fmt.Errorf("marshal evidence: %w", err)
 	}
-	_, err = q.Exec(ctx, `
+	tag, err := q.Exec(ctx, `
 		WITH bumped AS (
 			UPDATE fulfilment SET checks = checks + 1, next_check_at = now() + make_interval(secs => $6)
 			WHERE id = $1 AND state = 'needs_reconciliation' AND attempt = $2
 			RETURNING id
 		)
 		INSERT INTO fulfilment_check (fulfilment_id, attempt, actor, answer, evidence)
-		VALUES ($1, $2, $3, $4, $5)`,
+		SELECT id, $2, $3, $4, $5 FROM bumped`,
 		id, attempt, actor, answer, string(ev), backoff.Seconds())
-	return wrap("record check", err)
+	if err != nil {
+		return wrap("record check", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrConflict
+	}
+	return nil
 }
 
 // Checks returns the lookups of one or more fulfilments in one query,

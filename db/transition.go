@@ -151,3 +151,52 @@ func ClaimForDispatch(ctx context.Context, q DBTX, id, actor string, evidence an
 	in.Payload = payload
 	return in, wrap("claim for dispatch", err)
 }
+
+// ClaimOf says who claimed a dispatching fulfilment's current attempt and
+// whether that claimant's call can still be in flight.
+type ClaimOf struct {
+	// Claimant is what the claim recorded as its claimant ("" when it
+	// recorded none).
+	Claimant string
+	// Live is true while dispatched_at is within window of the database's
+	// clock: the claimant may still be calling.
+	Live bool
+}
+
+// Claim reads who claimed a fulfilment's current attempt, from the claim's
+// transition, and whether its call could still be in flight within window.
+func Claim(ctx context.Context, q DBTX, id string, window time.Duration) (ClaimOf, error) {
+	var c ClaimOf
+	err := q.QueryRow(ctx, `
+		SELECT coalesce((SELECT t.evidence ->> 'claimant' FROM fulfilment_transition t
+		                 WHERE t.fulfilment_id = f.id AND t.to_state = 'dispatching' AND t.attempt = f.attempt
+		                 ORDER BY t.id DESC LIMIT 1), ''),
+		       coalesce(f.dispatched_at > now() - make_interval(secs => $2), false)
+		FROM fulfilment f WHERE f.id = $1`, id, window.Seconds()).Scan(&c.Claimant, &c.Live)
+	return c, wrap("read claim", err)
+}
+
+// StrandedPending locks and returns, up to limit, pending fulfilments that
+// have been pending for at least after and have no live dispatch job: none
+// available, scheduled, retryable or pending in River, and none running
+// that started within after (a job running that long whose row is still
+// pending never reached its claim: its fetch's answer was lost). Rows are
+// locked with SKIP LOCKED, in the caller's transaction.
+func StrandedPending(ctx context.Context, q DBTX, after time.Duration, limit int) ([]string, error) {
+	rows, err := q.Query(ctx, `
+		SELECT f.id FROM fulfilment f
+		WHERE f.state = 'pending' AND f.updated_at < now() - make_interval(secs => $1)
+		  AND NOT EXISTS (
+			SELECT 1 FROM river_job j
+			WHERE j.kind = 'guardian_dispatch' AND j.args ->> 'fulfilment_id' = f.id::text
+			  AND (j.state IN ('available', 'scheduled', 'retryable', 'pending')
+			       OR (j.state = 'running' AND j.attempted_at > now() - make_interval(secs => $1))))
+		ORDER BY f.updated_at
+		LIMIT $2
+		FOR UPDATE OF f SKIP LOCKED`, after.Seconds(), limit)
+	if err != nil {
+		return nil, wrap("find stranded pending", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, wrap("find stranded pending", err)
+}

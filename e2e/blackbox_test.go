@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -168,9 +169,12 @@ func TestMigrateCommand(t *testing.T) {
 	require.Contains(t, out, "00009_guardian.sql")
 	require.NotContains(t, out, "pending")
 
+	files, err := filepath.Glob("../goose/migrations/*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
 	out, code = run("down")
 	require.Zero(t, code, out)
-	require.Contains(t, out, "rolled back 00010_tokens_locks.sql")
+	require.Contains(t, out, "rolled back "+filepath.Base(files[len(files)-1]), "down rolls back the newest migration")
 	out, _ = run("status")
 	require.Contains(t, out, "pending")
 

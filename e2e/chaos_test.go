@@ -16,10 +16,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/db/dbtest/redistest"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/db/dbtest/faultproxy"
+	"github.com/guardian-pay/guardian/db/dbtest/redistest"
 )
 
 // The chaos suite tries to make Guardian fulfil twice or lose an event. It

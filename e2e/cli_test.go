@@ -71,15 +71,15 @@ func TestOperatorCLI(t *testing.T) {
 	require.Contains(t, out, "connector outcome: unknown")
 
 	// Missing evidence: refused, exit 2, nothing changed.
-	out, code = cli(t, g, adminToken, "reconcile", "resolve", id, "--to", "fulfilled", "--operator", "ana", "--reason", "confirmed")
+	out, code = cli(t, g, adminToken, "reconcile", "resolve", id, "--attempt", "1", "--to", "fulfilled", "--operator", "ana", "--reason", "confirmed")
 	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "evidence")
 
-	out, code = cli(t, g, adminToken, "reconcile", "resolve", id, "--to", "fulfilled", "--operator", "ana", "--reason", "receiver confirmed", "--evidence", "receiver log line 42")
+	out, code = cli(t, g, adminToken, "reconcile", "resolve", id, "--attempt", "1", "--to", "fulfilled", "--operator", "ana", "--reason", "receiver confirmed", "--evidence", "receiver log line 42")
 	require.Zero(t, code, out)
 	require.Contains(t, out, "is now fulfilled")
 
-	out, code = cli(t, g, adminToken, "reconcile", "resolve", id, "--to", "cancelled", "--operator", "bo", "--reason", "too late")
+	out, code = cli(t, g, adminToken, "reconcile", "resolve", id, "--attempt", "1", "--to", "cancelled", "--operator", "bo", "--reason", "too late")
 	require.Equal(t, 4, code, "a second resolution conflicts: %s", out)
 
 	out, code = cli(t, g, adminToken, "events", "show", "stripe", "evt_cli", "--json")

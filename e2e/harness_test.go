@@ -20,8 +20,8 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/db/dbtest/redistest"
 	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/db/dbtest/redistest"
 )
 
 const (

@@ -16,6 +16,8 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/connector"
 )
 
 // The chaos suite's connector runs as its own process (this test binary,
@@ -42,8 +44,9 @@ type ledgerEntry struct {
 // runLedgerConnector serves until killed. Modes: "normal" acts and answers
 // 200; "ambiguous" acts on every call but answers 200, 500, resets the
 // connection, or answers late (past Guardian's timeout), at random.
-// GET /lookup/{key} answers from the ledger: 200 {"status":"done"} if any
-// call for the key acted, else 404.
+// GET /lookup/{key} answers from the ledger with a lookup answer signed
+// with the connector secret: "done" if any call for the key acted, else
+// "not_done".
 func runLedgerConnector(addr string) int {
 	f, err := os.OpenFile(os.Getenv(ledgerFileEnv), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -69,14 +72,23 @@ func runLedgerConnector(addr string) int {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /lookup/{key}", func(w http.ResponseWriter, r *http.Request) {
+		key := r.PathValue("key")
 		mu.Lock()
-		done := acted[r.PathValue("key")]
+		done := acted[key]
 		mu.Unlock()
+		status := connector.LookupNotDone
 		if done {
-			_, _ = w.Write([]byte(`{"status":"done"}`))
+			status = connector.LookupDone
+		}
+		body, h, err := connector.SignLookupAnswer(connectorSecret, key, status, time.Now())
+		if err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
 			return
 		}
-		w.WriteHeader(http.StatusNotFound)
+		for k, v := range h {
+			w.Header()[k] = v
+		}
+		_, _ = w.Write(body)
 	})
 	mux.HandleFunc("POST /", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

@@ -58,7 +58,8 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 		span.End()
 	}()
 	res, err := w.service.Dispatch(ctx, fulfilment.DispatchRequest{
-		FulfilmentID: id, Actor: w.actor(job.ID), Evidence: map[string]any{"river_attempt": job.Attempt},
+		FulfilmentID: id, Actor: w.actor(job.ID), Claimant: fmt.Sprintf("river job %d", job.ID),
+		Evidence: map[string]any{"river_attempt": job.Attempt},
 	})
 	if res.Called {
 		span.SetAttributes(attribute.Int("guardian.attempt", res.Attempt), attribute.String("guardian.outcome", res.Outcome.String()))

@@ -64,11 +64,12 @@ func TestReconcileWorker(t *testing.T) {
 		return connector.NotPerformed, map[string]any{"lookup": "fake"}, nil
 	})
 	b := setup(t, rec, true, options{
-		fulfilment: func(c *fulfilment.Config) { c.Looker = looker; c.ReconcileGrace = time.Nanosecond },
+		fulfilment: func(c *fulfilment.Config) { c.Looker = looker; c.ReconcileGrace = c.ConnectorTimeout },
 		jobs:       func(c *jobs.Config) { c.Reconcile = true; c.ReconcileInterval = time.Hour },
 	})
 	id := b.pay(t, "evt_1", "pi_1")
 	b.db.WaitState(t, id, state.NeedsReconciliation)
+	b.db.Backdate(t, id, time.Now().Add(-time.Hour)) // past the grace
 	// Run a round as River's leader would: not done sends it again.
 	_, err := b.client.River().Insert(b.ctx, jobs.ReconcileArgs{}, nil)
 	require.NoError(t, err)
@@ -82,4 +83,61 @@ type lookerFunc func(ctx context.Context, key string) (connector.Answer, map[str
 
 func (f lookerFunc) Lookup(ctx context.Context, key string) (connector.Answer, map[string]any, error) {
 	return f(ctx, key)
+}
+
+// TestNoPendingRowIsStranded takes a pending fulfilment's dispatch job away
+// in each way River and its operators can, and checks that the sweep gives
+// the row a new job that fulfils it, once.
+func TestNoPendingRowIsStranded(t *testing.T) {
+	t.Parallel()
+
+	cases := []struct {
+		name string
+		lose func(t *testing.T, b *testBundle, jobID int64)
+	}{
+		{"CancelledInRiverUI", func(t *testing.T, b *testBundle, jobID int64) {
+			_, err := b.client.River().JobCancel(b.ctx, jobID)
+			require.NoError(t, err)
+		}},
+		{"DeletedInRiverUI", func(t *testing.T, b *testBundle, jobID int64) {
+			_, err := b.client.River().JobDelete(b.ctx, jobID)
+			require.NoError(t, err)
+		}},
+		{"RetriesExhausted", func(t *testing.T, b *testBundle, jobID int64) {
+			_, err := b.db.Pool.Exec(b.ctx, `UPDATE river_job SET state = 'discarded', attempt = max_attempts, finalized_at = now() WHERE id = $1`, jobID)
+			require.NoError(t, err)
+		}},
+		{"FetchAnswerLostWithTheConnection", func(t *testing.T, b *testBundle, jobID int64) {
+			// What a fetch leaves when its answer never reaches the worker:
+			// running, attempt 1, attempted at the moment of the cut (20 s
+			// ago: past the job's timeout, well inside River's 5-minute
+			// rescue, which this test leaves at its default).
+			_, err := b.db.Pool.Exec(b.ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '20 seconds', attempted_by = '{lost}' WHERE id = $1`, jobID)
+			require.NoError(t, err)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &connectortest.Recorder{}
+			b := setup(t, rec, false, options{
+				fulfilment: func(c *fulfilment.Config) { c.DispatchLease = fulfilment.DefaultDispatchLease },
+				jobs:       func(c *jobs.Config) { c.SweepInterval = time.Second; c.DispatchLease = fulfilment.DefaultDispatchLease },
+			})
+			id := b.pay(t, "evt_1", "pi_1")
+			var jobID int64
+			require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT id FROM river_job WHERE kind = 'guardian_dispatch'`).Scan(&jobID))
+			tc.lose(t, b, jobID)
+			b.db.Backdate(t, id, time.Now().Add(-time.Hour))
+
+			start := time.Now()
+			b.start(t)
+			b.db.WaitState(t, id, state.Fulfilled)
+			// Bound: the sweep runs on start and then every SweepInterval;
+			// one run is enough.
+			t.Logf("recovered in %s", time.Since(start).Round(time.Millisecond))
+			require.Equal(t, 1, rec.CallsFor(id))
+			require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment_transition WHERE fulfilment_id = $1 AND to_state = 'dispatching'`, id))
+		})
+	}
 }

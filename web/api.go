@@ -3,6 +3,7 @@ package web
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -22,6 +23,7 @@ func (s *Server) mountAPI() {
 	g.GET("/fulfilments", s.apiListFulfilments)
 	g.GET("/fulfilments/:id", s.apiGetFulfilment)
 	g.POST("/fulfilments/:id/resolve", s.apiResolve)
+	g.POST("/fulfilments/:id/reopen", s.apiReopen)
 	g.GET("/events/:provider/:event_id", s.apiGetEvent)
 	g.POST("/events/:provider/:event_id/replay", s.apiReplay)
 	g.GET("/stats", s.apiStats)
@@ -118,8 +120,11 @@ func (s *Server) fulfilmentDetail(c echo.Context, id string) (FulfilmentDetail, 
 type ResolveRequest struct {
 	// Resolution is fulfilled, pending or cancelled.
 	Resolution string `json:"resolution"`
-	Operator   string `json:"operator"`
-	Reason     string `json:"reason"`
+	// Attempt is the attempt the decision is about, as the operator saw it
+	// (the fulfilment's "attempt"): if the row moved on, the answer is 409.
+	Attempt  int    `json:"attempt"`
+	Operator string `json:"operator"`
+	Reason   string `json:"reason"`
 	// Evidence is the fact behind the resolution; required for fulfilled
 	// and pending.
 	Evidence string `json:"evidence"`
@@ -130,11 +135,12 @@ type ResolveAnswer struct {
 	Fulfilment Fulfilment `json:"fulfilment"`
 }
 
-// ResolveConflict is the body of a 409 to a resolution.
+// ResolveConflict is the body of a 409 to a resolution or reopening.
 type ResolveConflict struct {
 	Error string `json:"error"`
-	// State is where the fulfilment stands now.
-	State string `json:"state"`
+	// State and Attempt are where the fulfilment stands now.
+	State   string `json:"state"`
+	Attempt int    `json:"attempt"`
 }
 
 func (s *Server) apiResolve(c echo.Context) error {
@@ -156,34 +162,76 @@ func (s *Server) resolve(c echo.Context, id string, req ResolveRequest) (Fulfilm
 		return Fulfilment{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
 	}
 	f, err := s.cfg.Service.Resolve(c.Request().Context(), fulfilment.Resolution{
-		FulfilmentID: id, To: state.State(req.Resolution), Operator: req.Operator, Reason: req.Reason, Evidence: req.Evidence,
+		FulfilmentID: id, Attempt: req.Attempt, To: state.State(req.Resolution), Operator: req.Operator, Reason: req.Reason, Evidence: req.Evidence,
 	})
-	switch {
-	case errors.Is(err, fulfilment.ErrInvalid):
-		return Fulfilment{}, &HTTPError{Code: http.StatusBadRequest, Msg: err.Error()}
-	case errors.Is(err, db.ErrNotFound):
-		return Fulfilment{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
-	case errors.Is(err, fulfilment.ErrMoved):
-		cur, gerr := db.GetFulfilment(c.Request().Context(), s.cfg.Store.Pool(), id)
-		if gerr != nil {
-			return Fulfilment{}, storageError(gerr)
-		}
-		return Fulfilment{}, &conflictError{state: string(cur.State)}
-	case err != nil:
-		return Fulfilment{}, storageError(err)
+	if err != nil {
+		return Fulfilment{}, s.decisionError(c, id, err)
 	}
 	return apiFulfilment(f), nil
 }
 
-// conflictError answers 409 with the fulfilment's current state.
-type conflictError struct{ state string }
+// ReopenRequest is the body of POST /api/v1/fulfilments/{id}/reopen: take a
+// cancelled fulfilment back to needs_reconciliation, on the same row and
+// Idempotency-Key.
+type ReopenRequest struct {
+	// Attempt is the cancelled row's attempt, as the operator saw it.
+	Attempt  int    `json:"attempt"`
+	Operator string `json:"operator"`
+	Reason   string `json:"reason"`
+	// Evidence is what shows the cancel was wrong. Required.
+	Evidence string `json:"evidence"`
+}
+
+func (s *Server) apiReopen(c echo.Context) error {
+	var req ReopenRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	id := c.Param("id")
+	if !db.ValidUUID(id) {
+		return &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
+	}
+	f, err := s.cfg.Service.Reopen(c.Request().Context(), fulfilment.Reopening{
+		FulfilmentID: id, Attempt: req.Attempt, Operator: req.Operator, Reason: req.Reason, Evidence: req.Evidence,
+	})
+	if err != nil {
+		return s.decisionError(c, id, err)
+	}
+	return c.JSON(http.StatusOK, ResolveAnswer{Fulfilment: apiFulfilment(f)})
+}
+
+// decisionError maps an operator decision's error to its answer: 400 for
+// a refused decision, 404, 409 when the row moved or its call could still be
+// in flight, 503 otherwise.
+func (s *Server) decisionError(c echo.Context, id string, err error) error {
+	switch {
+	case errors.Is(err, fulfilment.ErrInvalid):
+		return &HTTPError{Code: http.StatusBadRequest, Msg: err.Error()}
+	case errors.Is(err, db.ErrNotFound):
+		return &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
+	case errors.Is(err, fulfilment.ErrMoved), errors.Is(err, fulfilment.ErrInFlight):
+		cur, gerr := db.GetFulfilment(c.Request().Context(), s.cfg.Store.Pool(), id)
+		if gerr != nil {
+			return storageError(gerr)
+		}
+		return &conflictError{err: err, state: string(cur.State), attempt: cur.Attempt}
+	}
+	return storageError(err)
+}
+
+// conflictError answers 409 with where the fulfilment stands.
+type conflictError struct {
+	err     error
+	state   string
+	attempt int
+}
 
 func (e *conflictError) Error() string {
-	return "fulfilment is " + e.state + ", not needs_reconciliation: someone resolved it first"
+	return fmt.Sprintf("%v (it is %s at attempt %d)", e.err, e.state, e.attempt)
 }
 
 func (e *conflictError) answer() (int, any) {
-	return http.StatusConflict, ResolveConflict{Error: e.Error(), State: e.state}
+	return http.StatusConflict, ResolveConflict{Error: e.Error(), State: e.state, Attempt: e.attempt}
 }
 
 // EventDetail is the answer to GET /api/v1/events/{provider}/{event_id}.

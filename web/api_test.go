@@ -106,7 +106,7 @@ func TestResolve(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{answer: unknownFirst()})
 		id := b.parked(t, "evt_1", "pi_1")
-		code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Resolution: "fulfilled", Operator: "ana", Reason: "customer confirmed delivery", Evidence: "ticket 4711"})
+		code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "fulfilled", Operator: "ana", Reason: "customer confirmed delivery", Evidence: "ticket 4711"})
 		require.Equal(t, http.StatusOK, code, string(body))
 		require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, id).State)
 		require.Equal(t, 1, b.rec.CallsFor(id), "resolving by hand calls nothing")
@@ -126,7 +126,19 @@ func TestResolve(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{answer: unknownFirst()})
 		id := b.parked(t, "evt_1", "pi_1")
-		code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Resolution: "pending", Operator: "ana", Reason: "receiver has no record", Evidence: "receiver log search for the key: nothing"})
+		req := web.ResolveRequest{Attempt: 1, Resolution: "pending", Operator: "ana", Reason: "receiver has no record", Evidence: "receiver log search for the key: nothing"}
+		code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, req)
+		require.Equal(t, http.StatusConflict, code, "refused while the parked call could still be in flight: %s", body)
+		require.Contains(t, string(body), "in flight")
+		b.db.Backdate(t, id, time.Now().Add(-time.Hour))
+		req.Attempt = 2
+		code, body = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, req)
+		require.Equal(t, http.StatusConflict, code, "a decision about another attempt: %s", body)
+		var conflict web.ResolveConflict
+		require.NoError(t, json.Unmarshal(body, &conflict))
+		require.Equal(t, web.ResolveConflict{Error: conflict.Error, State: "needs_reconciliation", Attempt: 1}, conflict)
+		req.Attempt = 1
+		code, body = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, req)
 		require.Equal(t, http.StatusOK, code, string(body))
 		require.Equal(t, 1, b.waitFulfilled(t, "pi_1"))
 		calls := b.rec.Calls()
@@ -142,7 +154,7 @@ func TestResolve(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{answer: unknownFirst()})
 		id := b.parked(t, "evt_1", "pi_1")
-		code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "refunded instead"})
+		code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Operator: "ana", Reason: "refunded instead"})
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, state.Cancelled, b.db.Fulfilment(t, id).State)
 	})
@@ -152,20 +164,21 @@ func TestResolve(t *testing.T) {
 		b := setup(t, setupOpts{answer: unknownFirst()})
 		id := b.parked(t, "evt_1", "pi_1")
 		for _, req := range []any{
-			web.ResolveRequest{Resolution: "fulfilled", Operator: "ana", Reason: "looks done"},
-			web.ResolveRequest{Resolution: "pending", Operator: "ana", Reason: "retry please"},
-			web.ResolveRequest{Resolution: "failed", Operator: "ana", Reason: "r", Evidence: "e"},
-			web.ResolveRequest{Resolution: "cancelled", Reason: "no operator"},
-			web.ResolveRequest{Resolution: "cancelled", Operator: "ana"},
+			web.ResolveRequest{Attempt: 1, Resolution: "fulfilled", Operator: "ana", Reason: "looks done"},
+			web.ResolveRequest{Attempt: 1, Resolution: "pending", Operator: "ana", Reason: "retry please"},
+			web.ResolveRequest{Attempt: 1, Resolution: "failed", Operator: "ana", Reason: "r", Evidence: "e"},
+			web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Reason: "no operator"},
+			web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Operator: "ana"},
+			web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "no attempt named"},
 			map[string]string{"resolution": "cancelled", "operator": "ana", "reason": "r", "surprise": "x"},
 		} {
 			code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, req)
 			require.Equal(t, http.StatusBadRequest, code, "%+v: %s", req, body)
 		}
 		require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State)
-		code, _ := b.api(t, "POST", "/api/v1/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11/resolve", adminToken, web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "r"})
+		code, _ := b.api(t, "POST", "/api/v1/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Operator: "ana", Reason: "r"})
 		require.Equal(t, http.StatusNotFound, code)
-		code, _ = b.api(t, "POST", "/api/v1/fulfilments/not-a-uuid/resolve", adminToken, web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "r"})
+		code, _ = b.api(t, "POST", "/api/v1/fulfilments/not-a-uuid/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Operator: "ana", Reason: "r"})
 		require.Equal(t, http.StatusNotFound, code)
 	})
 
@@ -174,8 +187,8 @@ func TestResolve(t *testing.T) {
 		b := setup(t, setupOpts{answer: unknownFirst()})
 		id := b.parked(t, "evt_1", "pi_1")
 		reqs := []web.ResolveRequest{
-			{Resolution: "fulfilled", Operator: "ana", Reason: "confirmed", Evidence: "ticket 1"},
-			{Resolution: "cancelled", Operator: "bo", Reason: "refund"},
+			{Attempt: 1, Resolution: "fulfilled", Operator: "ana", Reason: "confirmed", Evidence: "ticket 1"},
+			{Attempt: 1, Resolution: "cancelled", Operator: "bo", Reason: "refund"},
 		}
 		codes := make([]int, len(reqs))
 		bodies := make([][]byte, len(reqs))
@@ -220,19 +233,28 @@ func TestReplay(t *testing.T) {
 		require.Equal(t, 1, b.rec.CallsForPayment("pi_1"), "no second connector call")
 	})
 
-	t.Run("CancelledPaymentCanBeReplayed", func(t *testing.T) {
+	t.Run("CancelledPaymentIsNotSentAgainButCanBeReopened", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{answer: unknownFirst()})
 		id := b.parked(t, "evt_1", "pi_1")
-		code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "wrong recipient"})
+		code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Operator: "ana", Reason: "wrong recipient"})
 		require.Equal(t, http.StatusOK, code)
 		code, body := b.api(t, "POST", "/api/v1/events/stripe/evt_1/replay", adminToken, web.ReplayRequest{Operator: "ana"})
 		require.Equal(t, http.StatusOK, code)
-		var a web.ReplayAnswer
+		require.JSONEq(t, `{"result":"already_fulfilled_or_in_flight"}`, string(body), "the parked call may have acted: no new key")
+		require.Equal(t, http.StatusOK, b.postStripe(t, `{"id":"evt_2","type":"checkout.session.completed","data":{"object":{"id":"cs_1","object":"checkout.session","payment_intent":"pi_1","payment_status":"paid"}}}`).code)
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
+
+		code, body = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/reopen", adminToken, web.ReopenRequest{Attempt: 1, Operator: "bo", Reason: "recipient was right"})
+		require.Equal(t, http.StatusBadRequest, code, "evidence required: %s", body)
+		code, body = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/reopen", adminToken, web.ReopenRequest{Attempt: 1, Operator: "bo", Reason: "recipient was right", Evidence: "support ticket 12"})
+		require.Equal(t, http.StatusOK, code, string(body))
+		var a web.ResolveAnswer
 		require.NoError(t, json.Unmarshal(body, &a))
-		require.Equal(t, "fulfilment_created", a.Result)
-		require.NotEqual(t, id, a.FulfilmentID, "a new fulfilment, hence a new Idempotency-Key")
-		b.db.WaitState(t, a.FulfilmentID, state.NeedsReconciliation) // unknownFirst: its first call is unknown too
+		require.Equal(t, web.Fulfilment{ID: id, Provider: "stripe", PaymentID: "pi_1", State: state.NeedsReconciliation, Attempt: 1},
+			web.Fulfilment{ID: a.Fulfilment.ID, Provider: a.Fulfilment.Provider, PaymentID: a.Fulfilment.PaymentID, State: a.Fulfilment.State, Attempt: a.Fulfilment.Attempt},
+			"the same row and key, parked again")
+		require.Equal(t, 1, b.rec.CallsForPayment("pi_1"), "reopening sends nothing")
 	})
 
 	t.Run("UnknownEventAndNonFulfillingType", func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -330,25 +331,28 @@ func (s *Server) handleFulfilmentPage(c echo.Context) error {
 // resolveIntent is what a confirmation token is bound to.
 type resolveIntent struct {
 	FulfilmentID string `json:"fulfilment_id"`
-	Resolution   string `json:"resolution"`
-	Reason       string `json:"reason"`
-	Evidence     string `json:"evidence"`
-	Operator     string `json:"operator"`
+	// Attempt is the attempt the operator saw on the page they decided on.
+	Attempt    int    `json:"attempt"`
+	Resolution string `json:"resolution"`
+	Reason     string `json:"reason"`
+	Evidence   string `json:"evidence"`
+	Operator   string `json:"operator"`
 }
 
 // handleResolveAsk checks a resolution form and asks for confirmation with
 // a single-use token bound to exactly what was asked.
 func (s *Server) handleResolveAsk(c echo.Context) error {
 	sess := c.Get("session").(session)
+	attempt, _ := strconv.Atoi(c.FormValue("attempt"))
 	intent := resolveIntent{
-		FulfilmentID: c.Param("id"), Resolution: c.FormValue("resolution"),
+		FulfilmentID: c.Param("id"), Attempt: attempt, Resolution: c.FormValue("resolution"),
 		Reason: strings.TrimSpace(c.FormValue("reason")), Evidence: strings.TrimSpace(c.FormValue("evidence")), Operator: sess.Operator,
 	}
 	d, err := s.fulfilmentDetail(c, intent.FulfilmentID)
 	if err != nil {
 		return err
 	}
-	res := fulfilment.Resolution{FulfilmentID: intent.FulfilmentID, To: state.State(intent.Resolution), Operator: intent.Operator, Reason: intent.Reason, Evidence: intent.Evidence}
+	res := fulfilment.Resolution{FulfilmentID: intent.FulfilmentID, Attempt: intent.Attempt, To: state.State(intent.Resolution), Operator: intent.Operator, Reason: intent.Reason, Evidence: intent.Evidence}
 	if err := res.Validate(); err != nil {
 		return s.render(c, http.StatusBadRequest, "fulfilment", page{Title: "Fulfilment " + d.Fulfilment.ID, Data: d, Error: err.Error()})
 	}
@@ -376,11 +380,15 @@ func (s *Server) handleResolveConfirm(c echo.Context) error {
 	if json.Unmarshal(raw, &intent) != nil || intent.FulfilmentID != id || intent.Operator != sess.Operator {
 		return s.renderFulfilmentError(c, id, http.StatusBadRequest, "This confirmation belongs to another fulfilment or operator. Nothing was changed.")
 	}
-	_, err = s.resolve(c, id, ResolveRequest{Resolution: intent.Resolution, Operator: intent.Operator, Reason: intent.Reason, Evidence: intent.Evidence})
+	_, err = s.resolve(c, id, ResolveRequest{Resolution: intent.Resolution, Attempt: intent.Attempt, Operator: intent.Operator, Reason: intent.Reason, Evidence: intent.Evidence})
 	var conflict *conflictError
-	if errors.As(err, &conflict) {
+	switch {
+	case errors.As(err, &conflict) && errors.Is(err, fulfilment.ErrInFlight):
 		return s.renderFulfilmentError(c, id, http.StatusConflict,
-			"Someone else resolved this fulfilment first: it is now "+conflict.state+". Your resolution was not applied.")
+			"The parked call could still be running at the receiver: dispatching again is refused until its timeout has passed. Nothing was changed.")
+	case errors.As(err, &conflict):
+		return s.renderFulfilmentError(c, id, http.StatusConflict,
+			fmt.Sprintf("This fulfilment moved since you looked at it: it is now %s at attempt %d, and you decided about attempt %d. Your resolution was not applied.", conflict.state, conflict.attempt, intent.Attempt))
 	}
 	if err != nil {
 		return err

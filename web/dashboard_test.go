@@ -50,6 +50,9 @@ func (br *browser) post(path string, form url.Values) (int, string, http.Header)
 var csrfRE = regexp.MustCompile(`name="_csrf" value="([^"]+)"`)
 var tokenRE = regexp.MustCompile(`name="token" value="([^"]+)"`)
 
+// attemptRE finds the attempt the resolve form carries, as a browser sends it.
+var attemptRE = regexp.MustCompile(`name="attempt" value="([^"]+)"`)
+
 func field(re *regexp.Regexp, body string) string {
 	m := re.FindStringSubmatch(body)
 	if m == nil {
@@ -141,14 +144,15 @@ func TestDashboardResolve(t *testing.T) {
 
 	code, body, _ = op.get("/fulfilments/" + id)
 	require.Equal(t, http.StatusOK, code)
-	csrf := field(csrfRE, body)
+	csrf, attempt := field(csrfRE, body), field(attemptRE, body)
+	require.Equal(t, "1", attempt, "the form names the attempt on the page")
 
 	// Missing evidence: the form comes back with the reason, nothing changes.
-	code, body, _ = op.post("/fulfilments/"+id+"/resolve", url.Values{"_csrf": {csrf}, "resolution": {"fulfilled"}, "reason": {"checked"}})
+	code, body, _ = op.post("/fulfilments/"+id+"/resolve", url.Values{"_csrf": {csrf}, "attempt": {attempt}, "resolution": {"fulfilled"}, "reason": {"checked"}})
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, body, "needs evidence")
 
-	code, body, _ = op.post("/fulfilments/"+id+"/resolve", url.Values{"_csrf": {csrf}, "resolution": {"fulfilled"}, "reason": {"receiver confirmed"}, "evidence": {"order 42"}})
+	code, body, _ = op.post("/fulfilments/"+id+"/resolve", url.Values{"_csrf": {csrf}, "attempt": {attempt}, "resolution": {"fulfilled"}, "reason": {"receiver confirmed"}, "evidence": {"order 42"}})
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "Confirm resolution")
 	token := field(tokenRE, body)
@@ -176,16 +180,16 @@ func TestDashboardShowsTheRacePlainly(t *testing.T) {
 	op := newBrowser(t, b)
 	op.signIn("ana", adminToken)
 	_, body, _ := op.get("/fulfilments/" + id)
-	_, body, _ = op.post("/fulfilments/"+id+"/resolve", url.Values{"_csrf": {field(csrfRE, body)}, "resolution": {"cancelled"}, "reason": {"refunded"}})
+	_, body, _ = op.post("/fulfilments/"+id+"/resolve", url.Values{"_csrf": {field(csrfRE, body)}, "attempt": {field(attemptRE, body)}, "resolution": {"cancelled"}, "reason": {"refunded"}})
 	token := field(tokenRE, body)
 
 	// Meanwhile another operator resolves it through the API.
-	code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Resolution: "fulfilled", Operator: "bo", Reason: "shipped", Evidence: "tracking 1Z"})
+	code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "fulfilled", Operator: "bo", Reason: "shipped", Evidence: "tracking 1Z"})
 	require.Equal(t, http.StatusOK, code)
 
 	code, page, _ := op.post("/fulfilments/"+id+"/resolve/confirm", url.Values{"_csrf": {field(csrfRE, body)}, "token": {token}})
 	require.Equal(t, http.StatusConflict, code)
-	require.Contains(t, page, "Someone else resolved this fulfilment first: it is now fulfilled")
+	require.Contains(t, page, "This fulfilment moved since you looked at it: it is now fulfilled at attempt 1")
 	require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, id).State)
 }
 

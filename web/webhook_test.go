@@ -23,7 +23,6 @@ import (
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/filter"
-	"github.com/guardian-pay/guardian/db/dbtest/redistest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/provider"
@@ -31,6 +30,7 @@ import (
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/db/dbtest/faultproxy"
+	"github.com/guardian-pay/guardian/db/dbtest/redistest"
 	"github.com/guardian-pay/guardian/jobs"
 	"github.com/guardian-pay/guardian/web"
 )

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,10 +44,17 @@ type HTTPConfig struct {
 // HTTP POSTs each fulfilment as JSON to a URL, with
 // Idempotency-Key: <fulfilment id> and Standard Webhooks signature headers.
 //
-// Outcomes by fact: 2xx, or 409 (already done for this key), is Done; a
-// connection that was never established is NotSent; 4xx other than 408, 409,
+// Outcomes by fact (ClassifyStatus holds the table): 2xx, or 409 (already
+// done for this key), is Done; a connection that was never established is
+// NotSent; a refusal before the receiver's business logic (401, 403, 404,
+// 405, 407, 413, 415, 421, 426, 431) is NotDelivered; any other 4xx but 408,
 // 425 and 429 is Rejected; everything else (timeout, reset, 5xx, a
 // connection lost mid-answer) is Unknown.
+//
+// One attempt is one request on the wire: the transport speaks HTTP/1.1
+// only (Go's HTTP/2 client may resend a request after some stream resets)
+// and requests carry no GetBody, so net/http cannot replay a body on a
+// connection lost mid-request.
 type HTTP struct {
 	url       string
 	lookupURL string
@@ -80,12 +88,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	}
 	transport := cfg.Transport
 	if transport == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		// Every dispatch goes to one host: keep enough idle connections
-		// for all concurrent dispatches, or each call pays a new TCP (and
-		// TLS) handshake. The default keeps two.
-		t.MaxIdleConnsPerHost = 128
-		transport = t
+		transport = newTransport()
 	}
 	now := cfg.Now
 	if now == nil {
@@ -99,6 +102,23 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		timeout:   cmp.Or(cfg.Timeout, 30*time.Second),
 		now:       now,
 	}, nil
+}
+
+// newTransport is the connector's default transport: HTTP/1.1 only, and
+// enough idle connections for every concurrent dispatch.
+func newTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// Every dispatch goes to one host: keep enough idle connections for all
+	// concurrent dispatches, or each call pays a new TCP (and TLS)
+	// handshake. The default keeps two.
+	t.MaxIdleConnsPerHost = 128
+	// No HTTP/2: its client retries a request by itself after a GOAWAY or
+	// some stream resets, and one attempt could reach the receiver twice. A
+	// non-nil empty TLSNextProto is net/http's documented way to turn it
+	// off.
+	t.ForceAttemptHTTP2 = false
+	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	return t
 }
 
 // A redirect would resend the action elsewhere: answer with the 3xx instead,
@@ -126,6 +146,8 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 	if err != nil {
 		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "build request: " + err.Error()}}
 	}
+	// Without GetBody no transport can rewind the body and send it again.
+	req.GetBody = nil
 	if err := c.sign(req, r.FulfilmentID+"."+strconv.Itoa(r.Attempt), r.FulfilmentID, body); err != nil {
 		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "sign request"}}
 	}
@@ -184,11 +206,33 @@ func (c *HTTP) sign(req *http.Request, msgID, key string, body []byte) error {
 	return nil
 }
 
-// ClassifyStatus maps an HTTP answer to an outcome.
+// notDelivered lists the answers that say a request was refused before it
+// reached the receiver's business logic: authentication (401, 403, 407),
+// routing (404, 405, 421) and transport (413, 415, 426, 431). A receiver
+// whose clock drifted, an ingress that lost a route or a rotated secret
+// answers these for every payment; none is the receiver's word on one.
+var notDelivered = map[int]bool{
+	http.StatusUnauthorized: true, http.StatusForbidden: true, http.StatusProxyAuthRequired: true,
+	http.StatusNotFound: true, http.StatusMethodNotAllowed: true, http.StatusMisdirectedRequest: true,
+	http.StatusRequestEntityTooLarge: true, http.StatusUnsupportedMediaType: true,
+	http.StatusUpgradeRequired: true, http.StatusRequestHeaderFieldsTooLarge: true,
+}
+
+// ClassifyStatus maps an HTTP answer to an outcome: the table in
+// docs/design.md ("Connector answers").
+//
+//   - 2xx, 409: Done (409: already done for this key).
+//   - 401, 403, 404, 405, 407, 413, 415, 421, 426, 431: NotDelivered, retried
+//     with backoff and never terminal.
+//   - 408, 425, 429: Unknown (the receiver may have started).
+//   - any other 4xx (400, 402, 410, 422, ...): Rejected, a business refusal.
+//   - everything else (1xx, 3xx, 5xx): Unknown.
 func ClassifyStatus(code int) state.Outcome {
 	switch {
 	case code/100 == 2, code == http.StatusConflict:
 		return state.Done
+	case notDelivered[code]:
+		return state.NotDelivered
 	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests:
 		return state.Unknown
 	case code/100 == 4:
@@ -222,9 +266,15 @@ func classifyError(err error) string {
 func (c *HTTP) CanLookup() bool { return c.lookupURL != "" }
 
 // Lookup asks GET {lookup URL with {key} replaced} whether the action for
-// key was done: 200 with {"status":"done"} is Performed, 404 is
-// NotPerformed, anything else (including an error) is CannotTell. The request
-// is signed like a fulfilment, over an empty body.
+// key was done. The request is signed like a fulfilment, over an empty body.
+//
+// Only an explicit, authenticated answer decides: a 200 whose body is a
+// LookupAnswer naming this key, signed by the receiver with the connector
+// secret (Standard Webhooks headers, as SignLookupAnswer makes them).
+// "done" is Performed and "not_done" is NotPerformed. Anything else (a bare
+// 404 from an ingress or a mistyped path, an unsigned or stale answer,
+// another key, an error) is CannotTell: "not done" sends the payment again,
+// so it is never inferred.
 func (c *HTTP) Lookup(ctx context.Context, key string) (Answer, map[string]any, error) {
 	if c.lookupURL == "" {
 		return CannotTell, nil, errors.New("no lookup URL configured")
@@ -249,16 +299,63 @@ func (c *HTTP) Lookup(ctx context.Context, key string) (Answer, map[string]any, 
 	if len(body) > 0 {
 		evidence["lookup_body"] = string(body)
 	}
-	switch resp.StatusCode {
-	case http.StatusNotFound:
+	if resp.StatusCode != http.StatusOK {
+		return CannotTell, evidence, nil
+	}
+	if err := c.signer.Verify(body, resp.Header); err != nil {
+		evidence["lookup_unverified"] = "answer not signed with the connector secret, or stale"
+		return CannotTell, evidence, nil
+	}
+	var answer LookupAnswer
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&answer); err != nil || answer.IdempotencyKey != key {
+		evidence["lookup_unverified"] = "answer is not a lookup answer for this key"
+		return CannotTell, evidence, nil
+	}
+	switch answer.Status {
+	case LookupDone:
+		return Performed, evidence, nil
+	case LookupNotDone:
 		return NotPerformed, evidence, nil
-	case http.StatusOK:
-		var answer struct {
-			Status string `json:"status"`
-		}
-		if json.Unmarshal(body, &answer) == nil && answer.Status == "done" {
-			return Performed, evidence, nil
-		}
 	}
 	return CannotTell, evidence, nil
+}
+
+// Lookup answers' statuses.
+const (
+	LookupDone    = "done"
+	LookupNotDone = "not_done"
+)
+
+// LookupAnswer is the body a receiver answers a lookup with.
+type LookupAnswer struct {
+	IdempotencyKey string `json:"idempotency_key"`
+	// Status is "done", "not_done", or anything else for "cannot tell".
+	Status string `json:"status"`
+}
+
+// SignLookupAnswer makes a receiver's answer to a lookup: the JSON body and
+// the Standard Webhooks headers that sign it with the connector secret. A
+// Go receiver writes the headers, then the body, with status 200.
+func SignLookupAnswer(secret, key, status string, now time.Time) ([]byte, http.Header, error) {
+	signer, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		return nil, nil, errors.New("connector secret must be whsec_ followed by base64")
+	}
+	body, err := json.Marshal(LookupAnswer{IdempotencyKey: key, Status: status})
+	if err != nil {
+		return nil, nil, err
+	}
+	msgID := key + ".lookup-answer"
+	sig, err := signer.Sign(msgID, now, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	h := http.Header{}
+	h.Set(standardwebhooks.HeaderWebhookID, msgID)
+	h.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
+	h.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	h.Set("Content-Type", "application/json")
+	return body, h, nil
 }

@@ -44,6 +44,16 @@ func TestHTTPOutcomes(t *testing.T) {
 		{"ConflictMeansAlreadyDone", status(409), state.Done},
 		{"BadRequestRejects", status(400), state.Rejected},
 		{"UnprocessableRejects", status(422), state.Rejected},
+		{"PaymentRequiredRejects", status(402), state.Rejected},
+		{"GoneRejects", status(410), state.Rejected},
+		{"UnauthorizedNotDelivered", status(401), state.NotDelivered},
+		{"ForbiddenNotDelivered", status(403), state.NotDelivered},
+		{"NotFoundNotDelivered", status(404), state.NotDelivered},
+		{"MethodNotAllowedNotDelivered", status(405), state.NotDelivered},
+		{"ProxyAuthNotDelivered", status(407), state.NotDelivered},
+		{"TooLargeNotDelivered", status(413), state.NotDelivered},
+		{"MediaTypeNotDelivered", status(415), state.NotDelivered},
+		{"MisdirectedNotDelivered", status(421), state.NotDelivered},
 		{"RequestTimeoutUnknown", status(408), state.Unknown},
 		{"TooEarlyUnknown", status(425), state.Unknown},
 		{"TooManyRequestsUnknown", status(429), state.Unknown},
@@ -138,15 +148,37 @@ func TestNewHTTPValidates(t *testing.T) {
 func TestHTTPLookup(t *testing.T) {
 	t.Parallel()
 
+	signed := func(key, status, withSecret string, at time.Time) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			body, h, err := SignLookupAnswer(withSecret, key, status, at)
+			if err != nil {
+				w.WriteHeader(500)
+				return
+			}
+			for k, v := range h {
+				w.Header()[k] = v
+			}
+			_, _ = w.Write(body)
+		}
+	}
+	const otherSecret = "whsec_b3RoZXIgc2VjcmV0IG9mIGFub3RoZXIgcmVjZWl2ZXI="
 	tests := []struct {
 		name    string
 		handler http.HandlerFunc
 		want    Answer
 	}{
-		{"Done", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{"status":"done"}`)) }, Performed},
-		{"NotFound", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, NotPerformed},
-		{"OtherBody", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{"status":"processing"}`)) }, CannotTell},
-		{"ServerError", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }, CannotTell},
+		{"SignedDone", signed(req.FulfilmentID, LookupDone, secret, time.Now()), Performed},
+		{"SignedNotDone", signed(req.FulfilmentID, LookupNotDone, secret, time.Now()), NotPerformed},
+		{"SignedOtherStatus", signed(req.FulfilmentID, "processing", secret, time.Now()), CannotTell},
+		{"BareNotFoundCannotTell", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, CannotTell},
+		{"UnsignedNotDoneCannotTell", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte(`{"idempotency_key":"` + req.FulfilmentID + `","status":"not_done"}`))
+		}, CannotTell},
+		{"UnsignedDoneCannotTell", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{"status":"done"}`)) }, CannotTell},
+		{"OtherSecretCannotTell", signed(req.FulfilmentID, LookupNotDone, otherSecret, time.Now()), CannotTell},
+		{"StaleAnswerCannotTell", signed(req.FulfilmentID, LookupNotDone, secret, time.Now().Add(-time.Hour)), CannotTell},
+		{"AnotherKeysAnswerCannotTell", signed("another-key", LookupNotDone, secret, time.Now()), CannotTell},
+		{"ServerErrorCannotTell", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }, CannotTell},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -180,6 +212,57 @@ func TestHTTPLookup(t *testing.T) {
 		t.Parallel()
 		_, err := NewHTTP(HTTPConfig{URL: "http://127.0.0.1:1", Secret: secret, LookupURL: "http://127.0.0.1:1/status"})
 		require.Error(t, err)
+	})
+}
+
+// TestHTTPOneRequestPerAttempt holds the connector to one request on the
+// wire per attempt, whatever the connection does.
+func TestHTTPOneRequestPerAttempt(t *testing.T) {
+	t.Parallel()
+
+	t.Run("NoHTTP2EvenWhenTheReceiverOffersIt", func(t *testing.T) {
+		t.Parallel()
+		protos := make(chan int, 1)
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			protos <- r.ProtoMajor
+		}))
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		defer srv.Close()
+		transport := newTransport()
+		transport.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+		c, err := NewHTTP(HTTPConfig{URL: srv.URL, Secret: secret, Transport: transport})
+		require.NoError(t, err)
+		require.Equal(t, state.Done, c.Fulfil(context.Background(), req).Outcome)
+		require.Equal(t, 1, <-protos, "the connector must speak HTTP/1.1: Go's HTTP/2 client resends on its own")
+	})
+
+	t.Run("ConnectionLostAfterTheRequestIsNotResent", func(t *testing.T) {
+		t.Parallel()
+		// The receiver answers the first request and keeps the connection;
+		// it reads the second request in full, then drops the connection
+		// without answering. net/http resends a replayable request on a
+		// reused connection lost this way; an attempt must not be.
+		var calls atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body)
+			if calls.Add(1) == 1 {
+				w.WriteHeader(http.StatusOK)
+				return
+			}
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+		}))
+		defer srv.Close()
+		c := newHTTP(t, srv.URL, 5*time.Second)
+		require.Equal(t, state.Done, c.Fulfil(context.Background(), req).Outcome)
+		second := req
+		second.Attempt = 2
+		res := c.Fulfil(context.Background(), second)
+		require.Equal(t, state.Unknown, res.Outcome, "evidence: %v", res.Evidence)
+		require.EqualValues(t, 2, calls.Load(), "the second attempt reached the receiver more than once")
 	})
 }
 

@@ -1,6 +1,7 @@
 package fulfilment
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,16 +14,22 @@ import (
 	"github.com/guardian-pay/guardian/db"
 )
 
-// ErrNotSent is returned by Dispatch when the call provably never reached
-// the receiver: the fulfilment is pending again and the caller should retry
-// it with backoff.
-var ErrNotSent = errors.New("connector not reached")
+// ErrNotDelivered is returned by Dispatch when the call provably did
+// nothing: it never left (not sent), or the receiver refused it before its
+// business logic (not delivered: 401, 403, 404, ...). The fulfilment is
+// pending again and the caller retries it with backoff, without limit: a
+// receiver that keeps refusing is an alert, not a verdict.
+var ErrNotDelivered = errors.New("connector not reached")
 
 // DispatchRequest asks for one attempt at one fulfilment.
 type DispatchRequest struct {
 	FulfilmentID string
 	// Actor names the dispatcher in the transition log.
 	Actor string
+	// Claimant identifies the work item across its retries (a River job's
+	// id): a dispatch that finds the row dispatching under its own claimant
+	// knows its own earlier try's outcome is unknown.
+	Claimant string
 	// Evidence is recorded with the claim (the job's attempt, say).
 	Evidence map[string]any
 }
@@ -43,14 +50,16 @@ type DispatchResult struct {
 // records what the call established.
 //
 // The claim (pending -> dispatching, next attempt) is committed before the
-// call leaves. A fulfilment found dispatching belongs to an earlier attempt
-// whose outcome is unknown (the job was retried after a crash or a rescue):
-// it is parked as needs_reconciliation and nothing is called. Any other
-// state means there is nothing to do.
+// call leaves. A fulfilment found dispatching under this request's own
+// claimant, or under a claim whose call can no longer be in flight, belongs
+// to an attempt whose outcome is unknown (the job was retried after a crash
+// or a rescue): it is parked as needs_reconciliation and nothing is called.
+// One found dispatching under another live claim (a duplicate job) is left
+// to its claimant. Any other state means there is nothing to do.
 //
-// It returns db.ErrNotFound for an unknown fulfilment, ErrNotSent when the
-// call never reached the receiver (the row is pending again: retry), and
-// other errors when the database could not be reached.
+// It returns db.ErrNotFound for an unknown fulfilment, ErrNotDelivered when
+// the call did nothing (the row is pending again: retry), and other errors
+// when the database could not be reached.
 func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchResult, error) {
 	if s.cfg.Connector == nil {
 		return DispatchResult{}, errors.New("dispatch: no connector configured")
@@ -66,9 +75,11 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 	// does not send. docs/design.md says what a suspended clock does here.
 	deadline := time.Now().Add(s.cfg.ConnectorTimeout)
 
-	in, err := db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), id, req.Actor, req.Evidence)
+	evidence := map[string]any{"claimant": req.Claimant}
+	maps.Copy(evidence, req.Evidence)
+	in, err := db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), id, req.Actor, evidence)
 	if errors.Is(err, db.ErrConflict) {
-		return s.unclaimable(ctx, log, id, req.Actor)
+		return s.unclaimable(ctx, log, req)
 	}
 	if err != nil {
 		return DispatchResult{}, err
@@ -92,8 +103,8 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 
 // unclaimable applies the rules to a fulfilment the claim did not find
 // pending.
-func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, id, actor string) (DispatchResult, error) {
-	cur, err := db.GetFulfilment(ctx, s.cfg.Store.Pool(), id)
+func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, req DispatchRequest) (DispatchResult, error) {
+	cur, err := db.GetFulfilment(ctx, s.cfg.Store.Pool(), req.FulfilmentID)
 	if err != nil {
 		return DispatchResult{}, err
 	}
@@ -101,10 +112,18 @@ func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, id, actor s
 		log.InfoContext(ctx, "dispatch: nothing to do", "state", cur.State)
 		return DispatchResult{State: cur.State}, nil
 	}
+	claim, err := db.Claim(ctx, s.cfg.Store.Pool(), cur.ID, s.cfg.ConnectorTimeout+RecordMargin)
+	if err != nil {
+		return DispatchResult{}, err
+	}
+	if claim.Live && claim.Claimant != "" && claim.Claimant != req.Claimant {
+		log.InfoContext(ctx, "dispatch: another dispatcher holds a live claim; leaving it", "attempt", cur.Attempt)
+		return DispatchResult{State: cur.State}, nil
+	}
 	_, err = db.Transit(ctx, s.cfg.Store.Pool(), db.TransitionParams{
 		ID: cur.ID, From: state.Dispatching, To: state.NeedsReconciliation, Attempt: cur.Attempt,
-		Actor: actor, Reason: "dispatch job found the fulfilment dispatching: an earlier attempt's outcome is unknown",
-		Evidence: map[string]any{"attempt": cur.Attempt, "dispatched_at": cur.DispatchedAt},
+		Actor: req.Actor, Reason: "dispatch job found the fulfilment dispatching: an earlier attempt's outcome is unknown",
+		Evidence: map[string]any{"attempt": cur.Attempt, "dispatched_at": cur.DispatchedAt, "claimant": claim.Claimant},
 	})
 	if errors.Is(err, db.ErrConflict) {
 		log.InfoContext(ctx, "dispatch: fulfilment moved before it could be parked")
@@ -162,8 +181,8 @@ func (s *Service) record(ctx context.Context, log *slog.Logger, claimed db.Fulfi
 	case state.Fulfilled:
 		log.InfoContext(ctx, "dispatch: fulfilled")
 	case state.Pending:
-		log.WarnContext(ctx, "dispatch: connector not reached; will retry", "evidence", evidence)
-		return next, fmt.Errorf("%w: %v", ErrNotSent, evidence["error"])
+		log.WarnContext(ctx, "dispatch: the call did nothing ("+res.Outcome.String()+"); will retry", "evidence", evidence)
+		return next, fmt.Errorf("%w (%s): %v", ErrNotDelivered, res.Outcome, cmp.Or(evidence["error"], evidence["status"]))
 	case state.Failed:
 		log.WarnContext(ctx, "dispatch: connector rejected the fulfilment", "evidence", evidence)
 	default:

@@ -27,7 +27,8 @@ func TestDispatch(t *testing.T) {
 			{state.Done, state.Fulfilled, nil},
 			{state.Rejected, state.Failed, nil},
 			{state.Unknown, state.NeedsReconciliation, nil},
-			{state.NotSent, state.Pending, fulfilment.ErrNotSent},
+			{state.NotSent, state.Pending, fulfilment.ErrNotDelivered},
+			{state.NotDelivered, state.Pending, fulfilment.ErrNotDelivered},
 		}
 		for _, tt := range tests {
 			t.Run(tt.outcome.String(), func(t *testing.T) {
@@ -72,7 +73,7 @@ func TestDispatch(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.pay(t, "evt_1", "pi_1")
-		b.db.ForceDispatching(t, id, time.Now())
+		b.db.ForceDispatching(t, id, time.Now()) // a claim that named no claimant
 		res, err := b.dispatch(t, id)
 		require.NoError(t, err)
 		require.False(t, res.Called)
@@ -83,6 +84,39 @@ func TestDispatch(t *testing.T) {
 		require.Equal(t, 1, f.Attempt, "parking takes no new attempt")
 		ts := b.db.Transitions(t, id)
 		require.Contains(t, ts[len(ts)-1].Reason, "outcome is unknown")
+	})
+
+	t.Run("OwnEarlierClaimIsParked", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.pay(t, "evt_1", "pi_1")
+		_, err := db.ClaimForDispatch(b.ctx, b.db.Pool, id, "crashed", map[string]any{"claimant": "river job 7"})
+		require.NoError(t, err)
+		res, err := b.svc.Dispatch(b.ctx, fulfilment.DispatchRequest{FulfilmentID: id, Actor: "retry", Claimant: "river job 7"})
+		require.NoError(t, err)
+		require.Equal(t, state.NeedsReconciliation, res.State)
+		require.Zero(t, b.rec.CallsFor(id))
+	})
+
+	t.Run("AnotherLiveClaimIsLeftToItsClaimant", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.pay(t, "evt_1", "pi_1")
+		_, err := db.ClaimForDispatch(b.ctx, b.db.Pool, id, "first job", map[string]any{"claimant": "river job 7"})
+		require.NoError(t, err)
+		res, err := b.svc.Dispatch(b.ctx, fulfilment.DispatchRequest{FulfilmentID: id, Actor: "duplicate", Claimant: "river job 8"})
+		require.NoError(t, err)
+		require.Equal(t, fulfilment.DispatchResult{State: state.Dispatching}, res)
+		require.Equal(t, state.Dispatching, b.db.Fulfilment(t, id).State, "a duplicate job must not park a call in flight")
+		require.Zero(t, b.rec.CallsFor(id))
+
+		// Once the first claim's call cannot be in flight any more, the
+		// duplicate parks it: its outcome is unknown.
+		b.db.Backdate(t, id, time.Now().Add(-time.Hour))
+		res, err = b.svc.Dispatch(b.ctx, fulfilment.DispatchRequest{FulfilmentID: id, Actor: "duplicate", Claimant: "river job 8"})
+		require.NoError(t, err)
+		require.Equal(t, state.NeedsReconciliation, res.State)
+		require.Zero(t, b.rec.CallsFor(id))
 	})
 
 	t.Run("SettledRowIsLeftAlone", func(t *testing.T) {
@@ -212,4 +246,72 @@ func TestSweep(t *testing.T) {
 		require.ErrorIs(t, err, db.ErrStaleFence)
 		require.Equal(t, state.Dispatching, b.db.Fulfilment(t, id2).State)
 	})
+}
+
+func TestSweepRequeuesStrandedPending(t *testing.T) {
+	t.Parallel()
+
+	// Each case leaves a pending fulfilment, pending for an hour, with the
+	// River job (if any) the case names, as River would have left it.
+	tests := []struct {
+		name        string
+		job         string // river_job state, "" for none
+		attemptedAt time.Duration
+		requeued    bool
+	}{
+		{"NoJob (deleted in River UI)", "", 0, true},
+		{"Discarded (retries exhausted)", "discarded", -time.Hour, true},
+		{"Cancelled (River UI)", "cancelled", -time.Hour, true},
+		{"Completed", "completed", -time.Hour, true},
+		{"RunningSinceLongAgo (fetch answer lost)", "running", -time.Hour, true},
+		{"RunningJustNow", "running", -time.Second, false},
+		{"Available", "available", 0, false},
+		{"Retryable", "retryable", -time.Minute, false},
+		{"Scheduled", "scheduled", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			id := b.pay(t, "evt_1", "pi_1")
+			b.db.Backdate(t, id, time.Now().Add(-time.Hour))
+			if tt.job != "" {
+				_, err := b.db.Pool.Exec(b.ctx, `
+					INSERT INTO river_job (args, kind, max_attempts, priority, queue, state, attempt, attempted_at, finalized_at, scheduled_at)
+					VALUES (jsonb_build_object('fulfilment_id', $1::text), 'guardian_dispatch', 25, 1, 'dispatch', $2::river_job_state,
+					        CASE WHEN $3::timestamptz IS NULL THEN 0 ELSE 1 END, $3,
+					        CASE WHEN $2 IN ('cancelled', 'completed', 'discarded') THEN now() END,
+					        CASE WHEN $2 = 'scheduled' THEN now() + interval '1 hour' ELSE now() END)`,
+					id, tt.job, nullableAgo(tt.attemptedAt))
+				require.NoError(t, err)
+			}
+			before := b.enqueuer.count(id)
+			sum, err := b.svc.Sweep(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep", Fence: 1})
+			require.NoError(t, err)
+			want := 0
+			if tt.requeued {
+				want = 1
+			}
+			require.Equal(t, want, sum.Requeued)
+			require.Equal(t, want, b.enqueuer.count(id)-before)
+			require.Equal(t, state.Pending, b.db.Fulfilment(t, id).State, "requeueing moves no state")
+		})
+	}
+
+	t.Run("YoungPendingRowWaits", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.pay(t, "evt_1", "pi_1") // no job in river_job, but just created
+		sum, err := b.svc.Sweep(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep", Fence: 1})
+		require.NoError(t, err)
+		require.Zero(t, sum.Requeued)
+	})
+}
+
+func nullableAgo(d time.Duration) *time.Time {
+	if d == 0 {
+		return nil
+	}
+	t := time.Now().Add(d)
+	return &t
 }

@@ -25,7 +25,12 @@ const reconcileBatch = 100
 // is due: done resolves it to fulfilled, not done sends it back to pending
 // with a new dispatch (same Idempotency-Key), and cannot tell (or an error,
 // or a timeout) leaves it parked with the answer recorded and the next
-// lookup backed off. Without a Looker it does nothing.
+// lookup backed off. An answer about a row that moved meanwhile is neither
+// applied nor recorded. Without a Looker it does nothing.
+//
+// Each lookup takes at most LookupTimeout; when ctx has a deadline, the
+// round starts no lookup it could not finish, and the rest wait for the
+// next round.
 func (s *Service) Reconcile(ctx context.Context, actor string) (ReconcileResult, error) {
 	var sum ReconcileResult
 	if s.cfg.Looker == nil {
@@ -38,6 +43,9 @@ func (s *Service) Reconcile(ctx context.Context, actor string) (ReconcileResult,
 	for _, f := range due {
 		if ctx.Err() != nil {
 			return sum, ctx.Err()
+		}
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < s.cfg.LookupTimeout+RecordMargin/5 {
+			break
 		}
 		sum.Checked++
 		answer, evidence := s.lookup(ctx, f.ID)
@@ -82,7 +90,12 @@ func (s *Service) Reconcile(ctx context.Context, actor string) (ReconcileResult,
 			}
 			sum.Redispatched++
 		default:
-			if err := s.cfg.Store.InTx(ctx, record); err != nil {
+			err := s.cfg.Store.InTx(ctx, record)
+			if errors.Is(err, db.ErrConflict) {
+				log.InfoContext(ctx, "reconcile: fulfilment moved before the lookup's answer was recorded")
+				continue
+			}
+			if err != nil {
 				return sum, err
 			}
 			log.InfoContext(ctx, "reconcile: lookup could not tell; left for an operator", "evidence", evidence)
@@ -108,7 +121,7 @@ func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to s
 }
 
 func (s *Service) lookup(ctx context.Context, id string) (connector.Answer, map[string]any) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectorTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.LookupTimeout)
 	defer cancel()
 	start := time.Now()
 	answer, evidence, err := s.cfg.Looker.Lookup(ctx, id)

@@ -31,6 +31,12 @@ const (
 	DefaultReconcileBackoff = time.Minute
 	// DefaultReconcileMaxBackoff caps the wait between lookups.
 	DefaultReconcileMaxBackoff = time.Hour
+	// DefaultLookupTimeout bounds one lookup (never more than the
+	// connector timeout).
+	DefaultLookupTimeout = 10 * time.Second
+	// MaxLookupTimeout is the longest a lookup may take: a quarter of a
+	// reconcile round, so a slow receiver delays a round, never stalls it.
+	MaxLookupTimeout = 15 * time.Second
 	// RecordMargin is the time a dispatch keeps, past the connector's
 	// timeout, to record the outcome; a lease must exceed the timeout plus
 	// this margin.
@@ -72,8 +78,8 @@ type Config struct {
 	// Defaults to DefaultDispatchLease.
 	DispatchLease time.Duration
 	// ReconcileGrace is how long a row stays parked before its first lookup,
-	// so a call still running at the receiver can finish. Defaults to
-	// DefaultReconcileGrace.
+	// so a call still running at the receiver can finish. At least
+	// ConnectorTimeout. Defaults to DefaultReconcileGrace.
 	ReconcileGrace time.Duration
 	// ReconcileBackoff is the wait after the first undecided lookup; it
 	// doubles with each further one, up to ReconcileMaxBackoff. Defaults to
@@ -82,6 +88,9 @@ type Config struct {
 	// ReconcileMaxBackoff caps the wait between lookups. Defaults to
 	// DefaultReconcileMaxBackoff.
 	ReconcileMaxBackoff time.Duration
+	// LookupTimeout bounds one lookup. Defaults to DefaultLookupTimeout or
+	// ConnectorTimeout, whichever is shorter; at most MaxLookupTimeout.
+	LookupTimeout time.Duration
 
 	// Now, when set, is the clock the sweep measures leases against. Nil
 	// means the database's clock, the one that stamps dispatched_at, so
@@ -103,12 +112,18 @@ func New(cfg Config) (*Service, error) {
 	cfg.ReconcileGrace = cmp.Or(cfg.ReconcileGrace, DefaultReconcileGrace)
 	cfg.ReconcileBackoff = cmp.Or(cfg.ReconcileBackoff, DefaultReconcileBackoff)
 	cfg.ReconcileMaxBackoff = cmp.Or(cfg.ReconcileMaxBackoff, DefaultReconcileMaxBackoff)
+	cfg.LookupTimeout = cmp.Or(cfg.LookupTimeout, min(DefaultLookupTimeout, cfg.ConnectorTimeout))
 	switch {
 	case cfg.Store == nil || cfg.Enqueuer == nil || cfg.Logger == nil:
 		return nil, errors.New("fulfilment: store, enqueuer and logger are required")
 	case cfg.DispatchLease <= cfg.ConnectorTimeout+RecordMargin:
 		return nil, fmt.Errorf("fulfilment: dispatch lease %s must exceed the connector timeout %s plus %s to record the outcome",
 			cfg.DispatchLease, cfg.ConnectorTimeout, RecordMargin)
+	case cfg.ReconcileGrace < cfg.ConnectorTimeout:
+		return nil, fmt.Errorf("fulfilment: reconcile grace %s must be at least the connector timeout %s: a parked call may still be running at the receiver until then",
+			cfg.ReconcileGrace, cfg.ConnectorTimeout)
+	case cfg.LookupTimeout > MaxLookupTimeout:
+		return nil, fmt.Errorf("fulfilment: lookup timeout %s exceeds %s", cfg.LookupTimeout, MaxLookupTimeout)
 	}
 	return &Service{cfg: cfg}, nil
 }

@@ -2,6 +2,7 @@ package fulfilment
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -10,36 +11,65 @@ import (
 	"github.com/guardian-pay/guardian/db"
 )
 
-// SweepResult counts what one Sweep moved.
+// SweepResult counts what one Sweep did.
 type SweepResult struct {
 	// Parked counts dispatching fulfilments whose lease ran out.
 	Parked int
+	// Requeued counts pending fulfilments that had no live dispatch job and
+	// got a new one.
+	Requeued int
 }
 
-// Sweep moves every fulfilment that has been dispatching for longer than
-// the dispatch lease to needs_reconciliation: a dispatcher that died
-// mid-call is noticed by a scan, not by an event a crash never sends.
+// strandedBatch caps the pending rows one sweep gives new jobs.
+const strandedBatch = 1000
+
+// Sweep does the periodic scans that no event triggers:
+//
+//   - It moves every fulfilment that has been dispatching for longer than
+//     the dispatch lease to needs_reconciliation: a dispatcher that died
+//     mid-call is noticed by a scan, not by an event a crash never sends.
+//   - It gives a new dispatch job to every pending fulfilment that has none
+//     alive (River's retries exhausted, a job cancelled or deleted in River
+//     UI, a job whose fetch answer was lost with its connection and that
+//     sits "running" without ever claiming). A pending row waits at most a
+//     job timeout (ConnectorTimeout plus RecordMargin) plus one sweep
+//     interval for its job. A duplicate job is harmless: claims are
+//     conditional, and a job finding another live claim leaves it alone.
 //
 // The caller holds lease on a lock; the sweep writes under its fencing
 // number, so a sweeper that stalled past its lock's TTL finds its write
 // refused (db.ErrStaleFence) instead of racing its successor.
 func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (SweepResult, error) {
 	var moved []db.Fulfilment
+	var requeued []string
 	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
 		if err := db.CheckFence(ctx, tx, lease.Name, lease.Fence); err != nil {
 			return err
 		}
 		var err error
-		moved, err = db.SweepStale(ctx, tx, s.cfg.DispatchLease, actor, s.dbNow())
-		return err
+		if moved, err = db.SweepStale(ctx, tx, s.cfg.DispatchLease, actor, s.dbNow()); err != nil {
+			return err
+		}
+		if requeued, err = db.StrandedPending(ctx, tx, s.cfg.ConnectorTimeout+RecordMargin, strandedBatch); err != nil {
+			return err
+		}
+		for _, id := range requeued {
+			if err := s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, id); err != nil {
+				return fmt.Errorf("requeue %s: %w", id, err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return SweepResult{}, err
+	}
+	for _, id := range requeued {
+		s.cfg.Logger.WarnContext(ctx, "sweep: pending fulfilment had no live dispatch job; enqueued one", "fulfilment_id", id)
 	}
 	s.cfg.Metrics.Transition(state.Dispatching, state.NeedsReconciliation, len(moved))
 	for _, f := range moved {
 		s.cfg.Logger.WarnContext(ctx, "sweep: dispatch lease expired; parked for reconciliation",
 			"fulfilment_id", f.ID, "payment_id", f.PaymentID, "attempt", f.Attempt)
 	}
-	return SweepResult{Parked: len(moved)}, nil
+	return SweepResult{Parked: len(moved), Requeued: len(requeued)}, nil
 }

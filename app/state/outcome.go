@@ -15,6 +15,11 @@ const (
 	NotSent
 	// Rejected means the connector definitively refused: nothing was done.
 	Rejected
+	// NotDelivered means the request was refused before it reached the
+	// receiver's business logic (authentication, routing, transport: 401,
+	// 403, 404, ...): nothing was done, and the call is retried with
+	// backoff, never given up on.
+	NotDelivered
 )
 
 // String returns the outcome's name as it appears in evidence.
@@ -26,6 +31,8 @@ func (o Outcome) String() string {
 		return "not_sent"
 	case Rejected:
 		return "rejected"
+	case NotDelivered:
+		return "not_delivered"
 	default:
 		return "unknown"
 	}
@@ -37,7 +44,7 @@ func AfterDispatch(o Outcome) State {
 	switch o {
 	case Done:
 		return Fulfilled
-	case NotSent:
+	case NotSent, NotDelivered:
 		return Pending
 	case Rejected:
 		return Failed

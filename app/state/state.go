@@ -20,7 +20,10 @@ const (
 	// Failed means the connector definitively rejected the action: nothing
 	// was done. The payment is free for a later event.
 	Failed State = "failed"
-	// Cancelled means an operator decided the action must not happen.
+	// Cancelled is an operator's final word on a payment whose parked call
+	// may have acted: the payment stays taken, so nothing sends it again
+	// under another key. Only an audited reopening (back to
+	// needs_reconciliation, same row and key) moves it on.
 	Cancelled State = "cancelled"
 )
 
@@ -39,7 +42,7 @@ func Parse(s string) (State, error) {
 
 // Terminal reports whether no transition leaves s.
 func (s State) Terminal() bool {
-	return s == Fulfilled || s == Failed || s == Cancelled
+	return s == Fulfilled || s == Failed
 }
 
 // Transition is one allowed move between two states.
@@ -58,6 +61,7 @@ var Transitions = []Transition{
 	{NeedsReconciliation, Fulfilled},
 	{NeedsReconciliation, Pending},
 	{NeedsReconciliation, Cancelled},
+	{Cancelled, NeedsReconciliation},
 }
 
 // Allowed reports whether a fulfilment may move from one state to another.

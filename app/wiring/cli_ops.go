@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/web"
 )
 
@@ -27,7 +26,8 @@ const opsUsage = `Operator commands (they talk to GUARDIAN_URL with GUARDIAN_ADM
   guardian fulfilments list [--state S] [--payment P] [--event E] [--limit N] [--cursor C] [--json]
   guardian fulfilments show ID [--json]
   guardian reconcile list [--limit N] [--json]
-  guardian reconcile resolve ID --to fulfilled|pending|cancelled --operator NAME --reason TEXT [--evidence TEXT] [--json]
+  guardian reconcile resolve ID --attempt N --to fulfilled|pending|cancelled --operator NAME --reason TEXT [--evidence TEXT] [--json]
+  guardian reconcile reopen ID --attempt N --operator NAME --reason TEXT --evidence TEXT [--json]
   guardian events show PROVIDER EVENT_ID [--json]
   guardian events replay PROVIDER EVENT_ID --operator NAME [--json]
 Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict (moved meanwhile), 5 token refused.
@@ -52,6 +52,7 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 	operator := fs.String("operator", getenv("GUARDIAN_OPERATOR"), "your name, for the audit log (default $GUARDIAN_OPERATOR)")
 	reason := fs.String("reason", "", "why")
 	evidence := fs.String("evidence", "", "the fact behind the resolution")
+	attempt := fs.Int("attempt", 0, "the attempt your decision is about, as `fulfilments show` printed it")
 	// Flags may follow positional arguments: parse until none are left.
 	var pos []string
 	for {
@@ -105,13 +106,20 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 		if len(pos) != 1 || *to == "" {
 			break
 		}
-		var res map[string]db.Fulfilment
-		req := web.ResolveRequest{Resolution: *to, Operator: *operator, Reason: *reason, Evidence: *evidence}
+		var res web.ResolveAnswer
+		req := web.ResolveRequest{Resolution: *to, Attempt: *attempt, Operator: *operator, Reason: *reason, Evidence: *evidence}
 		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/fulfilments/"+url.PathEscape(pos[0])+"/resolve", req, &res); err == nil {
-			out.print(raw, func(w io.Writer) {
-				f := res["fulfilment"]
-				fmt.Fprintf(w, "fulfilment %s is now %s (attempt %d)\n", f.ID, f.State, f.Attempt)
-			})
+			out.print(raw, func(w io.Writer) { printMoved(w, res.Fulfilment) })
+		}
+		return exitFor(err, stderr)
+	case "reconcile reopen":
+		if len(pos) != 1 {
+			break
+		}
+		var res web.ResolveAnswer
+		req := web.ReopenRequest{Attempt: *attempt, Operator: *operator, Reason: *reason, Evidence: *evidence}
+		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/fulfilments/"+url.PathEscape(pos[0])+"/reopen", req, &res); err == nil {
+			out.print(raw, func(w io.Writer) { printMoved(w, res.Fulfilment) })
 		}
 		return exitFor(err, stderr)
 	case "events show":
@@ -177,6 +185,10 @@ func exitFor(err error, stderr io.Writer) int {
 		return ExitUsage
 	}
 	return ExitFailure
+}
+
+func printMoved(w io.Writer, f web.Fulfilment) {
+	fmt.Fprintf(w, "fulfilment %s is now %s (attempt %d)\n", f.ID, f.State, f.Attempt)
 }
 
 func printFulfilments(w io.Writer, list web.FulfilmentList, parked bool) {

@@ -226,6 +226,14 @@ func (c *Config) Validate() error {
 			break
 		}
 	}
+	if c.DispatchLease <= c.ConnectorTimeout+fulfilment.RecordMargin {
+		errs = append(errs, fmt.Errorf("GUARDIAN_DISPATCH_LEASE (%s) must exceed GUARDIAN_CONNECTOR_TIMEOUT (%s) plus %s to record the outcome",
+			c.DispatchLease, c.ConnectorTimeout, fulfilment.RecordMargin))
+	}
+	if c.ReconcileGrace < c.ConnectorTimeout {
+		errs = append(errs, fmt.Errorf("GUARDIAN_RECONCILE_GRACE (%s) must be at least GUARDIAN_CONNECTOR_TIMEOUT (%s): a parked call may still be running at the receiver until then",
+			c.ReconcileGrace, c.ConnectorTimeout))
+	}
 	if c.ConnectorLookupURL != "" && c.ConnectorURL == "" {
 		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_LOOKUP_URL needs GUARDIAN_CONNECTOR_URL"))
 	}

@@ -70,12 +70,13 @@ func (d *DB) ForceDispatching(t testing.TB, id string, at time.Time) {
 	d.backdate(t, `UPDATE fulfilment SET dispatched_at = $2 WHERE id = $1`, id, at)
 }
 
-// Backdate sets when a fulfilment last moved (updated_at), as if it had been
-// parked or moved at that time; the trigger that stamps updated_at is
-// bypassed for this one statement.
+// Backdate moves a fulfilment's clocks back to at: when it last moved
+// (updated_at) and, if it was dispatched later than at, when it was
+// dispatched, as if it had been parked (or created) at that time. The
+// trigger that stamps updated_at is bypassed for this one statement.
 func (d *DB) Backdate(t testing.TB, id string, at time.Time) {
 	t.Helper()
-	d.backdate(t, `UPDATE fulfilment SET updated_at = $2 WHERE id = $1`, id, at)
+	d.backdate(t, `UPDATE fulfilment SET updated_at = $2, dispatched_at = least(dispatched_at, $2) WHERE id = $1`, id, at)
 }
 
 func (d *DB) backdate(t testing.TB, stmt, id string, at time.Time) {
