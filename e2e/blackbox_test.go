@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -212,5 +215,44 @@ func TestRedisDownFailsOpen(t *testing.T) {
 	require.Equal(t, 2.0, m[`guardian_deliveries_total{outcome="duplicate_postgres",provider="stripe"}`])
 	require.Greater(t, m[`guardian_filter_errors_total{op="check"}`], 0.0)
 	require.Len(t, conn.snapshot(), 1)
+	g.stop(t)
+}
+
+// TestRestoreRunbook follows docs/operations.md's restore runbook: a
+// database that lost committed events (a point-in-time restore, simulated
+// by deleting them) gets a new epoch, and the provider's redelivery of a
+// lost event is then stored, not answered "duplicate" from a Redis mark
+// that vouched for the old database.
+func TestRestoreRunbook(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	conn := newFakeConnector(t)
+	e := baseEnv(t, d, conn)
+	g := start(t, e)
+	body := []byte(`{"id":"evt_lost","type":"customer.created","data":{"object":{"id":"cus_1"}}}`)
+	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+	require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM webhook_event`))
+	g.stop(t)
+
+	// The restore: the database no longer holds the event; Redis still
+	// holds its mark.
+	_, err := d.Pool.Exec(context.Background(), `TRUNCATE webhook_event, fulfilment, fulfilment_transition, fulfilment_check`)
+	require.NoError(t, err)
+
+	epoch := func(verb string) string {
+		cmd := exec.Command(binary, "epoch", verb)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + d.URL}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+		return strings.TrimSpace(string(out))
+	}
+	before := epoch("show")
+	rotated := epoch("rotate")
+	require.NotEqual(t, before, rotated)
+	require.Equal(t, rotated, epoch("show"))
+
+	g = start(t, e)
+	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+	require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_lost'`), "the redelivered event is stored again")
 	g.stop(t)
 }

@@ -83,7 +83,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 		// Generous timeouts: these tests assert what the filter saves, and a
 		// slow machine must not turn that into a fall-through. Failing open
 		// is tested with deadRedisFilter and in package filter.
-		f, err = filter.NewRedis(filter.RedisConfig{Client: rc, Prefix: prefix, Timeout: 5 * time.Second})
+		f, err = filter.NewRedis(filter.RedisConfig{Client: rc, Prefix: prefix, Epoch: "test", Timeout: 5 * time.Second})
 		require.NoError(t, err)
 		b.filterFn = func() { redistest.DeletePrefix(t, rc, prefix) }
 	case deadRedisFilter:
@@ -94,7 +94,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 		fc, err := filter.NewRedisClient("redis://" + addr)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = fc.Close() })
-		f, err = filter.NewRedis(filter.RedisConfig{Client: fc, Backoff: time.Millisecond})
+		f, err = filter.NewRedis(filter.RedisConfig{Client: fc, Epoch: "test", Backoff: time.Millisecond})
 		require.NoError(t, err)
 	}
 	pool := d.Pool

@@ -17,6 +17,11 @@ type RedisConfig struct {
 	Client redis.UniversalClient
 	// Prefix starts every key. Defaults to "idem:".
 	Prefix string
+	// Epoch names the database the marks vouch for (db.Epoch). Required:
+	// it is part of every key, so a restored or failed-over database (after
+	// `guardian epoch rotate`), or another deployment sharing the Redis,
+	// never inherits marks for events it does not hold.
+	Epoch string
 	// TTL is how long a mark lives. Defaults to 24 hours.
 	TTL time.Duration
 	// Timeout bounds each call. Defaults to 100 milliseconds.
@@ -27,7 +32,7 @@ type RedisConfig struct {
 	Backoff time.Duration
 }
 
-// Redis is a Filter on Redis keys {prefix}{provider}:{event id}.
+// Redis is a Filter on Redis keys {prefix}{epoch}:{provider}:{event id}.
 type Redis struct {
 	client  redis.UniversalClient
 	prefix  string
@@ -48,9 +53,12 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("redis filter: client is required")
 	}
+	if cfg.Epoch == "" {
+		return nil, errors.New("redis filter: the database's epoch is required")
+	}
 	return &Redis{
 		client:  cfg.Client,
-		prefix:  cmp.Or(cfg.Prefix, "idem:"),
+		prefix:  cmp.Or(cfg.Prefix, "idem:") + cfg.Epoch + ":",
 		ttl:     cmp.Or(cfg.TTL, 24*time.Hour),
 		timeout: cmp.Or(cfg.Timeout, 100*time.Millisecond),
 		backoff: cmp.Or(cfg.Backoff, time.Second),

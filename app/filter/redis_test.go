@@ -19,7 +19,7 @@ func TestRedis(t *testing.T) {
 	t.Run("MarkThenCommitted", func(t *testing.T) {
 		t.Parallel()
 		rc, prefix := redistest.Client(t)
-		f, err := filter.NewRedis(filter.RedisConfig{Client: rc, Prefix: prefix, TTL: time.Hour})
+		f, err := filter.NewRedis(filter.RedisConfig{Client: rc, Prefix: prefix, Epoch: "e1", TTL: time.Hour})
 		require.NoError(t, err)
 		seen, err := f.Committed(ctx, "stripe", "evt_1")
 		require.NoError(t, err)
@@ -32,9 +32,27 @@ func TestRedis(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, seen, "marks are per provider")
 
-		ttl, err := rc.TTL(ctx, prefix+"stripe:evt_1").Result()
+		ttl, err := rc.TTL(ctx, prefix+"e1:stripe:evt_1").Result()
 		require.NoError(t, err)
 		require.InDelta(t, time.Hour.Seconds(), ttl.Seconds(), 5)
+	})
+
+	t.Run("MarksVouchForTheirEpochOnly", func(t *testing.T) {
+		t.Parallel()
+		// The same Redis and prefix: another database (a restore after
+		// `guardian epoch rotate`, or a second deployment) must not see
+		// the first one's marks.
+		rc, prefix := redistest.Client(t)
+		before, err := filter.NewRedis(filter.RedisConfig{Client: rc, Prefix: prefix, Epoch: "e1"})
+		require.NoError(t, err)
+		after, err := filter.NewRedis(filter.RedisConfig{Client: rc, Prefix: prefix, Epoch: "e2"})
+		require.NoError(t, err)
+		require.NoError(t, before.MarkCommitted(ctx, "stripe", "evt_1"))
+		seen, err := after.Committed(ctx, "stripe", "evt_1")
+		require.NoError(t, err)
+		require.False(t, seen, "a mark from another epoch answered duplicate")
+		_, err = filter.NewRedis(filter.RedisConfig{Client: rc, Prefix: prefix})
+		require.Error(t, err, "an epoch is required")
 	})
 
 	t.Run("DownFailsFastAndStepsAside", func(t *testing.T) {
@@ -55,7 +73,7 @@ func TestRedis(t *testing.T) {
 		rc, err := filter.NewRedisClient("redis://" + ln.Addr().String())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = rc.Close() })
-		f, err := filter.NewRedis(filter.RedisConfig{Client: rc, Backoff: time.Hour})
+		f, err := filter.NewRedis(filter.RedisConfig{Client: rc, Epoch: "e1", Backoff: time.Hour})
 		require.NoError(t, err)
 
 		start := time.Now()

@@ -52,7 +52,7 @@ func New(reg prometheus.Registerer, store *db.Store, logger *slog.Logger) (*Metr
 		}, []string{"outcome"}),
 		dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guardian_dispatches_total",
-			Help: "Connector calls by outcome: done, not_sent, rejected, unknown.",
+			Help: "Connector calls by outcome: done, not_sent, not_delivered, rejected, unknown.",
 		}, []string{"outcome"}),
 		connectorErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guardian_connector_errors_total",

@@ -122,7 +122,11 @@ func (a *App) build(ctx context.Context) error {
 		if a.redis, err = filter.NewRedisClient(cfg.RedisURL); err != nil {
 			return err
 		}
-		if dupFilter, err = filter.NewRedis(filter.RedisConfig{Client: a.redis, Prefix: cfg.RedisPrefix}); err != nil {
+		epoch, err := db.Epoch(ctx, a.pool)
+		if err != nil {
+			return fmt.Errorf("the duplicate filter needs the database's epoch: %w", err)
+		}
+		if dupFilter, err = filter.NewRedis(filter.RedisConfig{Client: a.redis, Prefix: cfg.RedisPrefix, Epoch: epoch}); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package wiring
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -29,6 +30,7 @@ const usage = `guardian: exactly-once fulfilment for payment webhooks
 Usage:
   guardian serve [--no-migrate]     serve webhooks and dispatch fulfilments
   guardian migrate up|down|status   manage the database schema
+  guardian epoch show|rotate        the database's epoch, which scopes Redis marks (rotate after a restore or failover)
   guardian demo [--url URL]         send signed sample deliveries to a dev server
   guardian bench [flags]            load a running Guardian with signed deliveries (see --help)
   guardian help                     show this
@@ -49,6 +51,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return runServe(ctx, rest, getenv, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, getenv, stdout, stderr)
+	case "epoch":
+		return runEpoch(ctx, rest, getenv, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, rest, getenv, stdout, stderr)
 	case "bench":
@@ -121,6 +125,32 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return ExitFailure
 	}
 	logger.Info("stopped")
+	return ExitOK
+}
+
+// runEpoch shows or rotates the database's epoch (docs/operations.md,
+// "Restoring the database").
+func runEpoch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) != 1 || (args[0] != "show" && args[0] != "rotate") {
+		fmt.Fprintln(stderr, "usage: guardian epoch show|rotate")
+		return ExitUsage
+	}
+	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL))
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian: %v\n", err)
+		return ExitFailure
+	}
+	defer pool.Close()
+	read := db.Epoch
+	if args[0] == "rotate" {
+		read = db.RotateEpoch
+	}
+	epoch, err := read(ctx, pool)
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian: %v\n", err)
+		return ExitFailure
+	}
+	fmt.Fprintln(stdout, epoch)
 	return ExitOK
 }
 
