@@ -20,10 +20,17 @@ run:
 demo:
     go run . demo
 
-# Every suite: unit, storage, integration and black-box, against real Postgres and Redis.
-test:
+# Every suite: unit, storage, integration and black-box, against real Postgres
+# and Redis, then the protocol's model in spin.
+test: model
     go vet ./...
     go test -count=1 -timeout 10m ./...
+
+# Check the protocol's Promela model with spin: every rule in, no violation;
+# each rule out, spin finds the hole it closes (docs/design.md, "The model").
+model:
+    docs/model/check.sh
+    docs/model/check.sh holes
 
 # Build the binary into ./bin.
 build:

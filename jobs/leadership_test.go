@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestOneLeaderRunsPeriodicWork(t *testing.T) {
 	require.NoError(t, err)
 	service, err := fulfilment.New(fulfilment.Config{Store: store, Enqueuer: enqueuer, Logger: logger, Connector: &connectortest.Recorder{}})
 	require.NoError(t, err)
-	newClient := func(id string) *jobs.Client {
+	newClient := func(id string, logger *slog.Logger) *jobs.Client {
 		c, err := jobs.New(jobs.Config{
 			Pool: d.Pool, Logger: logger, Service: service, Locker: lock.Postgres{Store: store}, ID: id,
 			Reconcile: true, FetchPollInterval: 20 * time.Millisecond,
@@ -62,7 +63,7 @@ func TestOneLeaderRunsPeriodicWork(t *testing.T) {
 		require.NoError(t, c.Stop(sctx))
 	}
 
-	a := newClient("guardian-a")
+	a := newClient("guardian-a", logger)
 	require.NoError(t, a.Start(ctx))
 	require.Eventually(t, func() bool {
 		return leader() == "guardian-a" && count("guardian_sweep") == 1 && count("guardian_reconcile") == 1
@@ -70,16 +71,21 @@ func TestOneLeaderRunsPeriodicWork(t *testing.T) {
 		15*time.Second, 20*time.Millisecond)
 
 	aElectedAt := electedAt
-	b := newClient("guardian-b")
+	// B's River logs tell when its elector has bid and lost: the test waits
+	// for that signal, not for a while.
+	lost := make(chan struct{}, 1)
+	b := newClient("guardian-b", slog.New(&signalHandler{match: "Leadership bid was unsuccessful", signal: lost}))
 	require.NoError(t, b.Start(ctx))
 	t.Cleanup(func() { stop(b) })
-	// While A leads, B enqueues nothing of its own.
-	for range 25 {
-		require.Equal(t, "guardian-a", leader())
-		require.Equal(t, 1, count("guardian_sweep"), "a second process enqueued the sweep")
-		require.Equal(t, 1, count("guardian_reconcile"), "a second process enqueued the reconciler")
-		time.Sleep(20 * time.Millisecond) // sampling: B's elector runs at start and must lose
+	select {
+	case <-lost:
+	case <-time.After(15 * time.Second):
+		t.Fatal("B's elector never bid for leadership")
 	}
+	// A still leads, and B enqueued nothing of its own.
+	require.Equal(t, "guardian-a", leader())
+	require.Equal(t, 1, count("guardian_sweep"), "a second process enqueued the sweep")
+	require.Equal(t, 1, count("guardian_reconcile"), "a second process enqueued the reconciler")
 
 	stop(a) // A resigns
 	require.Eventually(t, func() bool {
@@ -103,3 +109,25 @@ func TestOneLeaderRunsPeriodicWork(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, resigned)
 }
+
+// signalHandler is a slog handler that signals once a record's message
+// contains match, and drops everything.
+type signalHandler struct {
+	match  string
+	signal chan struct{}
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.match) {
+		select {
+		case h.signal <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *signalHandler) WithGroup(string) slog.Handler      { return h }

@@ -18,14 +18,24 @@ func TestPostgresStore(t *testing.T) {
 	t.Parallel()
 	tokenstest.Run(t, func(t *testing.T) tokenstest.Harness {
 		d := dbtest.NewDB(t)
+		pool, err := pgxpool.New(context.Background(), d.URL)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
 		return tokenstest.Harness{
-			Store:    tokens.Postgres{Store: db.New(d.Pool)},
-			Snapshot: func(*testing.T) {}, // Postgres does not lose committed writes
+			Store: tokens.Postgres{Store: db.New(pool)},
+			// A restart as the database sees one: every session on it is
+			// terminated (the first store's pool dies with them) and a new
+			// process connects. Only what was committed survives.
 			Restart: func(t *testing.T) tokens.Store {
-				pool, err := pgxpool.New(context.Background(), d.URL) // a new process's pool
+				var n int
+				require.NoError(t, d.Pool.QueryRow(context.Background(), `
+					SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+					WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n))
+				require.Positive(t, n, "the first store's sessions were terminated")
+				fresh, err := pgxpool.New(context.Background(), d.URL)
 				require.NoError(t, err)
-				t.Cleanup(pool.Close)
-				return tokens.Postgres{Store: db.New(pool)}
+				t.Cleanup(fresh.Close)
+				return tokens.Postgres{Store: db.New(fresh)}
 			},
 		}
 	})

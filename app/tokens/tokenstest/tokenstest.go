@@ -18,11 +18,15 @@ import (
 // Harness is one store under test.
 type Harness struct {
 	Store tokens.Store
-	// Snapshot records the store's state as a backup would.
+	// Snapshot records the store's state as a backup would. Nil for a
+	// store whose restarts never go back in time (Postgres: a commit is
+	// durable; a point-in-time restore is an operator's act, see
+	// docs/operations.md).
 	Snapshot func(t *testing.T)
-	// Restart restarts the store from its last snapshot (a crash and a
-	// restore from an older backup) and returns the store as a process sees
-	// it afterwards.
+	// Restart restarts the store (from its last snapshot, when it has one:
+	// a crash and a restore from an older backup) and returns the store as
+	// a new process sees it afterwards. It must really drop what the store
+	// held in memory and every connection to it.
 	Restart func(t *testing.T) tokens.Store
 }
 
@@ -127,7 +131,9 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		must(t, err)
 		unused, _, err := svc.Issue(ctx, "claim", nil, time.Hour)
 		must(t, err)
-		h.Snapshot(t) // the backup still holds both tokens
+		if h.Snapshot != nil {
+			h.Snapshot(t) // the backup still holds both tokens
+		}
 		_, err = svc.Redeem(ctx, token)
 		must(t, err)
 		svc = tokens.New(h.Restart(t), nil)
