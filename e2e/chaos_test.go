@@ -164,12 +164,21 @@ func (h *chaosHarness) proc(i int) *guardian {
 // deliver sends every delivery like a provider: concurrently, retrying
 // each non-2xx with backoff until acknowledged or until giveUp.
 func (h *chaosHarness) deliver(payments, copies, concurrency int, giveUp time.Duration) {
+	h.deliverFrom(0, payments, copies, concurrency, giveUp)
+}
+
+// deliverRange delivers payments first to first+n-1, each event once.
+func (h *chaosHarness) deliverRange(first, n int) {
+	h.deliverFrom(first, n, 1, 8, 30*time.Second)
+}
+
+func (h *chaosHarness) deliverFrom(first, payments, copies, concurrency int, giveUp time.Duration) {
 	type delivery struct {
 		id, payment string
 		body        []byte
 	}
 	var ds []delivery
-	for i := range payments {
+	for i := first; i < first+payments; i++ {
 		pi := fmt.Sprintf("pi_chaos_%d", i)
 		for j, body := range []string{
 			fmt.Sprintf(`{"id":"evt_cs_%d","type":"checkout.session.completed","data":{"object":{"id":"cs_%d","payment_intent":%q}}}`, i, i, pi),
@@ -344,9 +353,11 @@ func (h *chaosHarness) check(payments int) report {
 		}
 		return true
 	})
-	// 3. Every paid payment ends fulfilled, parked, or failed by rejection.
+	// 3. Every paid payment ends fulfilled, parked, failed by rejection or
+	// cancelled by an operator: one fulfilment, never a second key after a
+	// cancel.
 	for p := range paid {
-		n := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state IN ('fulfilled', 'needs_reconciliation', 'failed')`, p)
+		n := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state IN ('fulfilled', 'needs_reconciliation', 'failed', 'cancelled')`, p)
 		if n != 1 {
 			r.unsettled++
 			t.Errorf("payment %s: %d settled fulfilments, want 1", p, n)

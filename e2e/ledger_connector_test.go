@@ -43,7 +43,10 @@ type ledgerEntry struct {
 
 // runLedgerConnector serves until killed. Modes: "normal" acts and answers
 // 200; "ambiguous" acts on every call but answers 200, 500, resets the
-// connection, or answers late (past Guardian's timeout), at random.
+// connection, or answers late (past Guardian's timeout), at random;
+// "hostile" is ambiguous behind a flaky edge, as real receivers are: some
+// calls never reach it (an ingress's bare 404, a 401 from a drifted clock)
+// and some lookups get the ingress's 404 instead of an answer.
 // GET /lookup/{key} answers from the ledger with a lookup answer signed
 // with the connector secret: "done" if any call for the key acted, else
 // "not_done".
@@ -72,6 +75,10 @@ func runLedgerConnector(addr string) int {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /lookup/{key}", func(w http.ResponseWriter, r *http.Request) {
+		if mode == "hostile" && rand.Float64() < 0.2 {
+			http.NotFound(w, r) // the ingress, not the receiver
+			return
+		}
 		key := r.PathValue("key")
 		mu.Lock()
 		done := acted[key]
@@ -102,7 +109,25 @@ func runLedgerConnector(addr string) int {
 		_ = json.Unmarshal(body, &req)
 		e := ledgerEntry{Key: r.Header.Get("Idempotency-Key"), Payment: req.PaymentID, Attempt: r.Header.Get("Guardian-Attempt"), Acted: true, Answer: "200"}
 		roll := rand.Float64()
-		if mode == "ambiguous" {
+		// The edge refuses a key's first call only: a transient misroute or
+		// clock drift, as a rotated route or a resynced clock would end it
+		// (River's backoff after a third refusal would outlast the test).
+		if mode == "hostile" && e.Attempt == "1" {
+			switch {
+			case roll < 0.08: // the ingress lost the route: nothing reached the receiver
+				e.Acted, e.Answer = false, "404"
+				write(e)
+				http.NotFound(w, r)
+				return
+			case roll < 0.12: // the receiver's clock drifted: refused before acting
+				e.Acted, e.Answer = false, "401"
+				write(e)
+				http.Error(w, "stale signature", http.StatusUnauthorized)
+				return
+			}
+			roll = (roll - 0.12) / 0.88
+		}
+		if mode == "ambiguous" || mode == "hostile" {
 			switch {
 			case roll < 0.15:
 				e.Answer = "500"

@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/db/dbtest/faultproxy"
+	"github.com/guardian-pay/guardian/web"
+)
+
+// operator works the reconciliation queue through the API the way people
+// do: it looks at a parked fulfilment, checks the receiver (the ledger) for
+// its key, takes a while to decide on what it saw, then resolves, cancels,
+// replays a cancelled payment's event, or reopens a cancel. Its view is
+// stale by the time it acts; the service must refuse what no longer holds.
+type operator struct {
+	h      *chaosHarness
+	client *http.Client
+	base   string
+
+	resolved, cancelled, replayed, reopened, conflicts atomic.Int64
+}
+
+func (o *operator) api(method, path string, body, out any) int {
+	var buf bytes.Buffer
+	if body != nil {
+		_ = json.NewEncoder(&buf).Encode(body)
+	}
+	req, _ := http.NewRequest(method, o.base+path, &buf)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := o.client.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode == http.StatusOK {
+		_ = json.NewDecoder(resp.Body).Decode(out)
+	}
+	if resp.StatusCode == http.StatusConflict {
+		o.conflicts.Add(1)
+	}
+	return resp.StatusCode
+}
+
+// acted asks the receiver's ledger whether any call for key acted.
+func (o *operator) acted(key string) bool {
+	for _, e := range o.h.conn.entries(o.h.t) {
+		if e.Key == key && e.Acted {
+			return true
+		}
+	}
+	return false
+}
+
+// round works the queue once.
+func (o *operator) round() {
+	var list web.FulfilmentList
+	if o.api(http.MethodGet, "/api/v1/fulfilments?state=needs_reconciliation&limit=50", nil, &list) != http.StatusOK {
+		return
+	}
+	for _, f := range list.Fulfilments {
+		var d web.FulfilmentDetail
+		if o.api(http.MethodGet, "/api/v1/fulfilments/"+f.ID, nil, &d) != http.StatusOK {
+			continue
+		}
+		seen, acted := d.Fulfilment.Attempt, o.acted(f.ID)
+		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond) // reading, asking around
+		path := "/api/v1/fulfilments/" + f.ID + "/resolve"
+		switch roll := rand.IntN(3); {
+		case roll > 0 && acted:
+			if o.api(http.MethodPost, path, web.ResolveRequest{Attempt: seen, Resolution: "fulfilled", Operator: "ana",
+				Reason: "receiver has it", Evidence: "ledger entry for the key"}, nil) == http.StatusOK {
+				o.resolved.Add(1)
+			}
+		case roll > 0:
+			if o.api(http.MethodPost, path, web.ResolveRequest{Attempt: seen, Resolution: "pending", Operator: "ana",
+				Reason: "receiver has no record", Evidence: "no ledger entry for the key"}, nil) == http.StatusOK {
+				o.resolved.Add(1)
+			}
+		default:
+			// Cancelled because the customer asked, without asking the
+			// receiver: its parked call may well have acted.
+			if o.api(http.MethodPost, path, web.ResolveRequest{Attempt: seen, Resolution: "cancelled", Operator: "bo",
+				Reason: "customer asked to cancel"}, nil) != http.StatusOK {
+				continue
+			}
+			o.cancelled.Add(1)
+			// People replay a cancelled payment's event to "try again".
+			if rand.IntN(3) > 0 {
+				o.api(http.MethodPost, "/api/v1/events/stripe/"+url.PathEscape(d.Event.EventID)+"/replay", web.ReplayRequest{Operator: "bo"}, nil)
+				o.replayed.Add(1)
+			}
+			// And sometimes the cancel was wrong.
+			if rand.IntN(4) == 0 && o.api(http.MethodPost, "/api/v1/fulfilments/"+f.ID+"/reopen", web.ReopenRequest{Attempt: seen,
+				Operator: "cy", Reason: "customer changed their mind", Evidence: "ticket"}, nil) == http.StatusOK {
+				o.reopened.Add(1)
+			}
+		}
+	}
+}
+
+// TestChaosOperatorsAndAHostileReceiver: two processes, a receiver behind a
+// flaky edge (ingress 404s on calls and lookups, 401s, acts-then-fails),
+// connections cut mid-call, and two operators working the queue at once
+// with stale views, cancelling, replaying and reopening.
+func TestChaosOperatorsAndAHostileReceiver(t *testing.T) {
+	parallel(t)
+	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "hostile", connectorThrough: true})
+	payments := pick(100, 800)
+	in := h.inject(0, every(300*time.Millisecond), func(int) { h.connProxy.Cut() })
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	ops := make([]*operator, 2)
+	for i := range ops {
+		ops[i] = &operator{h: h, client: &http.Client{Timeout: 5 * time.Second}, base: "http://" + h.addrs[i%len(h.addrs)]}
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(200 * time.Millisecond):
+					ops[i].round()
+				}
+			}
+		})
+	}
+	h.deliver(payments, 3, 16, 90*time.Second)
+	in.finish()
+	r := h.check(payments) // the operators keep working the queue until it is empty
+	close(stop)
+	wg.Wait()
+	var resolved, cancelled, replayed, reopened, conflicts int64
+	for _, o := range ops {
+		resolved += o.resolved.Load()
+		cancelled += o.cancelled.Load()
+		replayed += o.replayed.Load()
+		reopened += o.reopened.Load()
+		conflicts += o.conflicts.Load()
+	}
+	notDelivered := 0
+	for _, e := range h.conn.entries(t) {
+		if !e.Acted {
+			notDelivered++
+		}
+	}
+	require.Positive(t, notDelivered, "the edge refused some calls")
+	require.Zero(t, h.d.Count(t, `SELECT count(*) FROM fulfilment WHERE state = 'failed'`), "a refusal before the receiver's logic never fails a payment")
+	require.Zero(t, r.fivexx)
+	logReport(t, "operators-hostile-receiver", fmt.Sprintf("%d payments x2 types x3 copies, 2 processes, 2 operators", payments), r,
+		fmt.Sprintf(", not delivered %d, operator resolutions %d, cancels %d, replays %d, reopens %d, 409s %d",
+			notDelivered, resolved, cancelled, replayed, reopened, conflicts))
+}
+
+// TestChaosPostgresBlipStrandsNoPayment acknowledges payments and takes
+// Postgres away for 3 s right after, again and again: a River fetch whose
+// answer is lost with its connection leaves a job "running" that no worker
+// has, with its fulfilment pending. Every payment must still reach the
+// connector, within a stated bound of Postgres coming back: the job
+// timeout (connector timeout + 15 s) plus one sweep interval (1 s here),
+// plus 10 s for a loaded CI machine.
+func TestChaosPostgresBlipStrandsNoPayment(t *testing.T) {
+	parallel(t)
+	d0 := dbtest.NewDB(t) // only to find the server's address
+	u, err := url.Parse(d0.URL)
+	require.NoError(t, err)
+	proxy, err := faultproxy.New(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal", dbThrough: proxy})
+	const bound = 500*time.Millisecond + 15*time.Second + time.Second + 10*time.Second
+	rounds, perRound := pick(2, 20), 8
+	var worst time.Duration
+	for round := range rounds {
+		first := round * perRound
+		h.deliverRange(first, perRound)
+		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+		start := time.Now()
+		proxy.Down()
+		time.Sleep(3 * time.Second)
+		require.NoError(t, proxy.Up())
+		h.fault(start)
+		up := time.Now()
+		for i := first; i < first+perRound; i++ {
+			pi := fmt.Sprintf("pi_chaos_%d", i)
+			require.Eventually(t, func() bool {
+				for _, e := range h.conn.entries(t) {
+					if e.Payment == pi && e.Acted {
+						return true
+					}
+				}
+				return false
+			}, bound, 50*time.Millisecond, "payment %s acknowledged before the outage never reached the connector within %s of recovery", pi, bound)
+			worst = max(worst, time.Since(up))
+		}
+	}
+	r := h.check(rounds * perRound)
+	logReport(t, "postgres-blip-after-ack", fmt.Sprintf("%d rounds of %d payments, 3 s outage right after the acks", rounds, perRound), r,
+		fmt.Sprintf(", slowest recovery to connector %s (bound %s)", worst.Round(100*time.Millisecond), bound))
+}
