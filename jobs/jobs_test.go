@@ -2,8 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -11,11 +9,10 @@ import (
 
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/fulfilment"
-	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/provider"
-	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/jobs"
+	"github.com/guardian-pay/guardian/jobs/jobstest"
 )
 
 type testBundle struct {
@@ -23,43 +20,19 @@ type testBundle struct {
 	db      *dbtest.DB
 	service *fulfilment.Service
 	client  *jobs.Client
+	stack   *jobstest.Stack
 }
 
-type options struct {
-	fulfilment func(*fulfilment.Config)
-	jobs       func(*jobs.Config)
-}
+type options = jobstest.Options
 
 // setup builds the domain and Guardian's River clients on a fresh
 // database, as the wiring does. With start false the client is not
 // started, so a test can arrange rows before any worker sees them.
 func setup(t *testing.T, conn connector.Connector, start bool, o options) *testBundle {
 	t.Helper()
-	ctx := context.Background()
 	d := dbtest.NewDB(t)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	enqueuer, err := jobs.NewEnqueuer(d.Pool, logger)
-	require.NoError(t, err)
-	store := db.New(d.Pool)
-	fcfg := fulfilment.Config{
-		Store: store, Enqueuer: enqueuer, Logger: logger, Connector: conn,
-		ConnectorTimeout: 300 * time.Millisecond, DispatchLease: 20 * time.Second,
-	}
-	if o.fulfilment != nil {
-		o.fulfilment(&fcfg)
-	}
-	service, err := fulfilment.New(fcfg)
-	require.NoError(t, err)
-	jcfg := jobs.Config{
-		Pool: d.Pool, Logger: logger, Service: service, Locker: lock.Postgres{Store: store},
-		DispatchLease: fcfg.DispatchLease, FetchPollInterval: 20 * time.Millisecond,
-	}
-	if o.jobs != nil {
-		o.jobs(&jcfg)
-	}
-	client, err := jobs.New(jcfg)
-	require.NoError(t, err)
-	b := &testBundle{ctx: ctx, db: d, service: service, client: client}
+	st := jobstest.New(t, d, conn, o)
+	b := &testBundle{ctx: context.Background(), db: d, service: st.Service, client: st.Client, stack: st}
 	if start {
 		b.start(t)
 	}
@@ -68,12 +41,7 @@ func setup(t *testing.T, conn connector.Connector, start bool, o options) *testB
 
 func (b *testBundle) start(t *testing.T) {
 	t.Helper()
-	require.NoError(t, b.client.Start(b.ctx))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, b.client.Stop(ctx))
-	})
+	b.stack.Start(t)
 }
 
 // pay accepts a fulfilling event and returns its fulfilment id; its

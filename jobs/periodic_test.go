@@ -39,7 +39,7 @@ func TestSweepWorker(t *testing.T) {
 	t.Run("PrunesTokensExpiredADayAgo", func(t *testing.T) {
 		t.Parallel()
 		var pruner tokens.Postgres
-		b := setup(t, &connectortest.Recorder{}, false, options{jobs: func(c *jobs.Config) { c.Tokens = &pruner }})
+		b := setup(t, &connectortest.Recorder{}, false, options{Jobs: func(c *jobs.Config) { c.Tokens = &pruner }})
 		pruner.Store = db.New(b.db.Pool)
 		for name, expired := range map[string]time.Duration{"old": -25 * time.Hour, "recent": -time.Hour, "live": time.Hour} {
 			require.NoError(t, pruner.Put(b.ctx, tokens.Hash(name), tokens.Record{Purpose: "test", Payload: []byte(`{}`), ExpiresAt: time.Now().Add(expired)}))
@@ -64,8 +64,8 @@ func TestReconcileWorker(t *testing.T) {
 		return connector.NotPerformed, map[string]any{"lookup": "fake"}, nil
 	})
 	b := setup(t, rec, true, options{
-		fulfilment: func(c *fulfilment.Config) { c.Looker = looker; c.ReconcileGrace = c.ConnectorTimeout },
-		jobs:       func(c *jobs.Config) { c.Reconcile = true; c.ReconcileInterval = time.Hour },
+		Fulfilment: func(c *fulfilment.Config) { c.Looker = looker; c.ReconcileGrace = c.ConnectorTimeout },
+		Jobs:       func(c *jobs.Config) { c.Reconcile = true; c.ReconcileInterval = time.Hour },
 	})
 	id := b.pay(t, "evt_1", "pi_1")
 	b.db.WaitState(t, id, state.NeedsReconciliation)
@@ -121,8 +121,8 @@ func TestNoPendingRowIsStranded(t *testing.T) {
 			t.Parallel()
 			rec := &connectortest.Recorder{}
 			b := setup(t, rec, false, options{
-				fulfilment: func(c *fulfilment.Config) { c.DispatchLease = fulfilment.DefaultDispatchLease },
-				jobs:       func(c *jobs.Config) { c.SweepInterval = time.Second; c.DispatchLease = fulfilment.DefaultDispatchLease },
+				Fulfilment: func(c *fulfilment.Config) { c.DispatchLease = fulfilment.DefaultDispatchLease },
+				Jobs:       func(c *jobs.Config) { c.SweepInterval = time.Second; c.DispatchLease = fulfilment.DefaultDispatchLease },
 			})
 			id := b.pay(t, "evt_1", "pi_1")
 			var jobID int64

@@ -24,7 +24,6 @@ import (
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/filter"
 	"github.com/guardian-pay/guardian/app/fulfilment"
-	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
@@ -32,6 +31,7 @@ import (
 	"github.com/guardian-pay/guardian/db/dbtest/faultproxy"
 	"github.com/guardian-pay/guardian/db/dbtest/redistest"
 	"github.com/guardian-pay/guardian/jobs"
+	"github.com/guardian-pay/guardian/jobs/jobstest"
 	"github.com/guardian-pay/guardian/web"
 )
 
@@ -101,21 +101,11 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	if opts.pool != nil {
 		pool = opts.pool(d)
 	}
-	enqueuer, err := jobs.NewEnqueuer(d.Pool, logger)
-	require.NoError(t, err)
-	service, err := fulfilment.New(fulfilment.Config{Store: db.New(pool), Enqueuer: enqueuer, Connector: rec, Filter: f, Logger: logger})
-	require.NoError(t, err)
-	client, err := jobs.New(jobs.Config{
-		Pool: d.Pool, Logger: logger, Service: service, Locker: lock.Postgres{Store: db.New(d.Pool)},
-		FetchPollInterval: 20 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, client.Stop(ctx))
-	})
+	st := jobstest.New(t, d, rec, jobstest.Options{Fulfilment: func(c *fulfilment.Config) {
+		c.Store, c.Filter = db.New(pool), f
+	}})
+	st.Start(t)
+	service, client := st.Service, st.Client
 	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}})
 	require.NoError(t, err)
 	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: []string{standardSecret}})
