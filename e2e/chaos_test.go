@@ -314,11 +314,7 @@ type report struct {
 func (h *chaosHarness) check(payments int) report {
 	t := h.t
 	ctx := context.Background()
-	count := func(q string, args ...any) int {
-		var n int
-		require.NoError(t, h.d.Pool.QueryRow(ctx, q, args...).Scan(&n))
-		return n
-	}
+	count := func(q string, args ...any) int { return h.d.Count(t, q, args...) }
 	// Quiet: nothing pending or dispatching (the sweep parks what a crash
 	// left, within the lease), and the reconciler had its chance.
 	require.Eventually(t, func() bool {
@@ -435,11 +431,9 @@ func TestChaosRedisFaults(t *testing.T) {
 	// Late duplicates, after the filter forgot (as after its TTL): every
 	// event again, once. Postgres must answer them as duplicates.
 	require.NoError(t, c.FlushAll(ctx).Err())
-	var events int
-	require.NoError(t, h.d.Pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_event`).Scan(&events))
+	events := h.d.Count(t, `SELECT count(*) FROM webhook_event`)
 	h.deliver(payments, 1, 16, 60*time.Second)
-	var after int
-	require.NoError(t, h.d.Pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_event`).Scan(&after))
+	after := h.d.Count(t, `SELECT count(*) FROM webhook_event`)
 	require.Equal(t, events, after, "late duplicates stored nothing new")
 	r := h.check(payments)
 	require.Zero(t, r.fivexx, "a Redis fault caused a 5xx")

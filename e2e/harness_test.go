@@ -248,9 +248,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 func stateCount(t *testing.T, d *dbtest.DB, state string) int {
 	t.Helper()
-	var n int
-	require.NoError(t, d.Pool.QueryRow(context.Background(), `SELECT count(*) FROM fulfilment WHERE state = $1`, state).Scan(&n))
-	return n
+	return d.Count(t, `SELECT count(*) FROM fulfilment WHERE state = $1`, state)
 }
 
 // scrape reads /metrics into series -> value, keyed as Prometheus prints them

@@ -43,11 +43,7 @@ func TestOneLeaderRunsPeriodicWork(t *testing.T) {
 		require.NoError(t, err)
 		return c
 	}
-	count := func(kind string) int {
-		var n int
-		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1`, kind).Scan(&n))
-		return n
-	}
+	count := func(kind string) int { return d.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, kind) }
 	var electedAt time.Time
 	leader := func() string {
 		var id string
