@@ -38,7 +38,7 @@ func TestDeliveriesBecomeOneFulfilmentEach(t *testing.T) {
 	for i := range 20 {
 		pi := fmt.Sprintf("pi_bb_%d", i)
 		for _, body := range []string{
-			fmt.Sprintf(`{"id":"evt_cs_%d","type":"checkout.session.completed","data":{"object":{"id":"cs_%d","payment_intent":%q}}}`, i, i, pi),
+			fmt.Sprintf(`{"id":"evt_cs_%d","type":"checkout.session.completed","data":{"object":{"id":"cs_%d","payment_status":"paid","payment_intent":%q}}}`, i, i, pi),
 			fmt.Sprintf(`{"id":"evt_pi_%d","type":"payment_intent.succeeded","data":{"object":{"id":%q}}}`, i, pi),
 		} {
 			for range 3 {
@@ -73,7 +73,7 @@ func TestDeliveriesBecomeOneFulfilmentEach(t *testing.T) {
 		require.Equal(t, 1, n, "fulfilment %s called %d times", key, n)
 	}
 
-	forged := []byte(`{"id":"evt_forged","type":"payment_intent.succeeded","data":{"object":{"id":"pi_forged"}}}`)
+	forged := []byte(`{"id":"evt_forged","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_forged","payment_status":"paid","payment_intent":"pi_forged"}}}`)
 	require.Equal(t, http.StatusBadRequest, g.post(t, "/webhooks/stripe", provider.SignStripe(forged, "whsec_attacker", now), forged))
 
 	// The metrics tell the same story as the connector and the tables.
@@ -112,7 +112,7 @@ func TestCrashMidCallIsParkedNotRepeated(t *testing.T) {
 	e["GUARDIAN_SWEEP_INTERVAL"] = "1s"
 	g := start(t, e)
 
-	body := []byte(`{"id":"evt_crash","type":"payment_intent.succeeded","data":{"object":{"id":"pi_crash"}}}`)
+	body := []byte(`{"id":"evt_crash","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_crash","payment_status":"paid","payment_intent":"pi_crash"}}}`)
 	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
 	key := <-conn.entered // the call is in flight
 	g.kill(t)
@@ -205,7 +205,7 @@ func TestRedisDownFailsOpen(t *testing.T) {
 	require.NoError(t, err, "pprof serves when GUARDIAN_PPROF_ADDR is set")
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	body := []byte(`{"id":"evt_rd","type":"payment_intent.succeeded","data":{"object":{"id":"pi_rd"}}}`)
+	body := []byte(`{"id":"evt_rd","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_rd","payment_status":"paid","payment_intent":"pi_rd"}}}`)
 	for range 3 {
 		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
 	}

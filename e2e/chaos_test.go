@@ -181,7 +181,7 @@ func (h *chaosHarness) deliverFrom(first, payments, copies, concurrency int, giv
 	for i := first; i < first+payments; i++ {
 		pi := fmt.Sprintf("pi_chaos_%d", i)
 		for j, body := range []string{
-			fmt.Sprintf(`{"id":"evt_cs_%d","type":"checkout.session.completed","data":{"object":{"id":"cs_%d","payment_intent":%q}}}`, i, i, pi),
+			fmt.Sprintf(`{"id":"evt_cs_%d","type":"checkout.session.completed","data":{"object":{"id":"cs_%d","payment_status":"paid","payment_intent":%q}}}`, i, i, pi),
 			fmt.Sprintf(`{"id":"evt_pi_%d","type":"payment_intent.succeeded","data":{"object":{"id":%q}}}`, i, pi),
 		} {
 			id := []string{"evt_cs_", "evt_pi_"}[j] + fmt.Sprint(i)

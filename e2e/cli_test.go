@@ -42,7 +42,7 @@ func TestOperatorCLI(t *testing.T) {
 	conn.fail = "pi_cli"
 	g := start(t, baseEnv(t, d, conn))
 
-	body := []byte(`{"id":"evt_cli","type":"payment_intent.succeeded","data":{"object":{"id":"pi_cli"}}}`)
+	body := []byte(`{"id":"evt_cli","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_cli","payment_status":"paid","payment_intent":"pi_cli"}}}`)
 	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
 	require.Eventually(t, func() bool { return stateCount(t, d, "needs_reconciliation") == 1 }, 15*time.Second, 20*time.Millisecond)
 

@@ -48,9 +48,9 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	now := time.Now()
 	for _, body := range []string{
-		`{"id":"evt_dash_1","type":"checkout.session.completed","data":{"object":{"id":"cs_dash_1","payment_intent":"pi_dash_1","customer_details":{"name":"<script>window.__xss=1</script>"}}}}`,
-		`{"id":"evt_dash_2","type":"payment_intent.succeeded","data":{"object":{"id":"pi_dash_2"}}}`,
-		`{"id":"evt_ok_3","type":"payment_intent.succeeded","data":{"object":{"id":"pi_ok_3"}}}`,
+		`{"id":"evt_dash_1","type":"checkout.session.completed","data":{"object":{"id":"cs_dash_1","payment_status":"paid","payment_intent":"pi_dash_1","customer_details":{"name":"<script>window.__xss=1</script>"}}}}`,
+		`{"id":"evt_dash_2","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_dash_2","payment_status":"paid","payment_intent":"pi_dash_2"}}}`,
+		`{"id":"evt_ok_3","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_ok_3","payment_status":"paid","payment_intent":"pi_ok_3"}}}`,
 	} {
 		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe([]byte(body), stripeSecret, now), []byte(body)))
 	}

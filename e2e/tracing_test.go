@@ -53,7 +53,7 @@ func TestTracesExportedWhenConfigured(t *testing.T) {
 	e["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.URL
 	e["OTEL_BSP_SCHEDULE_DELAY"] = "50"
 	g := start(t, e)
-	body := []byte(`{"id":"evt_tr","type":"payment_intent.succeeded","data":{"object":{"id":"pi_tr"}}}`)
+	body := []byte(`{"id":"evt_tr","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_tr","payment_status":"paid","payment_intent":"pi_tr"}}}`)
 	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
 	require.Eventually(t, func() bool {
 		mu.Lock()

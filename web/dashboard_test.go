@@ -196,7 +196,7 @@ func TestDashboardShowsTheRacePlainly(t *testing.T) {
 func TestDashboardEscapesUntrustedText(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{answer: unknownFirst()})
-	evil := `{"id":"evt_x","type":"payment_intent.succeeded","data":{"object":{"id":"pi_x","description":"<script>alert(1)</script>"}}}`
+	evil := `{"id":"evt_x","type":"checkout.session.completed","data":{"object":{"id":"cs_x","payment_status":"paid","payment_intent":"pi_x","description":"<script>alert(1)</script>"}}}`
 	require.Equal(t, http.StatusOK, b.postStripe(t, evil).code)
 	op := newBrowser(t, b)
 	op.signIn("<img src=x onerror=alert(1)>", adminToken)

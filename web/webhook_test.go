@@ -171,11 +171,11 @@ func (b *testBundle) waitFulfilled(t *testing.T, paymentID string) int {
 }
 
 func intentEvent(eventID, paymentID string) string {
-	return fmt.Sprintf(`{"id":%q,"object":"event","type":"payment_intent.succeeded","data":{"object":{"id":%q,"object":"payment_intent"}}}`, eventID, paymentID)
+	return fmt.Sprintf(`{"id":%q,"object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_%s","object":"checkout.session","mode":"payment","payment_status":"paid","payment_intent":%q}}}`, eventID, eventID, paymentID)
 }
 
 func checkoutEvent(eventID, paymentID string) string {
-	return fmt.Sprintf(`{"id":%q,"object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_%s","object":"checkout.session","payment_intent":%q}}}`, eventID, eventID, paymentID)
+	return fmt.Sprintf(`{"id":%q,"object":"event","type":"checkout.session.async_payment_succeeded","data":{"object":{"id":"cs_%s","object":"checkout.session","mode":"payment","payment_status":"paid","payment_intent":%q}}}`, eventID, eventID, paymentID)
 }
 
 // storm sends each body n times, all at once, and returns the answers.

@@ -93,6 +93,8 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 		s.cfg.Logger.InfoContext(ctx, "event stored, fulfilment created", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "fulfilment_id", res.FulfilmentID, "event_type", ev.Type)
 	case res.Outcome == NewEvent && ev.Fulfils():
 		s.cfg.Logger.InfoContext(ctx, "event stored; payment already has a fulfilment", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "event_type", ev.Type)
+	case res.Outcome == NewEvent && ev.Note != "":
+		s.cfg.Logger.InfoContext(ctx, "event stored; it does not fulfil", "provider", ev.Provider, "event_id", ev.ID, "event_type", ev.Type, "why", ev.Note)
 	case res.Outcome == NewEvent:
 		s.cfg.Logger.DebugContext(ctx, "event stored; type does not fulfil", "provider", ev.Provider, "event_id", ev.ID, "event_type", ev.Type)
 	}

@@ -231,7 +231,7 @@ func Main(ctx context.Context, args []string, defaultURL string, getenv func(str
 
 func benchEvent(run string, id int64, fulfils bool) []byte {
 	if fulfils {
-		return fmt.Appendf(nil, `{"id":"evt_b%s_%d","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_b%s_%d","object":"payment_intent","amount":4200,"currency":"eur"}}}`, run, id, run, id)
+		return fmt.Appendf(nil, `{"id":"evt_b%s_%d","object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_b%s_%d","object":"checkout.session","mode":"payment","payment_status":"paid","payment_intent":"pi_b%s_%d","amount_total":4200,"currency":"eur"}}}`, run, id, run, id, run, id)
 	}
 	return fmt.Appendf(nil, `{"id":"evt_b%s_%d","object":"event","type":"customer.updated","data":{"object":{"id":"cus_b%s_%d","object":"customer"}}}`, run, id, run, id)
 }

@@ -17,9 +17,13 @@ type Event struct {
 	ID string
 	// Type is the provider's event type.
 	Type string
-	// PaymentID is the payment the event pays for. It is set only when Type
-	// is one of the provider's fulfilling types.
+	// PaymentID is the purchase the event pays for. It is set only when the
+	// event fulfils under the provider's rules: a fulfilling type whose
+	// payload says it is paid.
 	PaymentID string
+	// Note says why an event of a fulfilling type does not fulfil (not paid
+	// yet, failed, no payment id), for the log; empty otherwise.
+	Note string
 	// Payload is the raw body as received.
 	Payload []byte
 }

@@ -25,7 +25,15 @@ type StandardConfig struct {
 	// FulfilTypes are the event types that pay for a fulfilment. Defaults to
 	// DefaultStandardFulfilTypes.
 	FulfilTypes []string
+	// PaymentPath is the dotted path of the payment identity in the body,
+	// a string (e.g. "data.object.payment.id"). Defaults to
+	// DefaultStandardPaymentPath.
+	PaymentPath string
 }
+
+// DefaultStandardPaymentPath is where a Standard Webhooks body names its
+// payment by default: {"type": ..., "data": {"payment_id": ...}}.
+const DefaultStandardPaymentPath = "data.payment_id"
 
 // DefaultStandardFulfilTypes are the Standard Webhooks event types that
 // fulfil a payment.
@@ -38,6 +46,7 @@ type Standard struct {
 	verifiers   []*standardwebhooks.Webhook
 	tolerance   time.Duration
 	fulfilTypes []string
+	paymentPath []string
 }
 
 // NewStandard returns a Standard provider, or an error if a secret is missing
@@ -47,9 +56,14 @@ func NewStandard(cfg StandardConfig) (*Standard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("standard webhooks: %w", err)
 	}
+	path := strings.Split(cmp.Or(cfg.PaymentPath, DefaultStandardPaymentPath), ".")
+	if slices.Contains(path, "") {
+		return nil, fmt.Errorf("standard webhooks: payment path %q is not a dotted path like data.payment_id", cfg.PaymentPath)
+	}
 	s := &Standard{
 		tolerance:   cmp.Or(cfg.Tolerance, DefaultTolerance),
 		fulfilTypes: orDefault(cfg.FulfilTypes, DefaultStandardFulfilTypes),
+		paymentPath: path,
 	}
 	for i, secret := range secrets {
 		if strings.TrimPrefix(secret, "whsec_") == "" {
@@ -97,25 +111,28 @@ func (s *Standard) Verify(header http.Header, body []byte, now time.Time) (Event
 		return Event{}, fmt.Errorf("%w: webhook-id longer than %d", ErrMalformed, maxIDLength)
 	}
 
-	var env struct {
-		Type string `json:"type"`
-		Data struct {
-			PaymentID any `json:"payment_id"`
-		} `json:"data"`
-	}
+	var env map[string]any
 	if err := decodeStrict(body, &env); err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if env.Type == "" {
+	typ, _ := env["type"].(string)
+	if typ == "" {
 		return Event{}, fmt.Errorf("%w: type is required", ErrMalformed)
 	}
-	ev := Event{Provider: s.Name(), ID: id, Type: env.Type, Payload: body}
-	if !slices.Contains(s.fulfilTypes, env.Type) {
+	ev := Event{Provider: s.Name(), ID: id, Type: typ, Payload: body}
+	if !slices.Contains(s.fulfilTypes, typ) {
 		return ev, nil
 	}
-	pid, _ := env.Data.PaymentID.(string)
+	var at any = env
+	for _, key := range s.paymentPath {
+		m, _ := at.(map[string]any)
+		at = m[key]
+	}
+	pid, _ := at.(string)
 	if pid == "" || len(pid) > maxIDLength {
-		return Event{}, fmt.Errorf("%w: %s without a string data.payment_id", ErrMalformed, env.Type)
+		// Well signed, so stored and acknowledged; it cannot fulfil.
+		ev.Note = "no string payment id at " + strings.Join(s.paymentPath, ".")
+		return ev, nil
 	}
 	ev.PaymentID = pid
 	return ev, nil

@@ -22,15 +22,20 @@ type StripeConfig struct {
 	// Tolerance bounds the signed timestamp's distance from now, both ways.
 	// Defaults to DefaultTolerance.
 	Tolerance time.Duration
-	// FulfilTypes are the event types that pay for a fulfilment. Defaults to
-	// DefaultStripeFulfilTypes.
+	// FulfilTypes are the event types that may fulfil, each under its own
+	// rule (StripeRules). Defaults to DefaultStripeFulfilTypes.
 	FulfilTypes []string
 }
 
-// DefaultStripeFulfilTypes are the Stripe events that fulfil a payment. Both
-// arrive for one Checkout purchase and name the same payment intent, so the
-// purchase fulfils once.
-var DefaultStripeFulfilTypes = []string{"checkout.session.completed", "payment_intent.succeeded"}
+// DefaultStripeFulfilTypes are the Stripe events that fulfil by default:
+// Checkout's, as Stripe's "Fulfill orders" guide prescribes. A session
+// completed and paid (or free) fulfils; one completed unpaid (bank debits,
+// transfers, vouchers) waits for async_payment_succeeded. Both name the
+// same purchase, so it fulfils once. payment_intent.succeeded and
+// invoice.paid are not in the default: since Stripe's 2025-03-31 API a
+// payment intent no longer names its invoice, so a subscription's first
+// payment could not be told from the session that bought it.
+var DefaultStripeFulfilTypes = []string{"checkout.session.completed", "checkout.session.async_payment_succeeded"}
 
 // Stripe verifies Stripe's Stripe-Signature scheme with stripe-go's webhook
 // package and reads Stripe's event envelope.
@@ -102,16 +107,58 @@ func (s *Stripe) Verify(header http.Header, body []byte, now time.Time) (Event, 
 	if !slices.Contains(s.fulfilTypes, env.Type) {
 		return ev, nil
 	}
-	ev.PaymentID = stripePaymentID(env.Data.Object)
-	if ev.PaymentID == "" || len(ev.PaymentID) > maxIDLength {
-		return Event{}, fmt.Errorf("%w: %s without a payment id in data.object", ErrMalformed, env.Type)
+	ev.PaymentID, ev.Note = stripeRule(env.Type, env.Data.Object)
+	switch {
+	case len(ev.PaymentID) > maxIDLength:
+		ev.PaymentID, ev.Note = "", "payment id longer than any Stripe id"
+	case ev.PaymentID == "" && ev.Note == "":
+		ev.Note = "no payment id in data.object"
 	}
 	return ev, nil
 }
 
-// stripePaymentID names the payment an object pays for: its payment intent
-// when it has one (a Checkout Session), else its own id (a PaymentIntent).
-func stripePaymentID(object map[string]any) string {
+// stripeRule applies Stripe's rule for whether an event of a fulfilling
+// type pays for its purchase, and names the purchase (docs/design.md, "What
+// a Stripe payment is"). It returns "" and why not when the event does not
+// fulfil: the event is still stored and acknowledged.
+func stripeRule(eventType string, object map[string]any) (paymentID, note string) {
+	str := func(m map[string]any, k string) string { v, _ := m[k].(string); return v }
+	switch eventType {
+	case "checkout.session.completed", "checkout.session.async_payment_succeeded":
+		switch str(object, "payment_status") {
+		case "paid", "no_payment_required":
+		case "unpaid":
+			return "", "checkout session not paid yet: waits for checkout.session.async_payment_succeeded"
+		default:
+			return "", "checkout session without a payment_status Guardian knows"
+		}
+		return checkoutPurchase(object), ""
+	case "checkout.session.async_payment_failed":
+		return "", "checkout session payment failed: never fulfils"
+	case "payment_intent.succeeded":
+		if str(object, "status") != "succeeded" {
+			return "", "payment intent not succeeded"
+		}
+		return str(object, "id"), ""
+	case "invoice.paid":
+		if str(object, "billing_reason") == "subscription_create" {
+			return "", "a subscription's first invoice is the Checkout purchase that created it"
+		}
+		return str(object, "id"), ""
+	}
+	// A type configured without a rule of its own: its payment intent, else
+	// the object.
+	if id := checkoutPurchase(object); id != "" {
+		return id, ""
+	}
+	return "", "no payment id in data.object"
+}
+
+// checkoutPurchase names the purchase a Checkout Session (or another object)
+// pays for: its payment intent when it has one (payment mode: the same name
+// payment_intent.succeeded gives, where that is configured), else its own id
+// (subscription mode and free sessions, which have no payment intent).
+func checkoutPurchase(object map[string]any) string {
 	switch pi := object["payment_intent"].(type) {
 	case string:
 		if pi != "" {
@@ -126,8 +173,13 @@ func stripePaymentID(object map[string]any) string {
 	return id
 }
 
-// stripeTimestamp reads t= from a Stripe-Signature header.
+// stripeTimestamp reads the one t= of a Stripe-Signature header. A header
+// with more than one is refused: stripe-go verifies with the last, so a
+// fresh t= put in front of a captured delivery would pass the tolerance
+// check while the signature still covers the old one.
 func stripeTimestamp(header string) (time.Time, bool) {
+	var at time.Time
+	seen := 0
 	for _, part := range strings.Split(header, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if ok && k == "t" {
@@ -135,10 +187,10 @@ func stripeTimestamp(header string) (time.Time, bool) {
 			if err != nil {
 				return time.Time{}, false
 			}
-			return time.Unix(sec, 0), true
+			at, seen = time.Unix(sec, 0), seen+1
 		}
 	}
-	return time.Time{}, false
+	return at, seen == 1
 }
 
 func cleanSecrets(secrets []string) ([]string, error) {

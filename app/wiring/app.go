@@ -94,7 +94,7 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: cfg.StandardSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StandardFulfilTypes})
+	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: cfg.StandardSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StandardFulfilTypes, PaymentPath: cfg.StandardPaymentPath})
 	if err != nil {
 		return err
 	}

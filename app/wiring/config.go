@@ -30,6 +30,8 @@ type Config struct {
 	StandardSecrets     []string
 	StripeFulfilTypes   []string
 	StandardFulfilTypes []string
+	// StandardPaymentPath is where Standard Webhooks bodies name the payment.
+	StandardPaymentPath string
 	// Tolerance bounds signed timestamps both ways. Defaults to 300 seconds.
 	Tolerance time.Duration
 	// MaxBodyBytes caps webhook bodies. Defaults to 1 MiB.
@@ -155,6 +157,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		StandardSecrets:     list(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"),
 		StripeFulfilTypes:   list(getenv("GUARDIAN_STRIPE_FULFIL_TYPES"), ","),
 		StandardFulfilTypes: list(getenv("GUARDIAN_STANDARD_FULFIL_TYPES"), ","),
+		StandardPaymentPath: getenv("GUARDIAN_STANDARD_PAYMENT_PATH"),
 		Tolerance:           dur("GUARDIAN_TIMESTAMP_TOLERANCE", provider.DefaultTolerance),
 		MaxBodyBytes:        integer("GUARDIAN_MAX_BODY_BYTES", web.DefaultMaxBodyBytes),
 		ConnectorURL:        getenv("GUARDIAN_CONNECTOR_URL"),

@@ -34,7 +34,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	pi := "pi_demo_" + run
 	pay := "pay_demo_" + run
 	now := time.Now()
-	checkout := fmt.Sprintf(`{"id":"evt_demo_cs_%s","object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_demo_%s","object":"checkout.session","payment_intent":%q}}}`, run, run, pi)
+	checkout := fmt.Sprintf(`{"id":"evt_demo_cs_%s","object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_demo_%s","object":"checkout.session","mode":"payment","payment_status":"paid","payment_intent":%q}}}`, run, run, pi)
 	intent := fmt.Sprintf(`{"id":"evt_demo_pi_%s","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":%q,"object":"payment_intent"}}}`, run, pi)
 	customer := fmt.Sprintf(`{"id":"evt_demo_cus_%s","object":"event","type":"customer.created","data":{"object":{"id":"cus_demo_%s"}}}`, run, run)
 	standard := fmt.Sprintf(`{"type":"payment.succeeded","data":{"payment_id":%q,"amount":4200}}`, pay)
