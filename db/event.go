@@ -11,11 +11,12 @@ import (
 
 // Event is one stored webhook event.
 type Event struct {
-	ID          int64
-	Provider    string
-	EventID     string
-	Type        string
-	PaymentID   string
+	ID        int64
+	Provider  string
+	EventID   string
+	Type      string
+	PaymentID string
+	// Payload is the body exactly as the provider signed it.
 	Payload     json.RawMessage
 	Deliveries  int
 	FirstSeenAt time.Time
@@ -27,8 +28,8 @@ type EventParams struct {
 	Provider  string
 	EventID   string
 	Type      string
-	PaymentID string // empty when the type does not fulfil
-	Payload   []byte
+	PaymentID string // empty when the event does not fulfil
+	Payload   []byte // the exact signed bytes
 }
 
 // InsertEvent stores a new event, or, when (provider, event_id) is already
@@ -36,11 +37,11 @@ type EventParams struct {
 // which happened.
 func InsertEvent(ctx context.Context, q DBTX, p EventParams) (id int64, inserted bool, err error) {
 	err = q.QueryRow(ctx, `
-		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, payload)
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
 		VALUES ($1, $2, $3, NULLIF($4, ''), $5)
 		ON CONFLICT (provider, event_id) DO NOTHING
 		RETURNING id`,
-		p.Provider, p.EventID, p.Type, p.PaymentID, string(p.Payload),
+		p.Provider, p.EventID, p.Type, p.PaymentID, p.Payload,
 	).Scan(&id)
 	if err == nil {
 		return id, true, nil
@@ -57,7 +58,7 @@ func InsertEvent(ctx context.Context, q DBTX, p EventParams) (id int64, inserted
 	return id, false, wrap("count duplicate delivery", err)
 }
 
-const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), payload, deliveries, first_seen_at, last_seen_at`
+const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), body, deliveries, first_seen_at, last_seen_at`
 
 func scanEvent(row pgx.Row) (Event, error) {
 	var e Event

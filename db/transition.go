@@ -141,7 +141,7 @@ func ClaimForDispatch(ctx context.Context, q DBTX, id, actor string, evidence an
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
 			SELECT id, 'pending', 'dispatching', attempt, $2, 'dispatch claimed', $3 FROM moved
 		)
-		SELECT `+prefixed("m.", fulfilmentColumns)+`, e.event_id, e.event_type, e.payload
+		SELECT `+prefixed("m.", fulfilmentColumns)+`, e.event_id, e.event_type, e.body
 		FROM moved m JOIN webhook_event e ON e.id = m.event_pk`, id, actor, string(ev),
 	).Scan(&in.ID, &in.EventPK, &in.Provider, &in.PaymentID, &in.State, &in.Attempt, &in.CreatedAt, &in.UpdatedAt, &in.DispatchedAt,
 		&in.Checks, &in.NextCheckAt, &in.EventID, &in.EventType, &payload)

@@ -333,6 +333,23 @@ func TestNonFulfillingTypeIsStoredOnly(t *testing.T) {
 	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
 }
 
+// TestTheSignedBytesAreKeptAndHandedOn: a validly signed body that jsonb
+// would refuse or rewrite (an escaped NUL, spacing, key order) is stored
+// once, exactly, and reaches the connector exactly.
+func TestTheSignedBytesAreKeptAndHandedOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	body := "{\"type\":\"checkout.session.completed\", \"id\":\"evt_nul\",\n \"data\":{\"object\":{\"id\":\"cs_nul\",\"payment_status\":\"paid\",\"payment_intent\":\"pi_nul\",\"note\":\"a\\u0000b <i>\"}}}"
+	for range 2 {
+		require.Equal(t, http.StatusOK, b.postStripe(t, body).code)
+	}
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE body = $1`, []byte(body)))
+	require.Equal(t, 1, b.waitFulfilled(t, "pi_nul"))
+	calls := b.rec.Calls()
+	require.Len(t, calls, 1)
+	require.Equal(t, body, string(calls[0].Payload), "the connector gets the bytes as signed")
+}
+
 func TestStandardWebhooksFulfil(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})

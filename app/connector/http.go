@@ -131,7 +131,7 @@ const maxEvidenceBody = 512
 // Fulfil sends one attempt and classifies its outcome.
 func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 	start := time.Now()
-	body, err := json.Marshal(r)
+	body, err := encodeRequest(r)
 	if err != nil {
 		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "encode request: " + err.Error()}}
 	}
@@ -181,6 +181,34 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 		evidence["error"] = classifyError(readErr)
 	}
 	return Result{Outcome: ClassifyStatus(resp.StatusCode), Evidence: evidence}
+}
+
+// encodeRequest writes a call's JSON body with the event's payload embedded
+// byte for byte, as the provider signed it: json.Marshal would compact and
+// HTML-escape a json.RawMessage.
+func encodeRequest(r Request) ([]byte, error) {
+	payload := []byte(r.Payload)
+	if len(payload) == 0 {
+		payload = []byte("null")
+	}
+	if !json.Valid(payload) {
+		return nil, errors.New("payload is not JSON")
+	}
+	head, err := json.Marshal(struct {
+		FulfilmentID string `json:"fulfilment_id"`
+		Attempt      int    `json:"attempt"`
+		PaymentID    string `json:"payment_id"`
+		EventID      string `json:"event_id"`
+		EventType    string `json:"event_type"`
+	}{r.FulfilmentID, r.Attempt, r.PaymentID, r.EventID, r.EventType})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(head)+len(payload)+len(`,"payload":`))
+	out = append(out, head[:len(head)-1]...) // without its closing brace
+	out = append(out, `,"payload":`...)
+	out = append(out, payload...)
+	return append(out, '}'), nil
 }
 
 // sign sets the Standard Webhooks headers for body under msgID, and the

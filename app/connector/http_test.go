@@ -1,6 +1,7 @@
 package connector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -129,6 +130,25 @@ func TestHTTPRequest(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &sent))
 	require.Equal(t, req, sent)
 	require.NotContains(t, res.Evidence, "secret")
+}
+
+func TestHTTPHandsOnTheExactPayload(t *testing.T) {
+	t.Parallel()
+	// As a provider may sign it: spacing, an escaped NUL, HTML characters,
+	// keys in its own order. jsonb and json.Marshal would each change it.
+	payload := []byte("{ \"id\" : \"evt_1\",\n  \"note\": \"a\\u0000b <b>&</b>\", \"amount\": 1.50 }")
+	var got []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+	}))
+	defer srv.Close()
+	r := req
+	r.Payload = payload
+	require.Equal(t, state.Done, newHTTP(t, srv.URL, time.Second).Fulfil(context.Background(), r).Outcome)
+	require.True(t, bytes.Contains(got, append([]byte(`"payload":`), payload...)), "the payload left as signed: %s", got)
+	var sent Request
+	require.NoError(t, json.Unmarshal(got, &sent), "the body is still JSON")
+	require.Equal(t, r.FulfilmentID, sent.FulfilmentID)
 }
 
 func TestNewHTTPValidates(t *testing.T) {
