@@ -30,6 +30,7 @@ type EventParams struct {
 	Type      string
 	PaymentID string // empty when the event does not fulfil
 	Payload   []byte // the exact signed bytes
+	Origin    string // "webhook" (the default) or "backfill"
 }
 
 // InsertEvent stores a new event, or, when (provider, event_id) is already
@@ -37,11 +38,11 @@ type EventParams struct {
 // which happened.
 func InsertEvent(ctx context.Context, q DBTX, p EventParams) (id int64, inserted bool, err error) {
 	err = q.QueryRow(ctx, `
-		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
-		VALUES ($1, $2, $3, NULLIF($4, ''), $5)
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin)
+		VALUES ($1, $2, $3, NULLIF($4, ''), $5, coalesce(NULLIF($6, ''), 'webhook'))
 		ON CONFLICT (provider, event_id) DO NOTHING
 		RETURNING id`,
-		p.Provider, p.EventID, p.Type, p.PaymentID, p.Payload,
+		p.Provider, p.EventID, p.Type, p.PaymentID, p.Payload, p.Origin,
 	).Scan(&id)
 	if err == nil {
 		return id, true, nil

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/guardian-pay/guardian/app/backfill"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
 )
@@ -108,6 +109,10 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// Tracer traces each dispatch; nil traces nothing.
 	Tracer trace.Tracer
+	// Backfill, when set, runs on the leader every BackfillInterval.
+	Backfill *backfill.Stripe
+	// BackfillInterval defaults to backfill.DefaultInterval; at least 1 minute.
+	BackfillInterval time.Duration
 }
 
 func (c *Config) withDefaults() Config {
@@ -116,6 +121,7 @@ func (c *Config) withDefaults() Config {
 	out.SweepInterval = cmp.Or(out.SweepInterval, DefaultSweepInterval)
 	out.DispatchWorkers = cmp.Or(out.DispatchWorkers, DefaultDispatchWorkers)
 	out.ReconcileInterval = cmp.Or(out.ReconcileInterval, DefaultReconcileInterval)
+	out.BackfillInterval = cmp.Or(out.BackfillInterval, backfill.DefaultInterval)
 	if out.Tracer == nil {
 		out.Tracer = noop.NewTracerProvider().Tracer("guardian")
 	}
@@ -130,6 +136,8 @@ func (c *Config) validate() error {
 		return errors.New("jobs: sweep interval must be at least 1s")
 	case c.ReconcileInterval < time.Second:
 		return errors.New("jobs: reconcile interval must be at least 1s")
+	case c.BackfillInterval < time.Minute:
+		return errors.New("jobs: backfill interval must be at least 1m")
 	}
 	return nil
 }
@@ -150,10 +158,12 @@ func New(cfg Config) (*Client, error) {
 	sweep := &SweepWorker{service: cfg.Service, tokens: cfg.Tokens, locker: cfg.Locker, logger: cfg.Logger}
 	reconcile := &ReconcileWorker{service: cfg.Service, locker: cfg.Locker, logger: cfg.Logger}
 	workers := river.NewWorkers()
+	fill := &BackfillWorker{backfill: cfg.Backfill, locker: cfg.Locker, logger: cfg.Logger}
 	for _, add := range []func() error{
 		func() error { return river.AddWorkerSafely(workers, dispatch) },
 		func() error { return river.AddWorkerSafely(workers, sweep) },
 		func() error { return river.AddWorkerSafely(workers, reconcile) },
+		func() error { return river.AddWorkerSafely(workers, fill) },
 	} {
 		if err := add(); err != nil {
 			return nil, err
@@ -169,6 +179,11 @@ func New(cfg Config) (*Client, error) {
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.ReconcileInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return ReconcileArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "guardian_reconcile", RunOnStart: true}))
+	}
+	if cfg.Backfill != nil {
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.BackfillInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return BackfillArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "guardian_backfill_stripe", RunOnStart: true}))
 	}
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		ID:                   cfg.ID,

@@ -67,7 +67,7 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 	var res AcceptResult
 	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
 		eventPK, inserted, err := db.InsertEvent(ctx, tx, db.EventParams{
-			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload,
+			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload, Origin: ev.Origin,
 		})
 		if err != nil {
 			return err
@@ -80,7 +80,11 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 		if !ev.Fulfils() {
 			return nil
 		}
-		res.FulfilmentID, err = s.create(ctx, tx, eventPK, ev.Provider, ev.PaymentID, "intake", "payment event received")
+		actor := "intake"
+		if ev.Origin == "backfill" {
+			actor = "backfill"
+		}
+		res.FulfilmentID, err = s.create(ctx, tx, eventPK, ev.Provider, ev.PaymentID, actor, "payment event received")
 		return err
 	})
 	if err != nil {

@@ -26,6 +26,9 @@ type Event struct {
 	Note string
 	// Payload is the raw body as received.
 	Payload []byte
+	// Origin says how the event arrived: "" or "webhook" for a delivery,
+	// "backfill" for one fetched from the provider's events API.
+	Origin string
 }
 
 // Fulfils reports whether the event asks for a fulfilment.

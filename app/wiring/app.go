@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"riverqueue.com/riverui"
 
+	"github.com/guardian-pay/guardian/app/backfill"
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/filter"
 	"github.com/guardian-pay/guardian/app/fulfilment"
@@ -43,6 +44,8 @@ type App struct {
 	tokenRedis *redis.Client
 	jobs       *jobs.Client
 	web        *web.Server
+	// backfill is set when GUARDIAN_STRIPE_API_KEY is.
+	backfill *backfill.Stripe
 
 	riverUI     *riverui.Handler
 	stopRiverUI context.CancelFunc
@@ -155,6 +158,13 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if cfg.StripeAPIKey != "" {
+		if a.backfill, err = backfill.NewStripe(backfill.StripeConfig{
+			APIKey: cfg.StripeAPIKey, APIURL: cfg.StripeAPIURL, Provider: stripe, Service: service, Store: store, Logger: a.logger,
+		}); err != nil {
+			return err
+		}
+	}
 	riverClient := enqueuer.River()
 	if cfg.Workers {
 		if a.jobs, err = jobs.New(jobs.Config{
@@ -162,6 +172,7 @@ func (a *App) build(ctx context.Context) error {
 			Tokens: tokens.Postgres{Store: store}, Tracer: tracer,
 			DispatchLease: cfg.DispatchLease, SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers,
 			Reconcile: looker != nil, ReconcileInterval: cfg.ReconcileInterval,
+			Backfill: a.backfill, BackfillInterval: cfg.BackfillInterval,
 		}); err != nil {
 			return err
 		}
@@ -257,6 +268,14 @@ func (a *App) Start(ctx context.Context) error {
 		a.logger.Info("pprof listening", "addr", a.cfg.PprofAddr)
 	}
 	return nil
+}
+
+// Backfill runs one Stripe backfill from since (zero: from the checkpoint).
+func (a *App) Backfill(ctx context.Context, since time.Time) (backfill.Result, error) {
+	if a.backfill == nil {
+		return backfill.Result{}, errors.New("GUARDIAN_STRIPE_API_KEY is not set: a backfill needs a Stripe key that may read events")
+	}
+	return a.backfill.Run(ctx, since)
 }
 
 // stopJobs stops River after a failed start, when it runs.

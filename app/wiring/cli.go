@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/loadgen"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/goose"
@@ -30,6 +31,7 @@ const usage = `guardian: exactly-once fulfilment for payment webhooks
 Usage:
   guardian serve [--no-migrate]     serve webhooks and dispatch fulfilments
   guardian migrate up|down|status   manage the database schema
+  guardian backfill stripe [--since 72h]  fetch Stripe events never delivered (needs GUARDIAN_STRIPE_API_KEY)
   guardian epoch show|rotate        the database's epoch, which scopes Redis marks (rotate after a restore or failover)
   guardian demo [--url URL]         send signed sample deliveries to a dev server
   guardian bench [flags]            load a running Guardian with signed deliveries (see --help)
@@ -53,6 +55,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return runMigrate(ctx, rest, getenv, stdout, stderr)
 	case "epoch":
 		return runEpoch(ctx, rest, getenv, stdout, stderr)
+	case "backfill":
+		return runBackfill(ctx, rest, getenv, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, rest, getenv, stdout, stderr)
 	case "bench":
@@ -89,23 +93,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
-	cfg, err := ConfigFromEnv(getenv)
-	if err != nil {
-		fmt.Fprintf(stderr, "guardian: configuration refused:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
-		return ExitUsage
-	}
-	if *noMigrate {
-		cfg.Migrate = false
-	}
-	logger, err := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
-	if err != nil {
-		fmt.Fprintf(stderr, "guardian: %v\n", err)
-		return ExitUsage
-	}
-	a, err := New(ctx, cfg, logger)
-	if err != nil {
-		logger.Error("cannot start", "error", err)
-		return ExitFailure
+	a, logger, code := appFrom(ctx, getenv, stderr, func(cfg *Config) error {
+		cfg.Migrate = cfg.Migrate && !*noMigrate
+		return nil
+	})
+	if a == nil {
+		return code
 	}
 	if err := a.Start(ctx); err != nil {
 		logger.Error("cannot start", "error", err)
@@ -115,7 +108,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	<-ctx.Done()
 	timeout := *shutdown
 	if timeout == 0 {
-		timeout = cfg.ConnectorTimeout + 15*time.Second
+		timeout = a.cfg.ConnectorTimeout + fulfilment.RecordMargin
 	}
 	logger.Info("stopping", "drain_timeout", timeout)
 	stopCtx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -125,6 +118,68 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return ExitFailure
 	}
 	logger.Info("stopped")
+	return ExitOK
+}
+
+// appFrom builds an App from the environment's configuration, after
+// adjust. When it cannot, it says why on stderr and returns a nil App and
+// the exit code: 2 for configuration, 1 for a start that failed.
+func appFrom(ctx context.Context, getenv func(string) string, stderr io.Writer, adjust func(*Config) error) (*App, *slog.Logger, int) {
+	cfg, err := ConfigFromEnv(getenv)
+	if err == nil {
+		err = adjust(&cfg)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian: configuration refused:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return nil, nil, ExitUsage
+	}
+	logger, err := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian: %v\n", err)
+		return nil, nil, ExitUsage
+	}
+	a, err := New(ctx, cfg, logger)
+	if err != nil {
+		logger.Error("cannot start", "error", err)
+		return nil, nil, ExitFailure
+	}
+	return a, logger, ExitOK
+}
+
+// runBackfill runs one Stripe backfill through the same intake as a webhook
+// (dispatch jobs it creates are worked by the serving processes).
+func runBackfill(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "stripe" {
+		fmt.Fprintln(stderr, "usage: guardian backfill stripe [--since 72h]")
+		return ExitUsage
+	}
+	fs := flag.NewFlagSet("backfill stripe", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	since := fs.Duration("since", 0, "list events created this long ago and since (default: from the checkpoint, or 72h on a first run)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return ExitUsage
+	}
+	a, logger, code := appFrom(ctx, getenv, stderr, func(cfg *Config) error {
+		if cfg.StripeAPIKey == "" {
+			return errors.New("GUARDIAN_STRIPE_API_KEY is empty: a backfill needs a Stripe key that may read events")
+		}
+		cfg.Workers, cfg.API = false, false
+		return nil
+	})
+	if a == nil {
+		return code
+	}
+	defer func() { _ = a.Stop(context.Background()) }()
+	var from time.Time
+	if *since > 0 {
+		from = time.Now().Add(-*since)
+	}
+	res, err := a.Backfill(ctx, from)
+	if err != nil {
+		logger.Error("backfill failed; the checkpoint did not move", "error", err)
+		return ExitFailure
+	}
+	fmt.Fprintf(stdout, "listed %d events since %s: %d new, %d fulfilments created\n", res.Listed, res.From.UTC().Format(time.RFC3339), res.New, res.Fulfilments)
 	return ExitOK
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/guardian-pay/guardian/app/backfill"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/jobs"
@@ -32,6 +33,13 @@ type Config struct {
 	StandardFulfilTypes []string
 	// StandardPaymentPath is where Standard Webhooks bodies name the payment.
 	StandardPaymentPath string
+	// StripeAPIKey, when set, turns on the periodic Stripe backfill and
+	// `guardian backfill stripe`. A secret: never logged.
+	StripeAPIKey string
+	// StripeAPIURL is Stripe's API (tests point it at a fake).
+	StripeAPIURL string
+	// BackfillInterval is how often the leader backfills from Stripe.
+	BackfillInterval time.Duration
 	// Tolerance bounds signed timestamps both ways. Defaults to 300 seconds.
 	Tolerance time.Duration
 	// MaxBodyBytes caps webhook bodies. Defaults to 1 MiB.
@@ -158,6 +166,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		StripeFulfilTypes:   list(getenv("GUARDIAN_STRIPE_FULFIL_TYPES"), ","),
 		StandardFulfilTypes: list(getenv("GUARDIAN_STANDARD_FULFIL_TYPES"), ","),
 		StandardPaymentPath: getenv("GUARDIAN_STANDARD_PAYMENT_PATH"),
+		StripeAPIKey:        getenv("GUARDIAN_STRIPE_API_KEY"),
+		StripeAPIURL:        getenv("GUARDIAN_STRIPE_API_URL"),
+		BackfillInterval:    dur("GUARDIAN_STRIPE_BACKFILL_INTERVAL", backfill.DefaultInterval),
 		Tolerance:           dur("GUARDIAN_TIMESTAMP_TOLERANCE", provider.DefaultTolerance),
 		MaxBodyBytes:        integer("GUARDIAN_MAX_BODY_BYTES", web.DefaultMaxBodyBytes),
 		ConnectorURL:        getenv("GUARDIAN_CONNECTOR_URL"),

@@ -77,13 +77,15 @@ func NewDB(t testing.TB) *DB {
 	defer cancel()
 
 	admin := ServerURL(t)
-	tmpl, err := ensureTemplate(ctx, admin)
-	if err != nil {
-		t.Fatalf("prepare template database: %v", err)
-	}
 	name := "guardian_test_" + randomHex(6)
-	err = withAdvisoryLock(ctx, admin, func(conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", pgx.Identifier{name}.Sanitize(), pgx.Identifier{tmpl}.Sanitize()))
+	// The template is made (if missing) and cloned under one hold of the
+	// lock, so another run's clean-up cannot drop it in between.
+	err := withAdvisoryLock(ctx, admin, func(conn *pgx.Conn) error {
+		tmpl, err := ensureTemplate(ctx, admin, conn)
+		if err != nil {
+			return fmt.Errorf("prepare template database: %w", err)
+		}
+		_, err = conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", pgx.Identifier{name}.Sanitize(), pgx.Identifier{tmpl}.Sanitize()))
 		return err
 	})
 	if err != nil {
@@ -124,13 +126,15 @@ func Tx(t testing.TB) pgx.Tx {
 	return tx
 }
 
-func ensureTemplate(ctx context.Context, admin string) (string, error) {
+// ensureTemplate returns the template database of this tree's migrations,
+// making it first if missing. The caller holds the advisory lock on conn.
+func ensureTemplate(ctx context.Context, admin string, conn *pgx.Conn) (string, error) {
 	sum, err := migrationsHash()
 	if err != nil {
 		return "", err
 	}
 	name := "guardian_test_tmpl_" + sum[:12]
-	err = withAdvisoryLock(ctx, admin, func(conn *pgx.Conn) error {
+	err = func() error {
 		var exists bool
 		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)`, name).Scan(&exists); err != nil {
 			return err
@@ -152,10 +156,18 @@ func ensureTemplate(ctx context.Context, admin string) (string, error) {
 		if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH is_template true ALLOW_CONNECTIONS false", pgx.Identifier{name}.Sanitize())); err != nil {
 			return err
 		}
-		// Templates of older migration sets are dead weight: drop them. A
+		if _, err := conn.Exec(ctx, fmt.Sprintf("COMMENT ON DATABASE %s IS '%d'", pgx.Identifier{name}.Sanitize(), time.Now().Unix())); err != nil {
+			return err
+		}
+		// Templates of other migration sets made over a day ago are dead
+		// weight: drop them. Younger ones may belong to a run of another
+		// tree on the same server (a branch, CI beside a developer). A
 		// clone only happens under the advisory lock held here, so none is
 		// in use.
-		rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'guardian\_test\_tmpl\_%' AND datname <> $1`, name)
+		rows, err := conn.Query(ctx, `
+			SELECT datname FROM pg_database d
+			WHERE datname LIKE 'guardian\_test\_tmpl\_%' AND datname <> $1
+			  AND coalesce(nullif(shobj_description(d.oid, 'pg_database'), ''), '0')::bigint < extract(epoch FROM now() - interval '1 day')`, name)
 		if err != nil {
 			return err
 		}
@@ -168,7 +180,7 @@ func ensureTemplate(ctx context.Context, admin string) (string, error) {
 			_, _ = conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s", pgx.Identifier{o}.Sanitize()))
 		}
 		return nil
-	})
+	}()
 	return name, err
 }
 
