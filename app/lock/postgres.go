@@ -14,7 +14,10 @@ type Postgres struct {
 	Store *db.Store
 }
 
-// Acquire takes the lock if it is free or expired.
+// Acquire takes the lock if it is free or expired. When the answer is lost
+// (a connection cut after the commit), the acquisition may have landed
+// with nobody to use or release it, stalling every holder until its TTL:
+// the lease is released by its token before the error is returned.
 func (p Postgres) Acquire(ctx context.Context, name string, ttl time.Duration) (Lease, error) {
 	token := newToken()
 	fence, err := db.AcquireLock(ctx, p.Store.Pool(), name, token, ttl)
@@ -22,6 +25,7 @@ func (p Postgres) Acquire(ctx context.Context, name string, ttl time.Duration) (
 		return Lease{}, ErrHeld
 	}
 	if err != nil {
+		_ = ReleaseSoon(ctx, p, Lease{Name: name, Token: token})
 		return Lease{}, err
 	}
 	return Lease{Name: name, Token: token, Fence: fence}, nil
