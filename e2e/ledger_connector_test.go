@@ -153,8 +153,21 @@ func runLedgerConnector(addr string) int {
 			w.WriteHeader(http.StatusOK)
 		}
 	})
-	srv := &http.Server{Addr: addr, Handler: mux}
-	if err := srv.ListenAndServe(); err != nil {
+	// The process picks its own port and says which: a port chosen by the
+	// test and closed again could be taken by another scenario's
+	// connector first, and this scenario's calls would land in that
+	// scenario's ledger.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := os.WriteFile(os.Getenv(ledgerFileEnv)+".addr", []byte(ln.Addr().String()), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	srv := &http.Server{Handler: mux}
+	if err := srv.Serve(ln); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -169,11 +182,18 @@ type ledgerConnector struct {
 
 func startLedgerConnector(t *testing.T, mode string) *ledgerConnector {
 	t.Helper()
-	addr := freeAddr(t)
-	c := &ledgerConnector{url: "http://" + addr, ledger: t.TempDir() + "/ledger.jsonl"}
-	cmd := execSelf(ledgerConnectorEnv+"="+addr, ledgerFileEnv+"="+c.ledger, ledgerModeEnv+"="+mode)
+	c := &ledgerConnector{ledger: t.TempDir() + "/ledger.jsonl"}
+	cmd := execSelf(ledgerConnectorEnv+"=127.0.0.1:0", ledgerFileEnv+"="+c.ledger, ledgerModeEnv+"="+mode)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	require.Eventually(t, func() bool {
+		addr, err := os.ReadFile(c.ledger + ".addr")
+		if err != nil || len(addr) == 0 {
+			return false
+		}
+		c.url = "http://" + string(addr)
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the connector process never said where it listens")
 	require.Eventually(t, func() bool {
 		resp, err := http.Get(c.url + "/lookup/probe")
 		if err != nil {
