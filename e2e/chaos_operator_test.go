@@ -14,8 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/db/dbtest"
-	"github.com/guardian-pay/guardian/db/dbtest/faultproxy"
 	"github.com/guardian-pay/guardian/web"
 )
 
@@ -172,13 +170,8 @@ func TestChaosOperatorsAndAHostileReceiver(t *testing.T) {
 // plus 10 s for a loaded CI machine.
 func TestChaosPostgresBlipStrandsNoPayment(t *testing.T) {
 	parallel(t)
-	d0 := dbtest.NewDB(t) // only to find the server's address
-	u, err := url.Parse(d0.URL)
-	require.NoError(t, err)
-	proxy, err := faultproxy.New(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(proxy.Close)
-	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal", dbThrough: proxy})
+	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal", dbThrough: true})
+	proxy := h.dbProxy
 	const bound = 500*time.Millisecond + 15*time.Second + time.Second + 10*time.Second
 	rounds, perRound := pick(2, 20), 8
 	var worst time.Duration

@@ -55,13 +55,14 @@ type chaosHarness struct {
 	t    *testing.T
 	d    *dbtest.DB
 	conn *ledgerConnector
-	// redisProxy and connProxy are set when the options asked for them.
-	redisProxy, connProxy *faultproxy.Proxy
-	env                   env
-	addrs                 []string
-	mu                    sync.Mutex
-	procs                 []*guardian
-	faults                atomic.Int64
+	// dbProxy, redisProxy and connProxy are set when the options asked
+	// for them.
+	dbProxy, redisProxy, connProxy *faultproxy.Proxy
+	env                            env
+	addrs                          []string
+	mu                             sync.Mutex
+	procs                          []*guardian
+	faults                         atomic.Int64
 
 	// when faults were injected: [start, end] pairs
 	faultTimes [][2]time.Time
@@ -79,8 +80,8 @@ type chaosOpts struct {
 	processes     int
 	connectorMode string
 	redis         *redistest.Server
-	// dbThrough, when set, routes Guardian's Postgres through a proxy.
-	dbThrough *faultproxy.Proxy
+	// dbThrough routes Guardian's Postgres through a proxy made here.
+	dbThrough bool
 	// redisThrough and connectorThrough route Redis and the connector
 	// through proxies made here, kept in the harness.
 	redisThrough, connectorThrough bool
@@ -91,10 +92,11 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 	d := dbtest.NewDB(t)
 	h := &chaosHarness{t: t, d: d, conn: startLedgerConnector(t, o.connectorMode)}
 	dbURL := d.URL
-	if o.dbThrough != nil {
+	if o.dbThrough {
 		u, err := url.Parse(d.URL)
 		require.NoError(t, err)
-		u.Host = o.dbThrough.Addr()
+		h.dbProxy = newProxy(t, u.Host)
+		u.Host = h.dbProxy.Addr()
 		dbURL = u.String()
 	}
 	u, err := url.Parse(dbURL)
@@ -504,13 +506,8 @@ func TestChaosKillLoop(t *testing.T) {
 // again and takes Postgres away entirely for a while.
 func TestChaosPostgresFaults(t *testing.T) {
 	parallel(t)
-	d0 := dbtest.NewDB(t) // only to find the server's address
-	u, err := url.Parse(d0.URL)
-	require.NoError(t, err)
-	proxy, err := faultproxy.New(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(proxy.Close)
-	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal", dbThrough: proxy})
+	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal", dbThrough: true})
+	proxy := h.dbProxy
 	payments := pick(120, 800)
 	var outages []time.Duration
 	ctx := context.Background()
