@@ -230,6 +230,9 @@ func (e *conflictError) Error() string {
 	return fmt.Sprintf("%v (it is %s at attempt %d)", e.err, e.state, e.attempt)
 }
 
+// Unwrap lets callers tell a moved row from a call still in flight.
+func (e *conflictError) Unwrap() error { return e.err }
+
 func (e *conflictError) answer() (int, any) {
 	return http.StatusConflict, ResolveConflict{Error: e.Error(), State: e.state, Attempt: e.attempt}
 }

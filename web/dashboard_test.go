@@ -245,3 +245,21 @@ func TestDashboardQueueGroupsEvidencePerRow(t *testing.T) {
 		require.Equal(t, 3, strings.Count(a, "<tr><td>"), "pending, dispatching, parked")
 	}
 }
+
+// TestDashboardRefusesToDispatchWhileInFlight: "dispatch again", confirmed
+// while the parked call could still be running, is refused and says why.
+func TestDashboardRefusesToDispatchWhileInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{answer: unknownFirst()})
+	id := b.parked(t, "evt_1", "pi_1")
+	op := newBrowser(t, b)
+	op.signIn("ana", adminToken)
+	_, body, _ := op.get("/fulfilments/" + id)
+	_, body, _ = op.post("/fulfilments/"+id+"/resolve", url.Values{"_csrf": {field(csrfRE, body)}, "attempt": {field(attemptRE, body)},
+		"resolution": {"pending"}, "reason": {"never arrived"}, "evidence": {"no request in the receiver's log"}})
+	code, page, _ := op.post("/fulfilments/"+id+"/resolve/confirm", url.Values{"_csrf": {field(csrfRE, body)}, "token": {field(tokenRE, body)}})
+	require.Equal(t, http.StatusConflict, code)
+	require.Contains(t, page, "could still be running at the receiver")
+	require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State)
+	require.Equal(t, 1, b.rec.CallsFor(id))
+}
