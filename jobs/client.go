@@ -85,9 +85,6 @@ type Config struct {
 	Locker lock.Locker
 	// Tokens, when set, has expired single-use tokens pruned by the sweep.
 	Tokens TokenPruner
-	// DispatchLease is River's stuck-job rescue span; the wiring passes the
-	// domain's dispatch lease. Defaults to fulfilment.DefaultDispatchLease.
-	DispatchLease time.Duration
 	// SweepInterval is how often the leader sweeps. Defaults to
 	// DefaultSweepInterval; at least 1 second.
 	SweepInterval time.Duration
@@ -101,9 +98,6 @@ type Config struct {
 	// Defaults to River's default (1 second); a shorter one also shortens
 	// River's fetch cooldown to match.
 	FetchPollInterval time.Duration
-	// Reconcile schedules the reconciler on the leader; set it when the
-	// connector can look up its idempotency keys.
-	Reconcile bool
 	// ReconcileInterval is how often the leader runs the reconciler.
 	// Defaults to DefaultReconcileInterval; at least 1 second.
 	ReconcileInterval time.Duration
@@ -117,7 +111,6 @@ type Config struct {
 
 func (c *Config) withDefaults() Config {
 	out := *c
-	out.DispatchLease = cmp.Or(out.DispatchLease, fulfilment.DefaultDispatchLease)
 	out.SweepInterval = cmp.Or(out.SweepInterval, DefaultSweepInterval)
 	out.DispatchWorkers = cmp.Or(out.DispatchWorkers, DefaultDispatchWorkers)
 	out.ReconcileInterval = cmp.Or(out.ReconcileInterval, DefaultReconcileInterval)
@@ -175,7 +168,7 @@ func New(cfg Config) (*Client, error) {
 			func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "guardian_sweep", RunOnStart: true}),
 	}
-	if cfg.Reconcile {
+	if cfg.Service.Reconciles() {
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.ReconcileInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return ReconcileArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "guardian_reconcile", RunOnStart: true}))
@@ -188,7 +181,7 @@ func New(cfg Config) (*Client, error) {
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		ID:                   cfg.ID,
 		Logger:               cfg.Logger.With("component", "river"),
-		RescueStuckJobsAfter: cfg.DispatchLease,
+		RescueStuckJobsAfter: cfg.Service.DispatchLease(),
 		JobTimeout:           cfg.Service.ConnectorTimeout() + fulfilment.RecordMargin,
 		FetchPollInterval:    cfg.FetchPollInterval,
 		FetchCooldown:        min(cmp.Or(cfg.FetchPollInterval, FetchCooldown), FetchCooldown),

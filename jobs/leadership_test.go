@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
@@ -32,13 +33,17 @@ func TestOneLeaderRunsPeriodicWork(t *testing.T) {
 	store := db.New(d.Pool)
 	enqueuer, err := jobs.NewEnqueuer(d.Pool, logger)
 	require.NoError(t, err)
-	service, err := fulfilment.New(fulfilment.Config{Store: store, Enqueuer: enqueuer, Logger: logger, Connector: &connectortest.Recorder{}})
+	// A looker, so the leader schedules the reconciler too.
+	cannotTell := lookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
+		return connector.CannotTell, nil, nil
+	})
+	service, err := fulfilment.New(fulfilment.Config{Store: store, Enqueuer: enqueuer, Logger: logger, Connector: &connectortest.Recorder{}, Looker: cannotTell})
 	require.NoError(t, err)
 	newClient := func(id string, logger *slog.Logger) *jobs.Client {
 		c, err := jobs.New(jobs.Config{
 			Pool: d.Pool, Logger: logger, Service: service, Locker: lock.Postgres{Store: store}, ID: id,
-			Reconcile: true, FetchPollInterval: 20 * time.Millisecond,
-			SweepInterval: time.Hour, ReconcileInterval: time.Hour, // only the start-up run happens in this test
+			FetchPollInterval: 20 * time.Millisecond,
+			SweepInterval:     time.Hour, ReconcileInterval: time.Hour, // only the start-up run happens in this test
 		})
 		require.NoError(t, err)
 		return c

@@ -65,7 +65,7 @@ func TestReconcileWorker(t *testing.T) {
 	})
 	b := setup(t, rec, true, options{
 		Fulfilment: func(c *fulfilment.Config) { c.Looker = looker; c.ReconcileGrace = c.ConnectorTimeout },
-		Jobs:       func(c *jobs.Config) { c.Reconcile = true; c.ReconcileInterval = time.Hour },
+		Jobs:       func(c *jobs.Config) { c.ReconcileInterval = time.Hour },
 	})
 	id := b.pay(t, "evt_1", "pi_1")
 	b.db.WaitState(t, id, state.NeedsReconciliation)
@@ -122,7 +122,7 @@ func TestNoPendingRowIsStranded(t *testing.T) {
 			rec := &connectortest.Recorder{}
 			b := setup(t, rec, false, options{
 				Fulfilment: func(c *fulfilment.Config) { c.DispatchLease = fulfilment.DefaultDispatchLease },
-				Jobs:       func(c *jobs.Config) { c.SweepInterval = time.Second; c.DispatchLease = fulfilment.DefaultDispatchLease },
+				Jobs:       func(c *jobs.Config) { c.SweepInterval = time.Second },
 			})
 			id := b.pay(t, "evt_1", "pi_1")
 			var jobID int64

@@ -1,6 +1,7 @@
 package fulfilment
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -80,11 +81,9 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 		if !ev.Fulfils() {
 			return nil
 		}
-		actor := "intake"
-		if ev.Origin == "backfill" {
-			actor = "backfill"
-		}
-		res.FulfilmentID, err = s.create(ctx, tx, eventPK, ev.Provider, ev.PaymentID, actor, "payment event received")
+		// The actor says how the event came: "intake" for a webhook, its
+		// origin ("backfill") otherwise.
+		res.FulfilmentID, err = s.create(ctx, tx, eventPK, ev.Provider, ev.PaymentID, cmp.Or(ev.Origin, "intake"), "payment event received")
 		return err
 	})
 	if err != nil {

@@ -87,37 +87,24 @@ func (s *Service) Resolve(ctx context.Context, r Resolution) (db.Fulfilment, err
 	if err := r.Validate(); err != nil {
 		return db.Fulfilment{}, err
 	}
-	var moved db.Fulfilment
-	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
-		if _, err := db.GetFulfilment(ctx, tx, r.FulfilmentID); err != nil {
-			return err
-		}
-		if r.To == state.Pending {
+	// Dispatching again waits until the parked call cannot be in flight,
+	// and enqueues the new dispatch in the same transaction.
+	var before, after func(pgx.Tx) error
+	if r.To == state.Pending {
+		before = func(tx pgx.Tx) error {
 			claim, err := db.Claim(ctx, tx, r.FulfilmentID, s.cfg.ConnectorTimeout+RecordMargin)
-			if err != nil {
-				return err
+			if err == nil && claim.Live {
+				err = ErrInFlight
 			}
-			if claim.Live {
-				return ErrInFlight
-			}
-		}
-		var err error
-		moved, err = db.Transit(ctx, tx, db.TransitionParams{
-			ID: r.FulfilmentID, From: state.NeedsReconciliation, To: r.To, Attempt: r.Attempt,
-			Actor: "operator " + r.Operator, Reason: r.Reason,
-			Evidence: map[string]any{"resolution": string(r.To), "evidence": r.Evidence},
-		})
-		if errors.Is(err, db.ErrConflict) {
-			return ErrMoved
-		}
-		if err != nil {
 			return err
 		}
-		if r.To == state.Pending {
-			return s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, r.FulfilmentID)
-		}
-		return nil
-	})
+		after = func(tx pgx.Tx) error { return s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, r.FulfilmentID) }
+	}
+	moved, err := s.decide(ctx, db.TransitionParams{
+		ID: r.FulfilmentID, From: state.NeedsReconciliation, To: r.To, Attempt: r.Attempt,
+		Actor: "operator " + r.Operator, Reason: r.Reason,
+		Evidence: map[string]any{"resolution": string(r.To), "evidence": r.Evidence},
+	}, before, after)
 	if err != nil {
 		return db.Fulfilment{}, err
 	}
@@ -155,22 +142,11 @@ func (s *Service) Reopen(ctx context.Context, r Reopening) (db.Fulfilment, error
 	if err := r.Validate(); err != nil {
 		return db.Fulfilment{}, err
 	}
-	var moved db.Fulfilment
-	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
-		if _, err := db.GetFulfilment(ctx, tx, r.FulfilmentID); err != nil {
-			return err
-		}
-		var err error
-		moved, err = db.Transit(ctx, tx, db.TransitionParams{
-			ID: r.FulfilmentID, From: state.Cancelled, To: state.NeedsReconciliation, Attempt: r.Attempt,
-			Actor: "operator " + r.Operator, Reason: r.Reason,
-			Evidence: map[string]any{"reopened": true, "evidence": r.Evidence},
-		})
-		if errors.Is(err, db.ErrConflict) {
-			return ErrMoved
-		}
-		return err
-	})
+	moved, err := s.decide(ctx, db.TransitionParams{
+		ID: r.FulfilmentID, From: state.Cancelled, To: state.NeedsReconciliation, Attempt: r.Attempt,
+		Actor: "operator " + r.Operator, Reason: r.Reason,
+		Evidence: map[string]any{"reopened": true, "evidence": r.Evidence},
+	}, nil, nil)
 	if err != nil {
 		return db.Fulfilment{}, err
 	}
@@ -178,4 +154,32 @@ func (s *Service) Reopen(ctx context.Context, r Reopening) (db.Fulfilment, error
 	s.cfg.Logger.InfoContext(ctx, "fulfilment reopened by operator", "fulfilment_id", r.FulfilmentID,
 		"payment_id", moved.PaymentID, "operator", r.Operator)
 	return moved, nil
+}
+
+// decide applies one operator decision as one transaction: the fulfilment
+// must exist (db.ErrNotFound), and a row no longer where p expects it is
+// ErrMoved. before and after, when not nil, run ahead of the move and behind
+// it, in the same transaction.
+func (s *Service) decide(ctx context.Context, p db.TransitionParams, before, after func(pgx.Tx) error) (db.Fulfilment, error) {
+	var moved db.Fulfilment
+	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+		if _, err := db.GetFulfilment(ctx, tx, p.ID); err != nil {
+			return err
+		}
+		if before != nil {
+			if err := before(tx); err != nil {
+				return err
+			}
+		}
+		var err error
+		moved, err = db.Transit(ctx, tx, p)
+		if errors.Is(err, db.ErrConflict) {
+			return ErrMoved
+		}
+		if err != nil || after == nil {
+			return err
+		}
+		return after(tx)
+	})
+	return moved, err
 }

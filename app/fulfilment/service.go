@@ -141,3 +141,10 @@ func (s *Service) dbNow() *time.Time {
 // ConnectorTimeout is the bound on one connector call, for adapters that
 // size their own timeouts around it.
 func (s *Service) ConnectorTimeout() time.Duration { return s.cfg.ConnectorTimeout }
+
+// DispatchLease is how long a claim may stay dispatching before the sweep
+// parks it; River's stuck-job rescue uses the same span.
+func (s *Service) DispatchLease() time.Duration { return s.cfg.DispatchLease }
+
+// Reconciles reports whether Reconcile can ask anyone: a Looker is set.
+func (s *Service) Reconciles() bool { return s.cfg.Looker != nil }

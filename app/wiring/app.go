@@ -170,8 +170,7 @@ func (a *App) build(ctx context.Context) error {
 		if a.jobs, err = jobs.New(jobs.Config{
 			Pool: a.pool, Logger: a.logger, Service: service, Locker: lock.Postgres{Store: store},
 			Tokens: tokens.Postgres{Store: store}, Tracer: tracer,
-			DispatchLease: cfg.DispatchLease, SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers,
-			Reconcile: looker != nil, ReconcileInterval: cfg.ReconcileInterval,
+			SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers, ReconcileInterval: cfg.ReconcileInterval,
 			Backfill: a.backfill, BackfillInterval: cfg.BackfillInterval,
 		}); err != nil {
 			return err

@@ -56,7 +56,7 @@ func New(t testing.TB, d *dbtest.DB, conn connector.Connector, o Options) *Stack
 	}
 	jcfg := jobs.Config{
 		Pool: d.Pool, Logger: logger, Service: service, Locker: lock.Postgres{Store: store},
-		DispatchLease: fcfg.DispatchLease, FetchPollInterval: 20 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
 	}
 	if o.Jobs != nil {
 		o.Jobs(&jcfg)
