@@ -79,31 +79,28 @@ func (o *operator) round() {
 		path := "/api/v1/fulfilments/" + f.ID + "/resolve"
 		switch roll := rand.IntN(3); {
 		case roll > 0 && acted:
-			if o.api(http.MethodPost, path, web.ResolveRequest{Attempt: seen, Resolution: "fulfilled", Operator: "ana",
-				Reason: "receiver has it", Evidence: "ledger entry for the key"}, nil) == http.StatusOK {
+			if o.api(http.MethodPost, path, web.ResolveRequest{Attempt: seen, Resolution: "fulfilled", Reason: "receiver has it", Evidence: "ledger entry for the key"}, nil) == http.StatusOK {
 				o.resolved.Add(1)
 			}
 		case roll > 0:
-			if o.api(http.MethodPost, path, web.ResolveRequest{Attempt: seen, Resolution: "pending", Operator: "ana",
-				Reason: "receiver has no record", Evidence: "no ledger entry for the key"}, nil) == http.StatusOK {
+			if o.api(http.MethodPost, path, web.ResolveRequest{Attempt: seen, Resolution: "pending", Reason: "receiver has no record", Evidence: "no ledger entry for the key"}, nil) == http.StatusOK {
 				o.resolved.Add(1)
 			}
 		default:
 			// Cancelled because the customer asked, without asking the
 			// receiver: its parked call may well have acted.
-			if o.api(http.MethodPost, path, web.ResolveRequest{Attempt: seen, Resolution: "cancelled", Operator: "bo",
-				Reason: "customer asked to cancel"}, nil) != http.StatusOK {
+			if o.api(http.MethodPost, path, web.ResolveRequest{Attempt: seen, Resolution: "cancelled", Reason: "customer asked to cancel"}, nil) != http.StatusOK {
 				continue
 			}
 			o.cancelled.Add(1)
 			// People replay a cancelled payment's event to "try again".
 			if rand.IntN(3) > 0 {
-				o.api(http.MethodPost, "/api/v1/events/stripe/"+url.PathEscape(d.Event.EventID)+"/replay", web.ReplayRequest{Operator: "bo"}, nil)
+				o.api(http.MethodPost, "/api/v1/events/stripe/"+url.PathEscape(d.Event.EventID)+"/replay", web.ReplayRequest{}, nil)
 				o.replayed.Add(1)
 			}
 			// And sometimes the cancel was wrong.
 			if rand.IntN(4) == 0 && o.api(http.MethodPost, "/api/v1/fulfilments/"+f.ID+"/reopen", web.ReopenRequest{Attempt: seen,
-				Operator: "cy", Reason: "customer changed their mind", Evidence: "ticket"}, nil) == http.StatusOK {
+				Reason: "customer changed their mind", Evidence: "ticket"}, nil) == http.StatusOK {
 				o.reopened.Add(1)
 			}
 		}

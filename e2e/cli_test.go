@@ -20,7 +20,7 @@ import (
 func cli(t *testing.T, g *guardian, token string, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = []string{"GUARDIAN_URL=" + g.url, "GUARDIAN_ADMIN_TOKEN=" + token}
+	cmd.Env = []string{"GUARDIAN_URL=" + g.url, "GUARDIAN_OPERATOR_TOKEN=" + token}
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -31,6 +31,32 @@ func cli(t *testing.T, g *guardian, token string, args ...string) (string, int) 
 		require.NoError(t, err)
 	}
 	return stdout.String() + stderr.String(), code
+}
+
+// operatorsCLI runs `guardian operators ...` on d's database.
+func operatorsCLI(t *testing.T, d *dbtest.DB, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"operators"}, args...)...)
+	cmd.Env = []string{"DATABASE_URL=" + d.URL}
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// addOperator makes a named credential with the CLI and returns its token.
+func addOperator(t *testing.T, d *dbtest.DB, name string) string {
+	t.Helper()
+	out, errOut, code := operatorsCLI(t, d, "add", name)
+	require.Zero(t, code, errOut)
+	token := strings.TrimSpace(out)
+	require.True(t, strings.HasPrefix(token, "gop_"), "stdout holds only the token: %q", out)
+	return token
 }
 
 // TestOperatorCLI parks a fulfilment (the connector answers 500) and works
@@ -46,7 +72,8 @@ func TestOperatorCLI(t *testing.T) {
 	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
 	require.Eventually(t, func() bool { return stateCount(t, d, "needs_reconciliation") == 1 }, 15*time.Second, 20*time.Millisecond)
 
-	out, code := cli(t, g, adminToken, "reconcile", "list", "--json")
+	ana, bo := addOperator(t, d, "ana"), addOperator(t, d, "bo")
+	out, code := cli(t, g, ana, "reconcile", "list", "--json")
 	require.Zero(t, code, out)
 	var list web.FulfilmentList
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
@@ -54,50 +81,72 @@ func TestOperatorCLI(t *testing.T) {
 	id := list.Fulfilments[0].ID
 	require.Equal(t, "pi_cli", list.Fulfilments[0].PaymentID)
 
-	out, code = cli(t, g, adminToken, "reconcile", "list")
+	out, code = cli(t, g, ana, "reconcile", "list")
 	require.Zero(t, code, out)
 	require.Contains(t, out, "PARKED FOR")
 	require.Contains(t, out, id)
 
-	out, code = cli(t, g, adminToken, "fulfilments", "show", id, "--json")
+	out, code = cli(t, g, ana, "fulfilments", "show", id, "--json")
 	require.Zero(t, code, out)
 	var detail web.FulfilmentDetail
 	require.NoError(t, json.Unmarshal([]byte(out), &detail))
 	require.Equal(t, state.State("needs_reconciliation"), detail.Fulfilment.State)
 	require.Contains(t, string(detail.Transitions[len(detail.Transitions)-1].Evidence), `"status":500`)
 
-	out, code = cli(t, g, adminToken, "fulfilments", "show", id)
+	out, code = cli(t, g, ana, "fulfilments", "show", id)
 	require.Zero(t, code, out)
 	require.Contains(t, out, "connector outcome: unknown")
 
 	// Missing evidence: refused, exit 2, nothing changed.
-	out, code = cli(t, g, adminToken, "reconcile", "resolve", id, "--attempt", "1", "--to", "fulfilled", "--operator", "ana", "--reason", "confirmed")
+	out, code = cli(t, g, ana, "reconcile", "resolve", id, "--attempt", "1", "--to", "fulfilled", "--reason", "confirmed")
 	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "evidence")
 
-	out, code = cli(t, g, adminToken, "reconcile", "resolve", id, "--attempt", "1", "--to", "fulfilled", "--operator", "ana", "--reason", "receiver confirmed", "--evidence", "receiver log line 42")
+	out, code = cli(t, g, ana, "reconcile", "resolve", id, "--attempt", "1", "--to", "fulfilled", "--reason", "receiver confirmed", "--evidence", "receiver log line 42")
 	require.Zero(t, code, out)
 	require.Contains(t, out, "is now fulfilled")
 
-	out, code = cli(t, g, adminToken, "reconcile", "resolve", id, "--attempt", "1", "--to", "cancelled", "--operator", "bo", "--reason", "too late")
+	out, code = cli(t, g, bo, "reconcile", "resolve", id, "--attempt", "1", "--to", "cancelled", "--reason", "too late")
 	require.Equal(t, 4, code, "a second resolution conflicts: %s", out)
 
-	out, code = cli(t, g, adminToken, "events", "show", "stripe", "evt_cli", "--json")
+	out, code = cli(t, g, ana, "events", "show", "stripe", "evt_cli", "--json")
 	require.Zero(t, code, out)
 	var ev web.EventDetail
 	require.NoError(t, json.Unmarshal([]byte(out), &ev))
 	require.Equal(t, state.State("fulfilled"), ev.Fulfilments[0].State)
 
-	out, code = cli(t, g, adminToken, "events", "replay", "stripe", "evt_cli", "--operator", "ana", "--json")
+	out, code = cli(t, g, ana, "events", "replay", "stripe", "evt_cli", "--json")
 	require.Zero(t, code, out)
 	require.JSONEq(t, `{"result":"already_fulfilled_or_in_flight"}`, out)
 
-	_, code = cli(t, g, adminToken, "fulfilments", "show", "0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11")
+	_, code = cli(t, g, ana, "fulfilments", "show", "0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11")
 	require.Equal(t, 3, code)
 	_, code = cli(t, g, "not-the-token", "reconcile", "list")
 	require.Equal(t, 5, code)
-	_, code = cli(t, g, adminToken, "reconcile", "dance")
+	_, code = cli(t, g, ana, "reconcile", "dance")
 	require.Equal(t, 2, code)
+
+	require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM fulfilment_transition WHERE fulfilment_id = $1 AND actor = 'operator ana' AND to_state = 'fulfilled'`, id),
+		"the audit actor is the credential's operator")
+
+	// Credentials: listed without their tokens; a revoked one is refused
+	// at once, the other operator's is not.
+	out, _, code = operatorsCLI(t, d, "list")
+	require.Zero(t, code)
+	require.Contains(t, out, "ana")
+	require.Contains(t, out, "bo")
+	require.NotContains(t, out, ana)
+	out, _, code = operatorsCLI(t, d, "revoke", "bo")
+	require.Zero(t, code, out)
+	_, code = cli(t, g, bo, "reconcile", "list")
+	require.Equal(t, 5, code, "the revoked credential")
+	_, code = cli(t, g, ana, "reconcile", "list")
+	require.Zero(t, code)
+	_, _, code = operatorsCLI(t, d, "revoke", "bo")
+	require.Equal(t, 3, code, "nothing left to revoke")
+	_, errOut, code := operatorsCLI(t, d, "add", "<script>")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "operator name must be")
 
 	require.Equal(t, map[string]int{id: 1}, conn.snapshot(), "the connector was called once")
 	m := g.scrape(t)

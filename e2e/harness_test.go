@@ -25,7 +25,7 @@ import (
 )
 
 const (
-	stripeSecret    = "whsec_e2e_stripe"
+	stripeSecret    = "whsec_e2e_stripe_endpoint_secret_0123456789"
 	standardSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	connectorSecret = "whsec_Y29ubmVjdG9yIHNlY3JldCBmb3IgZTJl"
 	adminToken      = "e2e-admin-token-0123456789"
@@ -114,10 +114,12 @@ func (c *fakeConnector) snapshot() map[string]int {
 
 // guardian is one running guardian process.
 type guardian struct {
-	cmd    *exec.Cmd
-	url    string
-	stderr *lockedWriter
-	done   chan error
+	cmd *exec.Cmd
+	url string
+	// metricsURL is the operations listener (GUARDIAN_METRICS_ADDR).
+	metricsURL string
+	stderr     *lockedWriter
+	done       chan error
 }
 
 // logs returns what the process has logged so far.
@@ -137,13 +139,14 @@ func baseEnv(t *testing.T, d *dbtest.DB, conn *fakeConnector) env {
 		"DATABASE_URL":               d.URL,
 		"REDIS_URL":                  redistest.URL(t),
 		"GUARDIAN_REDIS_PREFIX":      prefix,
-		"GUARDIAN_STRIPE_SECRETS":    "whsec_old_rotated_out," + stripeSecret,
+		"GUARDIAN_STRIPE_SECRETS":    "whsec_old_rotated_out_0123456789abcdef," + stripeSecret,
 		"GUARDIAN_STANDARD_SECRETS":  standardSecret,
 		"GUARDIAN_CONNECTOR_URL":     conn.srv.URL,
 		"GUARDIAN_CONNECTOR_SECRET":  connectorSecret,
 		"GUARDIAN_CONNECTOR_TIMEOUT": "5s",
 		"GUARDIAN_LOG_LEVEL":         "debug",
 		"GUARDIAN_ADMIN_TOKEN":       adminToken,
+		"GUARDIAN_METRICS_REFRESH":   "100ms",
 	}
 }
 
@@ -168,10 +171,15 @@ func startAt(t *testing.T, addr string, e env) *guardian {
 	t.Helper()
 	cmd := exec.Command(binary, "serve")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GUARDIAN_ADDR=" + addr}
+	metricsAddr, ok := e["GUARDIAN_METRICS_ADDR"]
+	if !ok {
+		metricsAddr = freeAddr(t)
+		cmd.Env = append(cmd.Env, "GUARDIAN_METRICS_ADDR="+metricsAddr)
+	}
 	for k, v := range e {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	g := &guardian{cmd: cmd, url: "http://" + addr, stderr: &lockedWriter{}, done: make(chan error, 1)}
+	g := &guardian{cmd: cmd, url: "http://" + addr, metricsURL: "http://" + metricsAddr, stderr: &lockedWriter{}, done: make(chan error, 1)}
 	cmd.Stderr = g.stderr
 	require.NoError(t, cmd.Start())
 	go func() { g.done <- cmd.Wait() }()
@@ -251,11 +259,11 @@ func stateCount(t *testing.T, d *dbtest.DB, state string) int {
 	return d.Count(t, `SELECT count(*) FROM fulfilment WHERE state = $1`, state)
 }
 
-// scrape reads /metrics into series -> value, keyed as Prometheus prints them
-// (name{label="v",...}).
+// scrape reads /metrics from the operations listener into series -> value,
+// keyed as Prometheus prints them (name{label="v",...}).
 func (g *guardian) scrape(t *testing.T) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(g.url + "/metrics")
+	resp, err := http.Get(g.metricsURL + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -282,4 +290,11 @@ func execSelf(env ...string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	return cmd
+}
+
+// waitGauge waits until a gauge read from the table (refreshed on a timer,
+// never per scrape) shows want.
+func (g *guardian) waitGauge(t *testing.T, series string, want float64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return g.scrape(t)[series] == want }, 10*time.Second, 50*time.Millisecond, "%s never became %v", series, want)
 }

@@ -122,9 +122,8 @@ type ResolveRequest struct {
 	Resolution string `json:"resolution"`
 	// Attempt is the attempt the decision is about, as the operator saw it
 	// (the fulfilment's "attempt"): if the row moved on, the answer is 409.
-	Attempt  int    `json:"attempt"`
-	Operator string `json:"operator"`
-	Reason   string `json:"reason"`
+	Attempt int    `json:"attempt"`
+	Reason  string `json:"reason"`
 	// Evidence is the fact behind the resolution; required for fulfilled
 	// and pending.
 	Evidence string `json:"evidence"`
@@ -162,7 +161,7 @@ func (s *Server) resolve(c echo.Context, id string, req ResolveRequest) (Fulfilm
 		return Fulfilment{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
 	}
 	f, err := s.cfg.Service.Resolve(c.Request().Context(), fulfilment.Resolution{
-		FulfilmentID: id, Attempt: req.Attempt, To: state.State(req.Resolution), Operator: req.Operator, Reason: req.Reason, Evidence: req.Evidence,
+		FulfilmentID: id, Attempt: req.Attempt, To: state.State(req.Resolution), Operator: actor(c), Reason: req.Reason, Evidence: req.Evidence,
 	})
 	if err != nil {
 		return Fulfilment{}, s.decisionError(c, id, err)
@@ -175,9 +174,8 @@ func (s *Server) resolve(c echo.Context, id string, req ResolveRequest) (Fulfilm
 // Idempotency-Key.
 type ReopenRequest struct {
 	// Attempt is the cancelled row's attempt, as the operator saw it.
-	Attempt  int    `json:"attempt"`
-	Operator string `json:"operator"`
-	Reason   string `json:"reason"`
+	Attempt int    `json:"attempt"`
+	Reason  string `json:"reason"`
 	// Evidence is what shows the cancel was wrong. Required.
 	Evidence string `json:"evidence"`
 }
@@ -192,7 +190,7 @@ func (s *Server) apiReopen(c echo.Context) error {
 		return &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
 	}
 	f, err := s.cfg.Service.Reopen(c.Request().Context(), fulfilment.Reopening{
-		FulfilmentID: id, Attempt: req.Attempt, Operator: req.Operator, Reason: req.Reason, Evidence: req.Evidence,
+		FulfilmentID: id, Attempt: req.Attempt, Operator: actor(c), Reason: req.Reason, Evidence: req.Evidence,
 	})
 	if err != nil {
 		return s.decisionError(c, id, err)
@@ -267,10 +265,9 @@ func (s *Server) eventDetail(c echo.Context, providerName, eventID string) (Even
 	return EventDetail{Event: apiEvent(e), Fulfilments: apiList(fs, apiFulfilment)}, nil
 }
 
-// ReplayRequest is the body of POST /api/v1/events/{provider}/{event_id}/replay.
-type ReplayRequest struct {
-	Operator string `json:"operator"`
-}
+// ReplayRequest is the body of POST /api/v1/events/{provider}/{event_id}/replay:
+// empty, or an empty object. The audit actor is the credential's operator.
+type ReplayRequest struct{}
 
 // ReplayAnswer says what a replay did: "fulfilment_created" (with its id),
 // "already_fulfilled_or_in_flight" (the payment has a live fulfilment: nothing
@@ -281,22 +278,21 @@ type ReplayAnswer struct {
 }
 
 func (s *Server) apiReplay(c echo.Context) error {
-	var req ReplayRequest
-	if err := decodeBody(c, &req); err != nil {
-		return err
+	if c.Request().ContentLength != 0 {
+		var req ReplayRequest
+		if err := decodeBody(c, &req); err != nil {
+			return err
+		}
 	}
-	a, err := s.replay(c, c.Param("provider"), c.Param("event_id"), req.Operator)
+	a, err := s.replay(c, c.Param("provider"), c.Param("event_id"))
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, a)
 }
 
-func (s *Server) replay(c echo.Context, providerName, eventID, operator string) (ReplayAnswer, error) {
-	if operator == "" || len(operator) > 200 {
-		return ReplayAnswer{}, &HTTPError{Code: http.StatusBadRequest, Msg: "operator name is required (at most 200 characters)"}
-	}
-	res, err := s.cfg.Service.Replay(c.Request().Context(), providerName, eventID, operator)
+func (s *Server) replay(c echo.Context, providerName, eventID string) (ReplayAnswer, error) {
+	res, err := s.cfg.Service.Replay(c.Request().Context(), providerName, eventID, actor(c))
 	if errors.Is(err, db.ErrNotFound) {
 		return ReplayAnswer{}, &HTTPError{Code: http.StatusNotFound, Msg: "event not found"}
 	}
@@ -359,7 +355,8 @@ func decodeBody(c echo.Context, v any) error {
 	dec := json.NewDecoder(io.LimitReader(c.Request().Body, maxAPIBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &HTTPError{Code: http.StatusBadRequest, Msg: "body must be a JSON object with known fields", Err: err}
+		// The decoder's message names the field or offset, never a value.
+		return &HTTPError{Code: http.StatusBadRequest, Msg: "body must be a JSON object with known fields: " + err.Error(), Err: err}
 	}
 	if dec.More() {
 		return &HTTPError{Code: http.StatusBadRequest, Msg: "body must hold one JSON object"}

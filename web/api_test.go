@@ -87,8 +87,10 @@ func TestAPIAuth(t *testing.T) {
 		{"GET", "/riverui/"},
 		{"GET", "/riverui/api/jobs"},
 	}
-	for _, r := range routes {
-		for _, token := range []string{"", "wrong-token", adminToken + "x"} {
+	for i, r := range routes {
+		// A wrong token on every other route: eight failures, under the
+		// sign-in throttle's ten (TestThrottle tests the eleventh).
+		for _, token := range []string{"", []string{"wrong-token", adminToken + "x"}[i%2]} {
 			code, _ := b.api(t, r.method, r.path, token, nil)
 			require.Equal(t, http.StatusUnauthorized, code, "%s %s with %q", r.method, r.path, token)
 		}
@@ -106,12 +108,12 @@ func TestResolve(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{answer: unknownFirst()})
 		id := b.parked(t, "evt_1", "pi_1")
-		code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "fulfilled", Operator: "ana", Reason: "customer confirmed delivery", Evidence: "ticket 4711"})
+		code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", b.token, web.ResolveRequest{Attempt: 1, Resolution: "fulfilled", Reason: "customer confirmed delivery", Evidence: "ticket 4711"})
 		require.Equal(t, http.StatusOK, code, string(body))
 		require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, id).State)
 		require.Equal(t, 1, b.rec.CallsFor(id), "resolving by hand calls nothing")
 
-		code, body = b.api(t, "GET", "/api/v1/fulfilments/"+id, adminToken, nil)
+		code, body = b.api(t, "GET", "/api/v1/fulfilments/"+id, b.token, nil)
 		require.Equal(t, http.StatusOK, code)
 		var d web.FulfilmentDetail
 		require.NoError(t, json.Unmarshal(body, &d))
@@ -126,19 +128,19 @@ func TestResolve(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{answer: unknownFirst()})
 		id := b.parked(t, "evt_1", "pi_1")
-		req := web.ResolveRequest{Attempt: 1, Resolution: "pending", Operator: "ana", Reason: "receiver has no record", Evidence: "receiver log search for the key: nothing"}
-		code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, req)
+		req := web.ResolveRequest{Attempt: 1, Resolution: "pending", Reason: "receiver has no record", Evidence: "receiver log search for the key: nothing"}
+		code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", b.token, req)
 		require.Equal(t, http.StatusConflict, code, "refused while the parked call could still be in flight: %s", body)
 		require.Contains(t, string(body), "in flight")
 		b.db.Backdate(t, id, time.Now().Add(-time.Hour))
 		req.Attempt = 2
-		code, body = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, req)
+		code, body = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", b.token, req)
 		require.Equal(t, http.StatusConflict, code, "a decision about another attempt: %s", body)
 		var conflict web.ResolveConflict
 		require.NoError(t, json.Unmarshal(body, &conflict))
 		require.Equal(t, web.ResolveConflict{Error: conflict.Error, State: "needs_reconciliation", Attempt: 1}, conflict)
 		req.Attempt = 1
-		code, body = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, req)
+		code, body = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", b.token, req)
 		require.Equal(t, http.StatusOK, code, string(body))
 		require.Equal(t, 1, b.waitFulfilled(t, "pi_1"))
 		calls := b.rec.Calls()
@@ -154,7 +156,7 @@ func TestResolve(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{answer: unknownFirst()})
 		id := b.parked(t, "evt_1", "pi_1")
-		code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Operator: "ana", Reason: "refunded instead"})
+		code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", b.token, web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Reason: "refunded instead"})
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, state.Cancelled, b.db.Fulfilment(t, id).State)
 	})
@@ -164,21 +166,22 @@ func TestResolve(t *testing.T) {
 		b := setup(t, setupOpts{answer: unknownFirst()})
 		id := b.parked(t, "evt_1", "pi_1")
 		for _, req := range []any{
-			web.ResolveRequest{Attempt: 1, Resolution: "fulfilled", Operator: "ana", Reason: "looks done"},
-			web.ResolveRequest{Attempt: 1, Resolution: "pending", Operator: "ana", Reason: "retry please"},
-			web.ResolveRequest{Attempt: 1, Resolution: "failed", Operator: "ana", Reason: "r", Evidence: "e"},
-			web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Reason: "no operator"},
-			web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Operator: "ana"},
-			web.ResolveRequest{Resolution: "cancelled", Operator: "ana", Reason: "no attempt named"},
+			web.ResolveRequest{Attempt: 1, Resolution: "fulfilled", Reason: "looks done"},
+			web.ResolveRequest{Attempt: 1, Resolution: "pending", Reason: "retry please"},
+			web.ResolveRequest{Attempt: 1, Resolution: "failed", Reason: "r", Evidence: "e"},
+			// The audit actor is the credential's: a typed name is refused.
+			map[string]any{"resolution": "cancelled", "attempt": 1, "operator": "mallory", "reason": "r"},
+			web.ResolveRequest{Attempt: 1, Resolution: "cancelled"},
+			web.ResolveRequest{Resolution: "cancelled", Reason: "no attempt named"},
 			map[string]string{"resolution": "cancelled", "operator": "ana", "reason": "r", "surprise": "x"},
 		} {
-			code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, req)
+			code, body := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", b.token, req)
 			require.Equal(t, http.StatusBadRequest, code, "%+v: %s", req, body)
 		}
 		require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State)
-		code, _ := b.api(t, "POST", "/api/v1/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Operator: "ana", Reason: "r"})
+		code, _ := b.api(t, "POST", "/api/v1/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11/resolve", b.token, web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Reason: "r"})
 		require.Equal(t, http.StatusNotFound, code)
-		code, _ = b.api(t, "POST", "/api/v1/fulfilments/not-a-uuid/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Operator: "ana", Reason: "r"})
+		code, _ = b.api(t, "POST", "/api/v1/fulfilments/not-a-uuid/resolve", b.token, web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Reason: "r"})
 		require.Equal(t, http.StatusNotFound, code)
 	})
 
@@ -187,8 +190,8 @@ func TestResolve(t *testing.T) {
 		b := setup(t, setupOpts{answer: unknownFirst()})
 		id := b.parked(t, "evt_1", "pi_1")
 		reqs := []web.ResolveRequest{
-			{Attempt: 1, Resolution: "fulfilled", Operator: "ana", Reason: "confirmed", Evidence: "ticket 1"},
-			{Attempt: 1, Resolution: "cancelled", Operator: "bo", Reason: "refund"},
+			{Attempt: 1, Resolution: "fulfilled", Reason: "confirmed", Evidence: "ticket 1"},
+			{Attempt: 1, Resolution: "cancelled", Reason: "refund"},
 		}
 		codes := make([]int, len(reqs))
 		bodies := make([][]byte, len(reqs))
@@ -197,7 +200,7 @@ func TestResolve(t *testing.T) {
 		for i := range reqs {
 			wg.Go(func() {
 				<-start
-				codes[i], bodies[i] = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, reqs[i])
+				codes[i], bodies[i] = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", b.token, reqs[i])
 			})
 		}
 		close(start)
@@ -225,7 +228,7 @@ func TestReplay(t *testing.T) {
 		b := setup(t, setupOpts{})
 		require.Equal(t, http.StatusOK, b.postStripe(t, intentEvent("evt_1", "pi_1")).code)
 		require.Equal(t, 1, b.waitFulfilled(t, "pi_1"))
-		code, body := b.api(t, "POST", "/api/v1/events/stripe/evt_1/replay", adminToken, web.ReplayRequest{Operator: "ana"})
+		code, body := b.api(t, "POST", "/api/v1/events/stripe/evt_1/replay", b.token, web.ReplayRequest{})
 		require.Equal(t, http.StatusOK, code)
 		require.JSONEq(t, `{"result":"already_fulfilled_or_in_flight"}`, string(body))
 		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
@@ -237,17 +240,17 @@ func TestReplay(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{answer: unknownFirst()})
 		id := b.parked(t, "evt_1", "pi_1")
-		code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Operator: "ana", Reason: "wrong recipient"})
+		code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", b.token, web.ResolveRequest{Attempt: 1, Resolution: "cancelled", Reason: "wrong recipient"})
 		require.Equal(t, http.StatusOK, code)
-		code, body := b.api(t, "POST", "/api/v1/events/stripe/evt_1/replay", adminToken, web.ReplayRequest{Operator: "ana"})
+		code, body := b.api(t, "POST", "/api/v1/events/stripe/evt_1/replay", b.token, web.ReplayRequest{})
 		require.Equal(t, http.StatusOK, code)
 		require.JSONEq(t, `{"result":"already_fulfilled_or_in_flight"}`, string(body), "the parked call may have acted: no new key")
 		require.Equal(t, http.StatusOK, b.postStripe(t, `{"id":"evt_2","type":"checkout.session.completed","data":{"object":{"id":"cs_1","object":"checkout.session","payment_intent":"pi_1","payment_status":"paid"}}}`).code)
 		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
 
-		code, body = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/reopen", adminToken, web.ReopenRequest{Attempt: 1, Operator: "bo", Reason: "recipient was right"})
+		code, body = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/reopen", b.token, web.ReopenRequest{Attempt: 1, Reason: "recipient was right"})
 		require.Equal(t, http.StatusBadRequest, code, "evidence required: %s", body)
-		code, body = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/reopen", adminToken, web.ReopenRequest{Attempt: 1, Operator: "bo", Reason: "recipient was right", Evidence: "support ticket 12"})
+		code, body = b.api(t, "POST", "/api/v1/fulfilments/"+id+"/reopen", b.token, web.ReopenRequest{Attempt: 1, Reason: "recipient was right", Evidence: "support ticket 12"})
 		require.Equal(t, http.StatusOK, code, string(body))
 		var a web.ResolveAnswer
 		require.NoError(t, json.Unmarshal(body, &a))
@@ -260,14 +263,14 @@ func TestReplay(t *testing.T) {
 	t.Run("UnknownEventAndNonFulfillingType", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{})
-		code, _ := b.api(t, "POST", "/api/v1/events/stripe/evt_none/replay", adminToken, web.ReplayRequest{Operator: "ana"})
+		code, _ := b.api(t, "POST", "/api/v1/events/stripe/evt_none/replay", b.token, web.ReplayRequest{})
 		require.Equal(t, http.StatusNotFound, code)
 		require.Equal(t, http.StatusOK, b.postStripe(t, `{"id":"evt_cus","type":"customer.created","data":{"object":{"id":"cus_1"}}}`).code)
-		code, body := b.api(t, "POST", "/api/v1/events/stripe/evt_cus/replay", adminToken, web.ReplayRequest{Operator: "ana"})
+		code, body := b.api(t, "POST", "/api/v1/events/stripe/evt_cus/replay", b.token, web.ReplayRequest{})
 		require.Equal(t, http.StatusOK, code)
 		require.JSONEq(t, `{"result":"not_fulfilling"}`, string(body))
-		code, _ = b.api(t, "POST", "/api/v1/events/stripe/evt_cus/replay", adminToken, web.ReplayRequest{})
-		require.Equal(t, http.StatusBadRequest, code)
+		code, _ = b.api(t, "POST", "/api/v1/events/stripe/evt_cus/replay", b.token, map[string]string{"operator": "mallory"})
+		require.Equal(t, http.StatusBadRequest, code, "the audit actor is the credential's, never a typed name")
 	})
 }
 
@@ -284,7 +287,7 @@ func TestReadEndpoints(t *testing.T) {
 	cursor := ""
 	pages := 0
 	for {
-		code, body := b.api(t, "GET", "/api/v1/fulfilments?state=fulfilled&limit=2&cursor="+cursor, adminToken, nil)
+		code, body := b.api(t, "GET", "/api/v1/fulfilments?state=fulfilled&limit=2&cursor="+cursor, b.token, nil)
 		require.Equal(t, http.StatusOK, code, string(body))
 		var page web.FulfilmentList
 		require.NoError(t, json.Unmarshal(body, &page))
@@ -301,24 +304,24 @@ func TestReadEndpoints(t *testing.T) {
 	require.Len(t, seen, 5)
 	require.Equal(t, 3, pages)
 
-	code, body := b.api(t, "GET", "/api/v1/fulfilments?payment_id=pi_3", adminToken, nil)
+	code, body := b.api(t, "GET", "/api/v1/fulfilments?payment_id=pi_3", b.token, nil)
 	require.Equal(t, http.StatusOK, code)
 	var one web.FulfilmentList
 	require.NoError(t, json.Unmarshal(body, &one))
 	require.Len(t, one.Fulfilments, 1)
 	require.Equal(t, "pi_3", one.Fulfilments[0].PaymentID)
 
-	code, body = b.api(t, "GET", "/api/v1/fulfilments?event_id=evt_2&since="+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), adminToken, nil)
+	code, body = b.api(t, "GET", "/api/v1/fulfilments?event_id=evt_2&since="+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), b.token, nil)
 	require.Equal(t, http.StatusOK, code)
 	require.NoError(t, json.Unmarshal(body, &one))
 	require.Len(t, one.Fulfilments, 1)
 
 	for _, bad := range []string{"state=done", "limit=0", "since=yesterday", "cursor=zzz"} {
-		code, _ := b.api(t, "GET", "/api/v1/fulfilments?"+bad, adminToken, nil)
+		code, _ := b.api(t, "GET", "/api/v1/fulfilments?"+bad, b.token, nil)
 		require.Equal(t, http.StatusBadRequest, code, bad)
 	}
 
-	code, body = b.api(t, "GET", "/api/v1/events/stripe/evt_1", adminToken, nil)
+	code, body = b.api(t, "GET", "/api/v1/events/stripe/evt_1", b.token, nil)
 	require.Equal(t, http.StatusOK, code)
 	var ev web.EventDetail
 	require.NoError(t, json.Unmarshal(body, &ev))
@@ -326,7 +329,7 @@ func TestReadEndpoints(t *testing.T) {
 	require.Len(t, ev.Fulfilments, 1)
 	require.JSONEq(t, intentEvent("evt_1", "pi_1"), string(ev.Event.Payload))
 
-	code, body = b.api(t, "GET", "/api/v1/stats", adminToken, nil)
+	code, body = b.api(t, "GET", "/api/v1/stats", b.token, nil)
 	require.Equal(t, http.StatusOK, code)
 	var st web.StatsAnswer
 	require.NoError(t, json.Unmarshal(body, &st))

@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/operators"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
@@ -101,7 +102,7 @@ func (s *Server) render(c echo.Context, code int, name string, p page) error {
 	}
 	c.Response().Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'none'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
 	c.Response().Header().Set("X-Content-Type-Options", "nosniff")
-	c.Response().Header().Set("Referrer-Policy", "no-referrer")
+	c.Response().Header().Set("Referrer-Policy", "same-origin")
 	return c.HTML(code, b.String())
 }
 
@@ -118,50 +119,63 @@ func (s *Server) mountDashboard() error {
 	e := s.echo
 	e.GET("/static/*", echo.WrapHandler(http.StripPrefix("/static/", http.FileServer(http.FS(static)))))
 	e.GET("/login", s.handleLoginPage)
-	e.POST("/login", s.handleLogin)
-	e.POST("/logout", s.handleLogout)
-	g := e.Group("", s.requireSession)
-	g.GET("/", s.handleOverview)
-	g.GET("/queue", s.handleQueue)
-	g.GET("/search", s.handleSearch)
-	g.GET("/fulfilments/:id", s.handleFulfilmentPage)
-	g.POST("/fulfilments/:id/resolve", s.handleResolveAsk)
-	g.POST("/fulfilments/:id/resolve/confirm", s.handleResolveConfirm)
-	g.GET("/events/:provider/:event_id", s.handleEventPage)
-	g.POST("/events/:provider/:event_id/replay", s.handleReplayForm)
+	e.POST("/login", s.handleLogin, s.formOnly)
+	e.POST("/logout", s.handleLogout, s.formOnly)
+	// Per route, not a group: an Echo group with middleware also answers
+	// every unmatched path under it, which would sign-in-gate plain 404s.
+	e.GET("/", s.handleOverview, s.requireSession)
+	e.GET("/queue", s.handleQueue, s.requireSession)
+	e.GET("/search", s.handleSearch, s.requireSession)
+	e.GET("/fulfilments/:id", s.handleFulfilmentPage, s.requireSession)
+	e.POST("/fulfilments/:id/resolve", s.handleResolveAsk, s.requireSession)
+	e.POST("/fulfilments/:id/resolve/confirm", s.handleResolveConfirm, s.requireSession)
+	e.GET("/events/:provider/:event_id", s.handleEventPage, s.requireSession)
+	e.POST("/events/:provider/:event_id/replay", s.handleReplayForm, s.requireSession)
 	return nil
 }
 
 func (s *Server) handleLoginPage(c echo.Context) error {
-	if _, ok := s.currentSession(c); ok {
+	if _, err := s.currentSession(c); err == nil {
 		return c.Redirect(http.StatusSeeOther, "/")
 	}
-	return s.render(c, http.StatusOK, "login", page{Title: "Sign in", CSRF: loginCSRF(c)})
+	return s.render(c, http.StatusOK, "login", page{Title: "Sign in", CSRF: s.loginCSRF(c)})
 }
 
+// handleLogin signs an operator in with their credential: the session, and
+// every decision made in it, carry the credential's operator name.
 func (s *Server) handleLogin(c echo.Context) error {
-	if err := checkLoginCSRF(c); err != nil {
-		return s.render(c, http.StatusForbidden, "login", page{Title: "Sign in", CSRF: loginCSRF(c), Error: err.Error()})
+	if err := s.checkLoginCSRF(c); err != nil {
+		return s.render(c, http.StatusForbidden, "login", page{Title: "Sign in", CSRF: s.loginCSRF(c), Error: err.Error()})
 	}
-	operator := strings.TrimSpace(c.FormValue("operator"))
-	token := strings.TrimSpace(c.FormValue("token"))
-	if operator == "" || len(operator) > 100 || !s.tokens.valid(token) {
-		s.cfg.Logger.Warn("dashboard sign-in refused", "remote", c.RealIP())
-		return s.render(c, http.StatusUnauthorized, "login", page{Title: "Sign in", CSRF: loginCSRF(c),
-			Error: "Sign-in refused: check your name and the admin token."})
+	client := limiterKey(c.RealIP())
+	if err := throttled(s.signIns, client); err != nil {
+		retryAfter(c, err)
+		return s.render(c, http.StatusTooManyRequests, "login", page{Title: "Sign in", CSRF: s.loginCSRF(c),
+			Error: "Too many failed sign-ins from your address. Wait a minute and try again."})
 	}
-	c.SetCookie(s.newSessionCookie(c, s.keyFor(token), operator))
-	s.cfg.Logger.Info("dashboard sign-in", "operator", operator)
+	p, err := s.cfg.Operators.Authenticate(c.Request().Context(), strings.TrimSpace(c.FormValue("token")))
+	if errors.Is(err, operators.ErrUnknown) {
+		s.signIns.fail(client)
+		s.cfg.Logger.Warn("dashboard sign-in refused", "client", c.RealIP())
+		return s.render(c, http.StatusUnauthorized, "login", page{Title: "Sign in", CSRF: s.loginCSRF(c),
+			Error: "Sign-in refused: check your operator token."})
+	}
+	if err != nil {
+		return storageError(err)
+	}
+	c.SetCookie(s.newSessionCookie(p))
+	s.cfg.Logger.Info("dashboard sign-in", "operator", p.Name, "credential", p.Credential)
 	return c.Redirect(http.StatusSeeOther, "/")
 }
 
 func (s *Server) handleLogout(c echo.Context) error {
-	if sess, ok := s.currentSession(c); ok {
+	sess, err := s.currentSession(c)
+	if err == nil {
 		if err := s.checkCSRF(c, sess); err != nil {
 			return err
 		}
 	}
-	c.SetCookie(&http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.IsTLS()})
+	c.SetCookie(s.cookie(sessionCookie, "", -1))
 	return c.Redirect(http.StatusSeeOther, "/login")
 }
 
@@ -336,7 +350,8 @@ type resolveIntent struct {
 	Resolution string `json:"resolution"`
 	Reason     string `json:"reason"`
 	Evidence   string `json:"evidence"`
-	Operator   string `json:"operator"`
+	// Credential is the session's credential: only its holder may confirm.
+	Credential string `json:"credential"`
 }
 
 // handleResolveAsk checks a resolution form and asks for confirmation with
@@ -346,18 +361,18 @@ func (s *Server) handleResolveAsk(c echo.Context) error {
 	attempt, _ := strconv.Atoi(c.FormValue("attempt"))
 	intent := resolveIntent{
 		FulfilmentID: c.Param("id"), Attempt: attempt, Resolution: c.FormValue("resolution"),
-		Reason: strings.TrimSpace(c.FormValue("reason")), Evidence: strings.TrimSpace(c.FormValue("evidence")), Operator: sess.Operator,
+		Reason: strings.TrimSpace(c.FormValue("reason")), Evidence: strings.TrimSpace(c.FormValue("evidence")), Credential: sess.Credential,
 	}
 	d, err := s.fulfilmentDetail(c, intent.FulfilmentID)
 	if err != nil {
 		return err
 	}
-	res := fulfilment.Resolution{FulfilmentID: intent.FulfilmentID, Attempt: intent.Attempt, To: state.State(intent.Resolution), Operator: intent.Operator, Reason: intent.Reason, Evidence: intent.Evidence}
+	res := fulfilment.Resolution{FulfilmentID: intent.FulfilmentID, Attempt: intent.Attempt, To: state.State(intent.Resolution), Operator: sess.Operator, Reason: intent.Reason, Evidence: intent.Evidence}
 	if err := res.Validate(); err != nil {
 		return s.render(c, http.StatusBadRequest, "fulfilment", page{Title: "Fulfilment " + d.Fulfilment.ID, Data: d, Error: err.Error()})
 	}
 	payload, _ := json.Marshal(intent)
-	token, _, err := s.cfg.Tokens.Issue(c.Request().Context(), resolvePurpose, payload, 10*time.Minute)
+	token, _, err := s.cfg.Tokens.Internal().Issue(c.Request().Context(), resolvePurpose, payload, 10*time.Minute)
 	if err != nil {
 		return storageError(err)
 	}
@@ -369,7 +384,7 @@ func (s *Server) handleResolveAsk(c echo.Context) error {
 func (s *Server) handleResolveConfirm(c echo.Context) error {
 	sess := c.Get("session").(session)
 	id := c.Param("id")
-	raw, err := s.cfg.Tokens.RedeemFor(c.Request().Context(), c.FormValue("token"), resolvePurpose)
+	raw, err := s.cfg.Tokens.Internal().RedeemFor(c.Request().Context(), c.FormValue("token"), resolvePurpose)
 	if errors.Is(err, tokens.ErrGone) {
 		return s.renderFulfilmentError(c, id, http.StatusGone, "This confirmation was already used or has expired. Nothing was changed by it; check the timeline below.")
 	}
@@ -377,10 +392,10 @@ func (s *Server) handleResolveConfirm(c echo.Context) error {
 		return storageError(err)
 	}
 	var intent resolveIntent
-	if json.Unmarshal(raw, &intent) != nil || intent.FulfilmentID != id || intent.Operator != sess.Operator {
+	if json.Unmarshal(raw, &intent) != nil || intent.FulfilmentID != id || intent.Credential != sess.Credential {
 		return s.renderFulfilmentError(c, id, http.StatusBadRequest, "This confirmation belongs to another fulfilment or operator. Nothing was changed.")
 	}
-	_, err = s.resolve(c, id, ResolveRequest{Resolution: intent.Resolution, Attempt: intent.Attempt, Operator: intent.Operator, Reason: intent.Reason, Evidence: intent.Evidence})
+	_, err = s.resolve(c, id, ResolveRequest{Resolution: intent.Resolution, Attempt: intent.Attempt, Reason: intent.Reason, Evidence: intent.Evidence})
 	var conflict *conflictError
 	switch {
 	case errors.As(err, &conflict) && errors.Is(err, fulfilment.ErrInFlight):
@@ -417,8 +432,7 @@ func (s *Server) handleEventPage(c echo.Context) error {
 }
 
 func (s *Server) handleReplayForm(c echo.Context) error {
-	sess := c.Get("session").(session)
-	a, err := s.replay(c, c.Param("provider"), c.Param("event_id"), sess.Operator)
+	a, err := s.replay(c, c.Param("provider"), c.Param("event_id"))
 	if err != nil {
 		return err
 	}

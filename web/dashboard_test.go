@@ -61,9 +61,9 @@ func field(re *regexp.Regexp, body string) string {
 	return m[1]
 }
 
-func (br *browser) signIn(operator, token string) (int, string) {
+func (br *browser) signIn(token string) (int, string) {
 	_, body, _ := br.get("/login")
-	code, body, _ := br.post("/login", url.Values{"_csrf": {field(csrfRE, body)}, "operator": {operator}, "token": {token}})
+	code, body, _ := br.post("/login", url.Values{"_csrf": {field(csrfRE, body)}, "token": {token}})
 	return code, body
 }
 
@@ -83,18 +83,18 @@ func TestDashboardAuth(t *testing.T) {
 	code, _, _ := anon.get("/login")
 	require.Equal(t, http.StatusOK, code)
 
-	code, body := anon.signIn("ana", "wrong-token")
+	code, body := anon.signIn("wrong-token")
 	require.Equal(t, http.StatusUnauthorized, code)
 	require.Contains(t, body, "Sign-in refused")
 	code, _, _ = anon.get("/")
 	require.Equal(t, http.StatusSeeOther, code, "a refused sign-in gives no session")
 
 	// Login CSRF: a form without the double-submit value is refused.
-	code, _, _ = newBrowser(t, b).post("/login", url.Values{"operator": {"ana"}, "token": {adminToken}})
+	code, _, _ = newBrowser(t, b).post("/login", url.Values{"token": {b.token}})
 	require.Equal(t, http.StatusForbidden, code)
 
 	op := newBrowser(t, b)
-	code, _ = op.signIn("ana", adminToken)
+	code, _ = op.signIn(b.token)
 	require.Equal(t, http.StatusSeeOther, code)
 	u, _ := url.Parse(b.srv.URL)
 	var session *http.Cookie
@@ -134,7 +134,7 @@ func TestDashboardResolve(t *testing.T) {
 	b := setup(t, setupOpts{answer: unknownFirst()})
 	id := b.parked(t, "evt_1", "pi_1")
 	op := newBrowser(t, b)
-	code, _ := op.signIn("ana", adminToken)
+	code, _ := op.signIn(b.token)
 	require.Equal(t, http.StatusSeeOther, code)
 
 	code, body, _ := op.get("/queue")
@@ -178,13 +178,13 @@ func TestDashboardShowsTheRacePlainly(t *testing.T) {
 	b := setup(t, setupOpts{answer: unknownFirst()})
 	id := b.parked(t, "evt_1", "pi_1")
 	op := newBrowser(t, b)
-	op.signIn("ana", adminToken)
+	op.signIn(b.token)
 	_, body, _ := op.get("/fulfilments/" + id)
 	_, body, _ = op.post("/fulfilments/"+id+"/resolve", url.Values{"_csrf": {field(csrfRE, body)}, "attempt": {field(attemptRE, body)}, "resolution": {"cancelled"}, "reason": {"refunded"}})
 	token := field(tokenRE, body)
 
 	// Meanwhile another operator resolves it through the API.
-	code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "fulfilled", Operator: "bo", Reason: "shipped", Evidence: "tracking 1Z"})
+	code, _ := b.api(t, "POST", "/api/v1/fulfilments/"+id+"/resolve", adminToken, web.ResolveRequest{Attempt: 1, Resolution: "fulfilled", Reason: "shipped", Evidence: "tracking 1Z"})
 	require.Equal(t, http.StatusOK, code)
 
 	code, page, _ := op.post("/fulfilments/"+id+"/resolve/confirm", url.Values{"_csrf": {field(csrfRE, body)}, "token": {token}})
@@ -199,13 +199,10 @@ func TestDashboardEscapesUntrustedText(t *testing.T) {
 	evil := `{"id":"evt_x","type":"checkout.session.completed","data":{"object":{"id":"cs_x","payment_status":"paid","payment_intent":"pi_x","description":"<script>alert(1)</script>"}}}`
 	require.Equal(t, http.StatusOK, b.postStripe(t, evil).code)
 	op := newBrowser(t, b)
-	op.signIn("<img src=x onerror=alert(1)>", adminToken)
+	op.signIn(b.token)
 	_, body, _ := op.get("/events/stripe/evt_x")
 	require.NotContains(t, body, "<script>alert(1)</script>")
 	require.Contains(t, body, "&lt;script&gt;alert(1)&lt;/script&gt;")
-	require.NotContains(t, body, "<img src=x")
-	require.Contains(t, body, "&lt;img src=x onerror=alert(1)&gt;")
-	require.False(t, strings.Contains(body, "onerror=alert(1)>"), "operator names are escaped too")
 }
 
 func TestDashboardSessionExpires(t *testing.T) {
@@ -214,7 +211,7 @@ func TestDashboardSessionExpires(t *testing.T) {
 	now := time.Now()
 	b := setup(t, setupOpts{now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
 	op := newBrowser(t, b)
-	code, _ := op.signIn("ana", adminToken)
+	code, _ := op.signIn(b.token)
 	require.Equal(t, http.StatusSeeOther, code)
 	code, _, _ = op.get("/")
 	require.Equal(t, http.StatusOK, code)
@@ -233,7 +230,7 @@ func TestDashboardQueueGroupsEvidencePerRow(t *testing.T) {
 	b.parked(t, "evt_1", "pi_1")
 	b.parked(t, "evt_2", "pi_2")
 	op := newBrowser(t, b)
-	op.signIn("ana", adminToken)
+	op.signIn(b.token)
 	code, body, _ := op.get("/queue")
 	require.Equal(t, http.StatusOK, code)
 	articles := strings.Split(body, `<article class="card parked">`)[1:]
@@ -253,7 +250,7 @@ func TestDashboardRefusesToDispatchWhileInFlight(t *testing.T) {
 	b := setup(t, setupOpts{answer: unknownFirst()})
 	id := b.parked(t, "evt_1", "pi_1")
 	op := newBrowser(t, b)
-	op.signIn("ana", adminToken)
+	op.signIn(b.token)
 	_, body, _ := op.get("/fulfilments/" + id)
 	_, body, _ = op.post("/fulfilments/"+id+"/resolve", url.Values{"_csrf": {field(csrfRE, body)}, "attempt": {field(attemptRE, body)},
 		"resolution": {"pending"}, "reason": {"never arrived"}, "evidence": {"no request in the receiver's log"}})

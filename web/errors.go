@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 )
@@ -57,11 +58,26 @@ func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			level = slog.LevelError
 		}
 		logger.Log(c.Request().Context(), level, "request failed",
-			"method", c.Request().Method, "path", c.Request().URL.Path, "status", code, "error", err)
+			"method", c.Request().Method, "path", redactPath(c.Request().URL.Path), "status", code, "error", err)
+		retryAfter(c, err)
 		if c.Request().Method == http.MethodHead {
 			_ = c.NoContent(code)
 			return
 		}
 		_ = c.JSON(code, body)
 	}
+}
+
+// redactPath is a request path as logs may show it: a redemption token in
+// the path is a bearer secret, so it is replaced.
+func redactPath(path string) string {
+	rest, ok := strings.CutPrefix(path, "/tokens/")
+	if !ok {
+		return path
+	}
+	_, tail, _ := strings.Cut(rest, "/")
+	if tail == "" {
+		return "/tokens/[redacted]"
+	}
+	return "/tokens/[redacted]/" + tail
 }

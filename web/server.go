@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/metrics"
+	"github.com/guardian-pay/guardian/app/operators"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
@@ -55,37 +57,52 @@ type Config struct {
 	// Metrics counts deliveries; nil counts nothing.
 	Metrics *metrics.Metrics
 
-	// AdminTokens admit operators to /api/v1 and /riverui/. Several may be
-	// valid at once, for rotation. Empty disables both.
-	AdminTokens []string
-	// Store serves the operator API's reads. Required with AdminTokens.
+	// Operators admits operators to /api/v1, /riverui/ and the dashboard.
+	// Nil serves none of them.
+	Operators *operators.Service
+	// SessionKey signs dashboard sessions (Operators.SessionKey). Required
+	// with Operators.
+	SessionKey []byte
+	// Store serves the operator API's reads. Required with Operators.
 	Store *db.Store
 	// RiverUI, when set, is served at /riverui/ behind the admin token.
 	RiverUI http.Handler
 	// Tokens, when set, serves POST /api/v1/tokens (operators) and
-	// POST /tokens/{token}/redeem (anyone holding a token). With AdminTokens
+	// POST /tokens/{token}/redeem (anyone holding a token). With Operators
 	// it also enables the dashboard at /, whose resolutions it confirms.
 	Tokens *tokens.Service
 	// SessionTTL is how long a dashboard sign-in lasts. Defaults to 8 hours.
 	SessionTTL time.Duration
-	// MetricsHandler, when set, serves GET /metrics (Prometheus).
-	MetricsHandler http.Handler
+	// PublicURL is the origin operators use (GUARDIAN_PUBLIC_URL). https
+	// makes cookies Secure and __Host- prefixed and sends HSTS; when set it
+	// is the only origin a state-changing dashboard request may come from.
+	PublicURL string
+	// TrustedProxies are the proxies whose X-Forwarded-For names the
+	// client; empty trusts no header.
+	TrustedProxies []string
 	// Tracer traces each delivery; nil traces nothing.
 	Tracer trace.Tracer
 }
 
 // Server serves Guardian's HTTP endpoints.
 type Server struct {
-	cfg    Config
-	echo   *echo.Echo
-	tokens tokenSet
+	cfg  Config
+	echo *echo.Echo
 
-	sessionKeys [][]byte
-	pages       map[string]*template.Template
-	activity    activity
-	providers   map[string]provider.Provider
-	now         func() time.Time
-	metrics     *metrics.Metrics
+	// origin is PublicURL without a trailing slash; secure is whether it
+	// is https.
+	origin string
+	secure bool
+	// signIns throttles failed credentials, redeems failed token redeems,
+	// per client address.
+	signIns *failureLimiter
+	redeems *failureLimiter
+
+	pages     map[string]*template.Template
+	activity  activity
+	providers map[string]provider.Provider
+	now       func() time.Time
+	metrics   *metrics.Metrics
 
 	mu       sync.Mutex
 	http     *http.Server
@@ -111,6 +128,14 @@ func New(cfg Config) (*Server, error) {
 	if s.cfg.Tracer == nil {
 		s.cfg.Tracer = noop.NewTracerProvider().Tracer("guardian")
 	}
+	s.origin = strings.TrimSuffix(cfg.PublicURL, "/")
+	s.secure = strings.HasPrefix(strings.ToLower(s.origin), "https://")
+	s.signIns = newFailureLimiter(signInBurst, signInEvery, s.now)
+	s.redeems = newFailureLimiter(redeemBurst, redeemEvery, s.now)
+	proxies, err := ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("web: trusted proxies: %w", err)
+	}
 	for _, p := range cfg.Providers {
 		if _, dup := s.providers[p.Name()]; dup {
 			return nil, fmt.Errorf("web: provider %q configured twice", p.Name())
@@ -122,21 +147,21 @@ func New(cfg Config) (*Server, error) {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = errorHandler(cfg.Logger)
+	e.IPExtractor = clientIP(proxies)
+	e.Use(s.secureHeaders)
+	// Every route is listed here, and every anonymous one is justified in
+	// docs/security.md ("Routes").
 	e.POST("/webhooks/:provider", s.handleWebhook)
 	e.GET("/healthz", s.handleHealth)
 	e.GET("/readyz", s.handleReady)
-	if cfg.MetricsHandler != nil {
-		e.GET("/metrics", echo.WrapHandler(cfg.MetricsHandler))
-	}
 	s.echo = e
 
 	if cfg.Tokens != nil {
 		e.POST("/tokens/:token/redeem", s.handleRedeem)
 	}
-	s.tokens = newTokenSet(cfg.AdminTokens)
-	if len(s.tokens) > 0 {
-		if cfg.Store == nil {
-			return nil, errors.New("web: the operator API needs a store")
+	if cfg.Operators != nil {
+		if cfg.Store == nil || len(cfg.SessionKey) < 32 {
+			return nil, errors.New("web: the operator API needs a store and a session key of 32 bytes")
 		}
 		s.mountAPI()
 		if cfg.Tokens != nil {
@@ -144,11 +169,10 @@ func New(cfg Config) (*Server, error) {
 		}
 		if cfg.RiverUI != nil {
 			ui := echo.WrapHandler(cfg.RiverUI)
-			e.Any("/riverui", ui, s.requireOperatorOrSession)
-			e.Any("/riverui/*", ui, s.requireOperatorOrSession)
+			e.Any("/riverui", ui, riverUIGuard, s.requireOperatorOrSession)
+			e.Any("/riverui/*", ui, riverUIGuard, s.requireOperatorOrSession)
 		}
 		if cfg.Tokens != nil {
-			s.sessionKeys = sessionKeys(cfg.AdminTokens)
 			if err := s.mountDashboard(); err != nil {
 				return nil, err
 			}
@@ -156,6 +180,16 @@ func New(cfg Config) (*Server, error) {
 	}
 	return s, nil
 }
+
+// Failed-credential limits per client address: sign-in and bearer tokens
+// get 10 tries, then one every 6 seconds; token redeems 30, then one every
+// 2 seconds.
+const (
+	signInBurst = 10
+	signInEvery = 6 * time.Second
+	redeemBurst = 30
+	redeemEvery = 2 * time.Second
+)
 
 // Handler returns the server's routes, for tests and embedding.
 func (s *Server) Handler() http.Handler { return s.echo }

@@ -10,52 +10,39 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/guardian-pay/guardian/app/operators"
 )
 
-// Dashboard sessions are stateless: a cookie holding the operator's name and
-// an expiry, signed with a key derived from the admin token used to sign in.
-// Rotating that token out ends its sessions. Signing out clears the cookie;
-// a copied cookie stays valid until it expires, so sessions are short
-// (SessionTTL).
+// Dashboard sessions are a cookie naming the operator's credential, when
+// the session began and when it expires, signed with the database's session
+// key. Every request checks the credential again, so revoking it (or
+// `guardian operators signout`) ends its sessions at their next request,
+// and rotating an environment token out ends the sessions it began.
 
 const (
-	sessionCookie    = "guardian_session"
-	loginCSRFCookie  = "guardian_login_csrf"
-	sessionKeyPrefix = "guardian dashboard session v1"
+	sessionCookie   = "guardian_session"
+	loginCSRFCookie = "guardian_login_csrf"
+	// securePrefix marks cookies that only a secure origin may set, for
+	// the whole host, never a subdomain (RFC 6265bis).
+	securePrefix = "__Host-"
 )
 
 // session is a signed-in operator.
 type session struct {
-	Operator string `json:"op"`
-	Expires  int64  `json:"exp"`
+	Operator   string `json:"op"`
+	Credential string `json:"cred"`
+	Begun      int64  `json:"iat"` // Unix milliseconds
+	Expires    int64  `json:"exp"` // Unix seconds
 	// raw is the cookie value, the seed of the session's CSRF token.
 	raw string
 }
 
-// sessionKeys derives one signing key per admin token.
-func sessionKeys(tokens []string) [][]byte {
-	var keys [][]byte
-	for _, t := range tokens {
-		if t = strings.TrimSpace(t); t != "" {
-			m := hmac.New(sha256.New, []byte(t))
-			m.Write([]byte(sessionKeyPrefix))
-			keys = append(keys, m.Sum(nil))
-		}
-	}
-	return keys
-}
-
-// keyFor returns the session key of a valid admin token.
-func (s *Server) keyFor(token string) []byte {
-	for _, t := range s.cfg.AdminTokens {
-		if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(t)), []byte(token)) == 1 {
-			return sessionKeys([]string{t})[0]
-		}
-	}
-	return nil
-}
+// errNoSession means the request carries no valid session.
+var errNoSession = errors.New("no session")
 
 func mac(key []byte, parts ...string) string {
 	m := hmac.New(sha256.New, key)
@@ -66,74 +53,85 @@ func mac(key []byte, parts ...string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-func (s *Server) newSessionCookie(c echo.Context, key []byte, operator string) *http.Cookie {
-	body, _ := json.Marshal(session{Operator: operator, Expires: s.now().Add(s.cfg.SessionTTL).Unix()})
-	payload := base64.RawURLEncoding.EncodeToString(body)
+// cookieName is name as this server sets it: with the __Host- prefix when
+// operators reach it over https.
+func (s *Server) cookieName(name string) string {
+	if s.secure {
+		return securePrefix + name
+	}
+	return name
+}
+
+func (s *Server) cookie(name, value string, maxAge int) *http.Cookie {
 	return &http.Cookie{
-		Name: sessionCookie, Value: payload + "." + mac(key, payload), Path: "/",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.IsTLS(),
-		MaxAge: int(s.cfg.SessionTTL.Seconds()),
+		Name: s.cookieName(name), Value: value, Path: "/", MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure,
 	}
 }
 
-// currentSession returns the request's valid session, if any.
-func (s *Server) currentSession(c echo.Context) (session, bool) {
-	ck, err := c.Cookie(sessionCookie)
+func (s *Server) newSessionCookie(p operators.Principal) *http.Cookie {
+	now := s.now()
+	body, _ := json.Marshal(session{Operator: p.Name, Credential: p.Credential, Begun: now.UnixMilli(), Expires: now.Add(s.cfg.SessionTTL).Unix()})
+	payload := base64.RawURLEncoding.EncodeToString(body)
+	return s.cookie(sessionCookie, payload+"."+mac(s.cfg.SessionKey, "session", payload), int(s.cfg.SessionTTL.Seconds()))
+}
+
+// currentSession returns the request's session, errNoSession when it has
+// no valid one, or the error that kept it from checking.
+func (s *Server) currentSession(c echo.Context) (session, error) {
+	ck, err := c.Cookie(s.cookieName(sessionCookie))
 	if err != nil {
-		return session{}, false
+		return session{}, errNoSession
 	}
 	payload, sig, ok := strings.Cut(ck.Value, ".")
-	if !ok {
-		return session{}, false
-	}
-	valid := 0
-	for _, key := range s.sessionKeys {
-		valid |= subtle.ConstantTimeCompare([]byte(mac(key, payload)), []byte(sig))
-	}
-	if valid != 1 {
-		return session{}, false
+	if !ok || subtle.ConstantTimeCompare([]byte(mac(s.cfg.SessionKey, "session", payload)), []byte(sig)) != 1 {
+		return session{}, errNoSession
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(payload)
 	if err != nil {
-		return session{}, false
+		return session{}, errNoSession
 	}
 	var sess session
-	if json.Unmarshal(raw, &sess) != nil || sess.Operator == "" || s.now().Unix() >= sess.Expires {
-		return session{}, false
+	if json.Unmarshal(raw, &sess) != nil || sess.Credential == "" || s.now().Unix() >= sess.Expires {
+		return session{}, errNoSession
 	}
-	sess.raw = ck.Value
-	return sess, true
+	p, err := s.cfg.Operators.Check(c.Request().Context(), sess.Credential, time.UnixMilli(sess.Begun))
+	if errors.Is(err, operators.ErrUnknown) {
+		return session{}, errNoSession
+	}
+	if err != nil {
+		return session{}, storageError(err)
+	}
+	sess.Operator, sess.raw = p.Name, ck.Value
+	return sess, nil
 }
 
 // csrfToken is the session's form token: forms carry it, POSTs check it.
 func (s *Server) csrfToken(sess session) string {
-	return mac(s.sessionKeys[0], "csrf", sess.raw)
+	return mac(s.cfg.SessionKey, "csrf", sess.raw)
 }
 
 func (s *Server) checkCSRF(c echo.Context, sess session) error {
-	given := c.FormValue("_csrf")
-	for _, key := range s.sessionKeys {
-		if subtle.ConstantTimeCompare([]byte(mac(key, "csrf", sess.raw)), []byte(given)) == 1 {
-			return nil
-		}
+	if subtle.ConstantTimeCompare([]byte(s.csrfToken(sess)), []byte(c.FormValue("_csrf"))) == 1 {
+		return nil
 	}
 	return &HTTPError{Code: http.StatusForbidden, Msg: "form expired or forged: reload the page and try again"}
 }
 
 // loginCSRF sets (or reuses) the login form's double-submit cookie.
-func loginCSRF(c echo.Context) string {
-	if ck, err := c.Cookie(loginCSRFCookie); err == nil && len(ck.Value) >= 22 {
+func (s *Server) loginCSRF(c echo.Context) string {
+	if ck, err := c.Cookie(s.cookieName(loginCSRFCookie)); err == nil && len(ck.Value) >= 22 {
 		return ck.Value
 	}
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
 	v := base64.RawURLEncoding.EncodeToString(b)
-	c.SetCookie(&http.Cookie{Name: loginCSRFCookie, Value: v, Path: "/login", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.IsTLS()})
+	c.SetCookie(s.cookie(loginCSRFCookie, v, 0))
 	return v
 }
 
-func checkLoginCSRF(c echo.Context) error {
-	ck, err := c.Cookie(loginCSRFCookie)
+func (s *Server) checkLoginCSRF(c echo.Context) error {
+	ck, err := c.Cookie(s.cookieName(loginCSRFCookie))
 	if err != nil || ck.Value == "" || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(c.FormValue("_csrf"))) != 1 {
 		return errors.New("login form expired: reload the page")
 	}
@@ -141,22 +139,30 @@ func checkLoginCSRF(c echo.Context) error {
 }
 
 // requireSession guards dashboard pages: without a session, a GET is sent to
-// the sign-in page and anything else is refused.
+// the sign-in page and anything else is refused. A POST must be a form
+// from this origin (readForm) carrying the session's form token.
 func (s *Server) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		sess, ok := s.currentSession(c)
-		if !ok {
+		sess, err := s.currentSession(c)
+		if errors.Is(err, errNoSession) {
 			if c.Request().Method == http.MethodGet {
 				return c.Redirect(http.StatusSeeOther, "/login")
 			}
 			return &HTTPError{Code: http.StatusUnauthorized, Msg: "sign in first"}
 		}
+		if err != nil {
+			return err
+		}
 		if c.Request().Method == http.MethodPost {
+			if err := s.readForm(c); err != nil {
+				return err
+			}
 			if err := s.checkCSRF(c, sess); err != nil {
 				return err
 			}
 		}
 		c.Set("session", sess)
+		c.Set(principalKey, operators.Principal{Name: sess.Operator, Credential: sess.Credential})
 		c.Response().Header().Set("Cache-Control", "no-store")
 		return next(c)
 	}

@@ -47,10 +47,18 @@ func (s *Server) apiIssueToken(c echo.Context) error {
 }
 
 // handleRedeem needs no operator token: the token is the credential. An
-// unknown, spent or expired token gets one answer, 410, and nothing else.
+// unknown, spent or expired token gets one answer, 410, and nothing else;
+// Guardian's own tokens are not redeemable here (tokens.Internal). Failed
+// redeems count against the client's address, so guessing is throttled as
+// well as hopeless.
 func (s *Server) handleRedeem(c echo.Context) error {
+	client := limiterKey(c.RealIP())
+	if err := throttled(s.redeems, client); err != nil {
+		return err
+	}
 	rec, err := s.cfg.Tokens.Redeem(c.Request().Context(), c.Param("token"))
 	if errors.Is(err, tokens.ErrGone) {
+		s.redeems.fail(client)
 		return &HTTPError{Code: http.StatusGone, Msg: tokens.ErrGone.Error()}
 	}
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/filter"
 	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/operators"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
@@ -36,6 +37,7 @@ import (
 )
 
 const (
+	// adminToken is an environment token (GUARDIAN_ADMIN_TOKEN).
 	adminToken     = "operator-token-for-tests"
 	stripeSecret   = "whsec_test_stripe"
 	standardSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -54,8 +56,12 @@ type testBundle struct {
 	db       *dbtest.DB
 	rec      *connectortest.Recorder
 	srv      *httptest.Server
+	handler  http.Handler
 	client   *jobs.Client
 	filterFn func() // flushes the filter's keys, when there is one
+	// operators holds the credentials; token is operator ana's.
+	operators *operators.Service
+	token     string
 }
 
 type setupOpts struct {
@@ -66,6 +72,12 @@ type setupOpts struct {
 	answer func(context.Context, connector.Request) connector.Result
 	// now, when set, is the server's clock.
 	now func() time.Time
+	// publicURL, when set, is GUARDIAN_PUBLIC_URL.
+	publicURL string
+	// trustedProxies is GUARDIAN_TRUSTED_PROXIES.
+	trustedProxies []string
+	// logs, when set, receives the server's debug log.
+	logs io.Writer
 }
 
 func setup(t *testing.T, opts setupOpts) *testBundle {
@@ -73,6 +85,9 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	ctx := context.Background()
 	d := dbtest.NewDB(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if opts.logs != nil {
+		logger = slog.New(slog.NewTextHandler(opts.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	rec := &connectortest.Recorder{Answer: opts.answer}
 	b := &testBundle{ctx: ctx, db: d, rec: rec}
 	var f filter.Filter
@@ -112,16 +127,22 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	require.NoError(t, err)
 	ui, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client.River(), nil), Logger: logger, Prefix: "/riverui"})
 	require.NoError(t, err)
+	b.operators = operators.New(db.New(d.Pool), []string{"old-operator-token", adminToken})
+	b.token, _, err = b.operators.Add(ctx, "ana")
+	require.NoError(t, err)
+	key, err := b.operators.SessionKey(ctx)
+	require.NoError(t, err)
 	s, err := web.New(web.Config{
 		Providers: []provider.Provider{stripe, standard}, Service: service, Logger: logger,
 		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: 64 << 10,
-		AdminTokens: []string{"old-operator-token", adminToken}, Store: db.New(d.Pool),
+		Operators: b.operators, SessionKey: key, Store: db.New(d.Pool),
 		RiverUI: ui, Tokens: tokens.New(tokens.Postgres{Store: db.New(d.Pool)}, nil),
-		Now: opts.now, SessionTTL: time.Hour,
+		Now: opts.now, SessionTTL: time.Hour, PublicURL: opts.publicURL, TrustedProxies: opts.trustedProxies,
 	})
 	require.NoError(t, err)
 	b.client = client
-	b.srv = httptest.NewServer(s.Handler())
+	b.handler = s.Handler()
+	b.srv = httptest.NewServer(b.handler)
 	t.Cleanup(b.srv.Close)
 	return b
 }

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -162,7 +163,7 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 	resp, err := c.client.Do(req)
 	evidence := map[string]any{"attempt": r.Attempt, "duration_ms": time.Since(start).Milliseconds()}
 	if err != nil {
-		evidence["error"] = classifyError(err)
+		errorEvidence(evidence, err)
 		if !connected.Load() {
 			// No connection was ever established: not a byte of the request
 			// left this process.
@@ -178,7 +179,7 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 		evidence["body"] = string(excerpt)
 	}
 	if readErr != nil && resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusConflict {
-		evidence["error"] = classifyError(readErr)
+		errorEvidence(evidence, readErr)
 	}
 	return Result{Outcome: ClassifyStatus(resp.StatusCode), Evidence: evidence}
 }
@@ -270,24 +271,61 @@ func ClassifyStatus(code int) state.Outcome {
 	}
 }
 
-// classifyError names an error's class for evidence, without URLs or secrets.
-func classifyError(err error) string {
-	var netErr net.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, context.Canceled):
-		return "cancelled"
-	case errors.As(err, &netErr) && netErr.Timeout():
-		return "timeout"
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return "connection closed mid-answer"
-	}
+// Error classes name why a call got no answer. They are a closed set, so
+// they may label metrics; the detail (which may name internal hosts) goes
+// only into evidence, under "detail".
+const (
+	ClassTimeout          = "timeout"
+	ClassCancelled        = "cancelled"
+	ClassConnectionClosed = "connection_closed"
+	ClassRefused          = "refused"
+	ClassReset            = "reset"
+	ClassDNS              = "dns"
+	ClassTLS              = "tls"
+	ClassTransport        = "transport"
+)
+
+// ErrorClasses lists every class errorEvidence may give.
+var ErrorClasses = []string{ClassTimeout, ClassCancelled, ClassConnectionClosed, ClassRefused, ClassReset, ClassDNS, ClassTLS, ClassTransport}
+
+// errorEvidence records err as its class ("error") and, for network errors,
+// the operation and cause ("detail"), without URLs or secrets.
+func errorEvidence(evidence map[string]any, err error) {
+	evidence["error"] = classifyError(err)
 	var opErr *net.OpError
 	if errors.As(err, &opErr) {
-		return fmt.Sprintf("%s: %v", opErr.Op, opErr.Err)
+		evidence["detail"] = fmt.Sprintf("%s: %v", opErr.Op, opErr.Err)
 	}
-	return "transport error"
+}
+
+// classifyError names an error's class, one of ErrorClasses.
+func classifyError(err error) string {
+	var (
+		netErr   net.Error
+		dnsErr   *net.DNSError
+		tlsErr   *tls.RecordHeaderError
+		certErr  *tls.CertificateVerificationError
+		alertErr tls.AlertError
+	)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return ClassTimeout
+	case errors.Is(err, context.Canceled):
+		return ClassCancelled
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return ClassTimeout
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return ClassConnectionClosed
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return ClassRefused
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return ClassReset
+	case errors.As(err, &dnsErr):
+		return ClassDNS
+	case errors.As(err, &tlsErr), errors.As(err, &certErr), errors.As(err, &alertErr):
+		return ClassTLS
+	}
+	return ClassTransport
 }
 
 // CanLookup reports whether a lookup URL is configured.

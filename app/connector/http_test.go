@@ -99,6 +99,9 @@ func TestHTTPOutcomes(t *testing.T) {
 		require.NoError(t, ln.Close())
 		res := newHTTP(t, "http://"+addr, time.Second).Fulfil(context.Background(), req)
 		require.Equal(t, state.NotSent, res.Outcome, "evidence: %v", res.Evidence)
+		require.Equal(t, ClassRefused, res.Evidence["error"], "the class, one of a closed set, may label metrics")
+		require.Contains(t, res.Evidence["detail"], "connection refused", "the detail stays in the evidence")
+		require.Contains(t, ErrorClasses, res.Evidence["error"])
 	})
 }
 

@@ -53,10 +53,11 @@ type Result struct {
 // deliveries to a running Guardian (GUARDIAN_URL, else defaultURL; signed with the first of
 // GUARDIAN_STRIPE_SECRETS or the development secret) and prints what it
 // measured. It returns the process exit code: 0, or 2 for bad flags.
-func Main(ctx context.Context, args []string, defaultURL string, getenv func(string) string, stdout, stderr io.Writer) int {
+func Main(ctx context.Context, args []string, defaultURL, defaultMetricsURL string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	base := fs.String("url", cmp.Or(getenv("GUARDIAN_URL"), defaultURL), "Guardian's base URL")
+	metricsURL := fs.String("metrics-url", cmp.Or(getenv("GUARDIAN_METRICS_URL"), defaultMetricsURL), "Guardian's operations listener, where /metrics is served (to count fulfilments)")
 	concurrency := fs.Int("concurrency", 32, "requests in flight")
 	duration := fs.Duration("duration", 10*time.Second, "how long to send")
 	dupShare := fs.Float64("duplicates", 0.3, "share of deliveries that repeat an event already sent (0-1)")
@@ -82,7 +83,7 @@ func Main(ctx context.Context, args []string, defaultURL string, getenv func(str
 	target := strings.TrimRight(*base, "/") + "/webhooks/stripe"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *concurrency * 2, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}, Timeout: 30 * time.Second}
 
-	startFulfilled, _ := scrapeFulfilled(ctx, client, *base)
+	startFulfilled, _ := scrapeFulfilled(ctx, client, *metricsURL)
 
 	var (
 		seq       atomic.Int64 // events sent under this prefix so far
@@ -186,7 +187,7 @@ func Main(ctx context.Context, args []string, defaultURL string, getenv func(str
 		deadline := time.Now().Add(*wait)
 		last, lastAt := startFulfilled, start
 		for time.Now().Before(deadline) {
-			cur, err := scrapeFulfilled(bg, client, *base)
+			cur, err := scrapeFulfilled(bg, client, *metricsURL)
 			if err != nil {
 				break
 			}

@@ -1,17 +1,19 @@
 // Package metrics is Guardian's Prometheus instrumentation: counters and
-// histograms that the intake, dispatch and reconciliation code feed, and a
-// collector that reads the fulfilment table's shape at scrape time.
+// histograms that the intake, dispatch and reconciliation code feed, and
+// gauges of the fulfilment table's shape read on a timer, never per scrape.
 package metrics
 
 import (
 	"cmp"
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -26,12 +28,14 @@ type Metrics struct {
 	dispatches      *prometheus.CounterVec
 	connectorErrors *prometheus.CounterVec
 	filterErrors    *prometheus.CounterVec
+	table           *tableCollector
 }
 
 // New registers Guardian's metrics, Go and process collectors, and the
 // fulfilment-table collector on reg.
 func New(reg prometheus.Registerer, store *db.Store, logger *slog.Logger) (*Metrics, error) {
 	m := &Metrics{
+		table: &tableCollector{store: store, logger: logger},
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guardian_deliveries_total",
 			Help: "Webhook deliveries by provider and outcome: new, duplicate_filter, duplicate_postgres, rejected_<reason>, unavailable.",
@@ -66,7 +70,7 @@ func New(reg prometheus.Registerer, store *db.Store, logger *slog.Logger) (*Metr
 	for _, c := range []prometheus.Collector{
 		m.deliveries, m.intakeSeconds, m.transitions, m.dispatchSeconds, m.dispatches, m.connectorErrors, m.filterErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&tableCollector{store: store, logger: logger},
+		m.table,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -102,8 +106,27 @@ func (m *Metrics) Dispatch(outcome state.Outcome, class string, seconds float64)
 	m.dispatches.WithLabelValues(outcome.String()).Inc()
 	m.dispatchSeconds.WithLabelValues(outcome.String()).Observe(seconds)
 	if outcome != state.Done && class != "" {
-		m.connectorErrors.WithLabelValues(class).Inc()
+		m.connectorErrors.WithLabelValues(closedClass(class)).Inc()
 	}
+}
+
+// errorClasses are the label values guardian_connector_errors_total may
+// carry: the connector's error classes and HTTP status classes. Anything
+// else is "other", so a connector cannot grow the label set or put text of
+// its own (a host name, say) into metrics.
+var errorClasses = func() map[string]bool {
+	set := map[string]bool{"1xx": true, "2xx": true, "3xx": true, "4xx": true, "5xx": true}
+	for _, c := range connector.ErrorClasses {
+		set[c] = true
+	}
+	return set
+}()
+
+func closedClass(class string) string {
+	if errorClasses[class] {
+		return class
+	}
+	return "other"
 }
 
 // FilterError counts a duplicate-filter failure that fell back to Postgres.
@@ -114,38 +137,85 @@ func (m *Metrics) FilterError(op string, _ error) {
 	m.filterErrors.WithLabelValues(op).Inc()
 }
 
-// tableCollector reads the fulfilment table at scrape time: how many rows
-// per state, the reconciliation queue's depth and its oldest row's age. One
-// indexed query per scrape, bounded by a timeout.
+// DefaultTableRefresh is how often RunTableRefresh reads the fulfilment
+// table for the gauges.
+const DefaultTableRefresh = 15 * time.Second
+
+// tableCollector serves the fulfilment table's shape from a snapshot that
+// RefreshTable takes: how many rows per state, the reconciliation queue's
+// depth and its oldest row's age. A scrape never queries the database, so
+// scrapes, however many, cannot hold the pool that webhooks need.
 type tableCollector struct {
 	store  *db.Store
 	logger *slog.Logger
+
+	mu     sync.Mutex
+	stats  db.Stats
+	readAt time.Time // zero until the first successful read
+	failed bool      // the last read failed
 }
 
 var (
-	fulfilmentsDesc = prometheus.NewDesc("guardian_fulfilments", "Fulfilments by state.", []string{"state"}, nil)
-	queueDesc       = prometheus.NewDesc("guardian_reconciliation_queue_depth", "Fulfilments waiting in needs_reconciliation.", nil, nil)
+	fulfilmentsDesc = prometheus.NewDesc("guardian_fulfilments", "Fulfilments by state, as of the last table read.", []string{"state"}, nil)
+	queueDesc       = prometheus.NewDesc("guardian_reconciliation_queue_depth", "Fulfilments waiting in needs_reconciliation, as of the last table read.", nil, nil)
 	oldestDesc      = prometheus.NewDesc("guardian_reconciliation_oldest_age_seconds", "How long the oldest needs_reconciliation fulfilment has waited; 0 when none waits.", nil, nil)
 	scrapeErrDesc   = prometheus.NewDesc("guardian_table_scrape_error", "1 when the last read of the fulfilment table for metrics failed.", nil, nil)
+	readAgeDesc     = prometheus.NewDesc("guardian_table_read_age_seconds", "Seconds since the fulfilment table was last read for these gauges.", nil, nil)
 )
+
+// RefreshTable reads the fulfilment table once for the gauges. A failed
+// read keeps the previous snapshot and sets guardian_table_scrape_error.
+func (m *Metrics) RefreshTable(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := db.GetStats(ctx, m.table.store.Pool())
+	m.table.mu.Lock()
+	defer m.table.mu.Unlock()
+	m.table.failed = err != nil
+	if err != nil {
+		return err
+	}
+	m.table.stats, m.table.readAt = st, time.Now()
+	return nil
+}
+
+// RunTableRefresh refreshes the gauges every interval until ctx ends.
+func (m *Metrics) RunTableRefresh(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := m.RefreshTable(ctx); err != nil && ctx.Err() == nil {
+			m.table.logger.Warn("metrics: read fulfilment table", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
 
 func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- fulfilmentsDesc
 	ch <- queueDesc
 	ch <- oldestDesc
 	ch <- scrapeErrDesc
+	ch <- readAgeDesc
 }
 
 func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	st, err := db.GetStats(ctx, c.store.Pool())
-	if err != nil {
-		c.logger.Warn("metrics: read fulfilment table", "error", err)
-		ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.GaugeValue, 1)
-		return
+	c.mu.Lock()
+	st, readAt, failed := c.stats, c.readAt, c.failed
+	c.mu.Unlock()
+	errValue := 0.0
+	if failed {
+		errValue = 1
 	}
-	ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.GaugeValue, 0)
+	ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.GaugeValue, errValue)
+	if readAt.IsZero() {
+		return // nothing read yet: no gauge rather than a false zero
+	}
+	ch <- prometheus.MustNewConstMetric(readAgeDesc, prometheus.GaugeValue, time.Since(readAt).Seconds())
 	for _, s := range state.All {
 		ch <- prometheus.MustNewConstMetric(fulfilmentsDesc, prometheus.GaugeValue, float64(st.ByState[s]), string(s))
 	}

@@ -44,6 +44,32 @@ type Store interface {
 type Service struct {
 	store Store
 	now   func() time.Time
+	// domain separates Internal's tokens from public ones; empty for public.
+	domain string
+}
+
+// internalDomain is mixed into the hash of Guardian's own tokens.
+const internalDomain = "guardian internal token v1"
+
+// Internal returns the Service for Guardian's own tokens (the dashboard's
+// confirmations). They are stored under a different hash of the same
+// value, so the public redeem endpoint never finds, and so never consumes,
+// one of them; nor can a public token be redeemed as an internal one.
+func (s *Service) Internal() *Service {
+	c := *s
+	c.domain = internalDomain
+	return &c
+}
+
+func (s *Service) hash(token string) []byte {
+	if s.domain == "" {
+		return Hash(token)
+	}
+	h := sha256.New()
+	h.Write([]byte(s.domain))
+	h.Write([]byte{0})
+	h.Write([]byte(token))
+	return h.Sum(nil)
 }
 
 // MaxTTL bounds a token's life. A single-use token that lives for months is
@@ -81,7 +107,7 @@ func (s *Service) Issue(ctx context.Context, purpose string, payload json.RawMes
 	}
 	token := base64.RawURLEncoding.EncodeToString(raw)
 	rec := Record{Purpose: purpose, Payload: payload, ExpiresAt: s.now().Add(ttl).Truncate(time.Microsecond)}
-	if err := s.store.Put(ctx, Hash(token), rec); err != nil {
+	if err := s.store.Put(ctx, s.hash(token), rec); err != nil {
 		return "", Record{}, fmt.Errorf("store token: %w", err)
 	}
 	return token, rec, nil
@@ -92,7 +118,7 @@ func (s *Service) Redeem(ctx context.Context, token string) (Record, error) {
 	if token == "" || len(token) > 100 {
 		return Record{}, ErrGone
 	}
-	rec, err := s.store.Take(ctx, Hash(token))
+	rec, err := s.store.Take(ctx, s.hash(token))
 	if err != nil {
 		return Record{}, err
 	}
@@ -116,7 +142,7 @@ func (s *Service) RedeemFor(ctx context.Context, token, purpose string) (json.Ra
 	return rec.Payload, nil
 }
 
-// Hash is how a token is stored: its SHA-256.
+// Hash is how a public token is stored: its SHA-256.
 func Hash(token string) []byte {
 	h := sha256.Sum256([]byte(token))
 	return h[:]

@@ -26,6 +26,7 @@ import (
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/metrics"
+	"github.com/guardian-pay/guardian/app/operators"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
@@ -51,7 +52,11 @@ type App struct {
 	stopRiverUI context.CancelFunc
 
 	stopTracing func(context.Context) error
-	pprof       *http.Server
+	metrics     *metrics.Metrics
+	registry    *prometheus.Registry
+	// ops is the operations listener: /metrics and, with Pprof, pprof.
+	ops         *http.Server
+	stopMetrics context.CancelFunc
 	// migrator answers /readyz's "migrations current?" without re-reading
 	// the embedded migrations on every probe.
 	migrator *goose.Migrator
@@ -140,12 +145,13 @@ func (a *App) build(ctx context.Context) error {
 	}
 	a.stopTracing = stopTracing
 
-	registry := prometheus.NewRegistry()
+	a.registry = prometheus.NewRegistry()
 	store := db.New(a.pool)
-	m, err := metrics.New(registry, store, a.logger)
+	m, err := metrics.New(a.registry, store, a.logger)
 	if err != nil {
 		return err
 	}
+	a.metrics = m
 	enqueuer, err := jobs.NewEnqueuer(a.pool, a.logger)
 	if err != nil {
 		return err
@@ -180,7 +186,7 @@ func (a *App) build(ctx context.Context) error {
 	webCfg := web.Config{
 		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Service: service,
 		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready, SessionTTL: cfg.SessionTTL,
-		Metrics: m, MetricsHandler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}), Tracer: tracer,
+		Metrics: m, Tracer: tracer, PublicURL: cfg.PublicURL, TrustedProxies: cfg.TrustedProxies,
 	}
 	var tokenStore tokens.Store = tokens.Postgres{Store: store}
 	if cfg.TokenStore == "redis" {
@@ -197,7 +203,14 @@ func (a *App) build(ctx context.Context) error {
 	}
 	webCfg.Tokens = tokens.New(tokenStore, nil)
 	if cfg.API {
-		webCfg.AdminTokens, webCfg.Store = cfg.AdminTokens, store
+		ops := operators.New(store, cfg.AdminTokens)
+		if webCfg.SessionKey, err = ops.SessionKey(ctx); err != nil {
+			return err
+		}
+		webCfg.Operators, webCfg.Store = ops, store
+		if creds, err := ops.List(ctx); err == nil && len(cfg.AdminTokens) == 0 && !anyActive(creds) {
+			a.logger.Warn("no operator can sign in: add one with `guardian operators add NAME`")
+		}
 		if a.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
 			Endpoints: riverui.NewEndpoints(riverClient, nil),
 			Logger:    a.logger.With("component", "riverui"),
@@ -245,28 +258,54 @@ func (a *App) Start(ctx context.Context) error {
 		a.stopJobs(ctx)
 		return err
 	}
-	if a.cfg.PprofAddr != "" {
-		mux := http.NewServeMux()
+	if err := a.startOps(ctx); err != nil {
+		_ = a.web.Stop(ctx)
+		a.stopJobs(ctx)
+		return err
+	}
+	return nil
+}
+
+// startOps serves the operations listener and starts the table gauges'
+// refresh. The listener is never the public one (Config.Validate).
+func (a *App) startOps(ctx context.Context) error {
+	if a.cfg.MetricsAddr == "off" {
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
+	if a.cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		ln, err := net.Listen("tcp", a.cfg.PprofAddr)
-		if err != nil {
-			_ = a.web.Stop(ctx)
-			a.stopJobs(ctx)
-			return fmt.Errorf("pprof listen: %w", err)
-		}
-		a.pprof = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := a.pprof.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.logger.Error("pprof server stopped", "error", err)
-			}
-		}()
-		a.logger.Info("pprof listening", "addr", a.cfg.PprofAddr)
 	}
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", a.cfg.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("operations listener (GUARDIAN_METRICS_ADDR): %w", err)
+	}
+	a.ops = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	go func() {
+		if err := a.ops.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.logger.Error("operations listener stopped", "error", err)
+		}
+	}()
+	refreshCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.stopMetrics = cancel
+	go a.metrics.RunTableRefresh(refreshCtx, a.cfg.MetricsRefresh)
+	a.logger.Info("operations listening", "addr", ln.Addr().String(), "pprof", a.cfg.Pprof)
 	return nil
+}
+
+// anyActive reports whether any credential is unrevoked.
+func anyActive(creds []db.Credential) bool {
+	for _, c := range creds {
+		if c.RevokedAt == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Backfill runs one Stripe backfill from since (zero: from the checkpoint).
@@ -295,8 +334,11 @@ func (a *App) Stop(ctx context.Context) error {
 	if a.web != nil {
 		errs = append(errs, a.web.Stop(ctx))
 	}
-	if a.pprof != nil {
-		_ = a.pprof.Close()
+	if a.ops != nil {
+		_ = a.ops.Close()
+	}
+	if a.stopMetrics != nil {
+		a.stopMetrics()
 	}
 	if a.stopRiverUI != nil {
 		a.stopRiverUI()

@@ -33,6 +33,7 @@ Usage:
   guardian migrate up|down|status   manage the database schema
   guardian backfill stripe [--since 72h]  fetch Stripe events never delivered (needs GUARDIAN_STRIPE_API_KEY)
   guardian epoch show|rotate        the database's epoch, which scopes Redis marks (rotate after a restore or failover)
+  guardian operators add|list|revoke|signout  named operator credentials (see guardian operators)
   guardian demo [--url URL]         send signed sample deliveries to a dev server
   guardian bench [flags]            load a running Guardian with signed deliveries (see --help)
   guardian help                     show this
@@ -55,12 +56,14 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return runMigrate(ctx, rest, getenv, stdout, stderr)
 	case "epoch":
 		return runEpoch(ctx, rest, getenv, stdout, stderr)
+	case "operators":
+		return runOperators(ctx, rest, getenv, stdout, stderr)
 	case "backfill":
 		return runBackfill(ctx, rest, getenv, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, rest, getenv, stdout, stderr)
 	case "bench":
-		return loadgen.Main(ctx, rest, defaultURL, getenv, stdout, stderr)
+		return loadgen.Main(ctx, rest, defaultURL, "http://"+DefaultMetricsAddr, getenv, stdout, stderr)
 	case "fulfilments", "reconcile", "events":
 		return runOps(ctx, cmd, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":

@@ -22,14 +22,15 @@ const (
 	ExitUnauthorized = 5 // the token was refused
 )
 
-const opsUsage = `Operator commands (they talk to GUARDIAN_URL with GUARDIAN_ADMIN_TOKEN):
+const opsUsage = `Operator commands (they talk to GUARDIAN_URL with GUARDIAN_OPERATOR_TOKEN, your
+credential from 'guardian operators add'; the audit log names its operator):
   guardian fulfilments list [--state S] [--payment P] [--event E] [--limit N] [--cursor C] [--json]
   guardian fulfilments show ID [--json]
   guardian reconcile list [--limit N] [--json]
-  guardian reconcile resolve ID --attempt N --to fulfilled|pending|cancelled --operator NAME --reason TEXT [--evidence TEXT] [--json]
-  guardian reconcile reopen ID --attempt N --operator NAME --reason TEXT --evidence TEXT [--json]
+  guardian reconcile resolve ID --attempt N --to fulfilled|pending|cancelled --reason TEXT [--evidence TEXT] [--json]
+  guardian reconcile reopen ID --attempt N --reason TEXT --evidence TEXT [--json]
   guardian events show PROVIDER EVENT_ID [--json]
-  guardian events replay PROVIDER EVENT_ID --operator NAME [--json]
+  guardian events replay PROVIDER EVENT_ID [--json]
 Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict (moved meanwhile), 5 token refused.
 `
 
@@ -49,21 +50,12 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 	limit := fs.Int("limit", 50, "page size (1-500)")
 	cursor := fs.String("cursor", "", "continue a listing")
 	to := fs.String("to", "", "resolution: fulfilled, pending or cancelled")
-	operator := fs.String("operator", getenv("GUARDIAN_OPERATOR"), "your name, for the audit log (default $GUARDIAN_OPERATOR)")
 	reason := fs.String("reason", "", "why")
 	evidence := fs.String("evidence", "", "the fact behind the resolution")
 	attempt := fs.Int("attempt", 0, "the attempt your decision is about, as `fulfilments show` printed it")
-	// Flags may follow positional arguments: parse until none are left.
-	var pos []string
-	for {
-		if err := fs.Parse(rest); err != nil {
-			return ExitUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		rest = fs.Args()[1:]
+	pos, ok := parseInterspersed(fs, rest)
+	if !ok {
+		return ExitUsage
 	}
 
 	client, err := newOpsClient(getenv)
@@ -107,7 +99,7 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 			break
 		}
 		var res web.ResolveAnswer
-		req := web.ResolveRequest{Resolution: *to, Attempt: *attempt, Operator: *operator, Reason: *reason, Evidence: *evidence}
+		req := web.ResolveRequest{Resolution: *to, Attempt: *attempt, Reason: *reason, Evidence: *evidence}
 		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/fulfilments/"+url.PathEscape(pos[0])+"/resolve", req, &res); err == nil {
 			out.print(raw, func(w io.Writer) { printMoved(w, res.Fulfilment) })
 		}
@@ -117,7 +109,7 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 			break
 		}
 		var res web.ResolveAnswer
-		req := web.ReopenRequest{Attempt: *attempt, Operator: *operator, Reason: *reason, Evidence: *evidence}
+		req := web.ReopenRequest{Attempt: *attempt, Reason: *reason, Evidence: *evidence}
 		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/fulfilments/"+url.PathEscape(pos[0])+"/reopen", req, &res); err == nil {
 			out.print(raw, func(w io.Writer) { printMoved(w, res.Fulfilment) })
 		}
@@ -136,7 +128,7 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 			break
 		}
 		var a web.ReplayAnswer
-		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/events/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1])+"/replay", web.ReplayRequest{Operator: *operator}, &a); err == nil {
+		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/events/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1])+"/replay", web.ReplayRequest{}, &a); err == nil {
 			out.print(raw, func(w io.Writer) {
 				fmt.Fprintf(w, "%s", strings.ReplaceAll(a.Result, "_", " "))
 				if a.FulfilmentID != "" {
@@ -239,4 +231,20 @@ func printEvent(w io.Writer, d web.EventDetail) {
 		fmt.Fprintf(w, "  fulfilment  %s %s (attempt %d)\n", f.ID, f.State, f.Attempt)
 	}
 	fmt.Fprintf(w, "  payload     %s\n", string(e.Payload))
+}
+
+// parseInterspersed parses args with fs, flags before, between or after
+// positional arguments, and returns the positional ones; false on a bad flag.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, bool) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, false
+		}
+		if fs.NArg() == 0 {
+			return pos, true
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }

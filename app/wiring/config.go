@@ -2,14 +2,19 @@ package wiring
 
 import (
 	"cmp"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/guardian-pay/guardian/app/backfill"
 	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/jobs"
 	"github.com/guardian-pay/guardian/web"
@@ -74,7 +79,9 @@ type Config struct {
 
 	// API enables the operator API and River UI. Defaults to true.
 	API bool
-	// AdminTokens admit operators; several for rotation. Required with API.
+	// AdminTokens are environment operator tokens, for bootstrap and
+	// automation; their decisions are audited as "admin-token". Named
+	// operators (`guardian operators add`) are the usual credentials.
 	AdminTokens []string
 	// SessionTTL is how long a dashboard sign-in lasts. Defaults to 8 hours.
 	SessionTTL time.Duration
@@ -93,9 +100,26 @@ type Config struct {
 	LogFormat string
 	// LogLevel is debug, info, warn or error. Defaults to info.
 	LogLevel string
-	// PprofAddr, when set, serves net/http/pprof on this address (keep it
-	// on loopback or a private network). Unset by default.
-	PprofAddr string
+	// MetricsAddr is the operations listener: GET /metrics and, with Pprof,
+	// /debug/pprof/. Defaults to DefaultMetricsAddr (loopback); "off"
+	// serves neither. Never the public listener.
+	MetricsAddr string
+	// MetricsRefresh is how often the fulfilment-table gauges are read.
+	MetricsRefresh time.Duration
+	// Pprof serves net/http/pprof on MetricsAddr. Off by default, and
+	// refused on a non-loopback MetricsAddr unless PprofRemote is set.
+	Pprof       bool
+	PprofRemote bool
+
+	// PublicURL is where operators reach Guardian, as their browsers see
+	// it. An https URL makes session cookies Secure with the __Host-
+	// prefix and turns on HSTS; a set URL is the only origin a
+	// state-changing dashboard request may come from.
+	PublicURL string
+	// TrustedProxies are the addresses (CIDRs or IPs) of proxies whose
+	// X-Forwarded-For names the client. Empty: the TCP peer is the client,
+	// and X-Forwarded-For is ignored.
+	TrustedProxies []string
 	// Tracing exports OpenTelemetry traces of intake and dispatch over OTLP
 	// HTTP. On when OTEL_EXPORTER_OTLP_ENDPOINT or
 	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; off by default.
@@ -107,6 +131,12 @@ type Config struct {
 
 // defaultURL is where the CLI's client commands find a local Guardian.
 const defaultURL = "http://127.0.0.1" + web.DefaultAddr
+
+// DevAddr is the development profile's listen address: loopback only.
+const DevAddr = "127.0.0.1" + web.DefaultAddr
+
+// DefaultMetricsAddr is the operations listener's address: loopback only.
+const DefaultMetricsAddr = "127.0.0.1:9090"
 
 // DefaultDatabaseURL is the local Postgres of a development machine.
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/guardian?sslmode=disable"
@@ -189,8 +219,16 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		Dev:                 boolean("GUARDIAN_DEV", false),
 		LogLevel:            cmp.Or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
 		Tracing:             getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
-		PprofAddr:           getenv("GUARDIAN_PPROF_ADDR"),
+		MetricsAddr:         cmp.Or(getenv("GUARDIAN_METRICS_ADDR"), DefaultMetricsAddr),
+		MetricsRefresh:      dur("GUARDIAN_METRICS_REFRESH", metrics.DefaultTableRefresh),
+		Pprof:               boolean("GUARDIAN_PPROF", false),
+		PprofRemote:         boolean("GUARDIAN_PPROF_ALLOW_REMOTE", false),
+		PublicURL:           getenv("GUARDIAN_PUBLIC_URL"),
+		TrustedProxies:      list(getenv("GUARDIAN_TRUSTED_PROXIES"), ", "),
 		ServiceName:         cmp.Or(getenv("OTEL_SERVICE_NAME"), "guardian"),
+	}
+	if getenv("GUARDIAN_PPROF_ADDR") != "" {
+		errs = append(errs, errors.New("GUARDIAN_PPROF_ADDR is gone: set GUARDIAN_PPROF=true to serve pprof on the operations listener, GUARDIAN_METRICS_ADDR"))
 	}
 	cfg.LogFormat = getenv("GUARDIAN_LOG_FORMAT")
 	if cfg.LogFormat == "" {
@@ -200,6 +238,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	if cfg.Dev {
+		if getenv("GUARDIAN_ADDR") == "" {
+			cfg.Addr = DevAddr
+		}
 		if len(cfg.StripeSecrets) == 0 {
 			cfg.StripeSecrets = []string{provider.DevStripeSecret}
 		}
@@ -219,6 +260,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 // Validate reports every problem that must stop the server from starting.
 func (c *Config) Validate() error {
 	var errs []error
+	errs = append(errs, c.validateExposure()...)
 	if len(c.StripeSecrets) == 0 {
 		errs = append(errs, errors.New("GUARDIAN_STRIPE_SECRETS is empty: set the endpoint signing secret(s), comma-separated"))
 	}
@@ -231,12 +273,9 @@ func (c *Config) Validate() error {
 	if c.ConnectorURL != "" && c.ConnectorSecret == "" {
 		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_SECRET is empty: set a whsec_ secret to sign connector requests"))
 	}
-	if c.API && len(c.AdminTokens) == 0 {
-		errs = append(errs, errors.New("GUARDIAN_ADMIN_TOKEN is empty: set the operator token(s), comma-separated, or GUARDIAN_API=false to serve no operator API"))
-	}
 	for _, t := range c.AdminTokens {
-		if len(t) < 16 && !c.Dev {
-			errs = append(errs, errors.New("GUARDIAN_ADMIN_TOKEN: each token must be at least 16 characters"))
+		if len(t) < MinAdminTokenLen && t != DevAdminToken {
+			errs = append(errs, fmt.Errorf("GUARDIAN_ADMIN_TOKEN: each token must be at least %d characters", MinAdminTokenLen))
 			break
 		}
 	}
@@ -261,6 +300,120 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("GUARDIAN_LOG_FORMAT: want json or text, got %q", c.LogFormat))
 	}
 	return errors.Join(errs...)
+}
+
+// Minimum secret lengths. A Standard Webhooks secret is 24 to 64 random
+// bytes by the specification; Stripe's endpoint secrets are longer than 24
+// characters after their prefix.
+const (
+	MinAdminTokenLen    = 16
+	MinSecretBytes      = 24
+	MinStripeSecretLen  = 24
+	stripeSecretPrefix  = "whsec_"
+	standardSecretLabel = "whsec_ followed by base64"
+)
+
+// validateExposure holds the rules that keep public secrets, debug
+// endpoints and weak secrets away from anything reachable: the development
+// profile stays on loopback with a logging connector, the public
+// development constants are refused outside it, and secrets have a
+// minimum strength.
+func (c *Config) validateExposure() []error {
+	var errs []error
+	if c.Dev {
+		if c.ConnectorURL != "" {
+			errs = append(errs, errors.New("GUARDIAN_DEV=1 refuses GUARDIAN_CONNECTOR_URL: the development profile's secrets are public, so anyone could sign an event that reaches a real connector; configure real secrets without GUARDIAN_DEV"))
+		}
+		if !loopback(c.Addr) {
+			errs = append(errs, fmt.Errorf("GUARDIAN_DEV=1 refuses GUARDIAN_ADDR %q: the development profile listens on loopback only (say %s)", c.Addr, DevAddr))
+		}
+	} else {
+		public := map[string]bool{provider.DevStripeSecret: true, provider.DevStandardSecret: true, DevAdminToken: true}
+		for _, v := range []struct {
+			name   string
+			values []string
+		}{
+			{"GUARDIAN_STRIPE_SECRETS", c.StripeSecrets}, {"GUARDIAN_STANDARD_SECRETS", c.StandardSecrets},
+			{"GUARDIAN_ADMIN_TOKEN", c.AdminTokens}, {"GUARDIAN_CONNECTOR_SECRET", []string{c.ConnectorSecret}},
+		} {
+			if slices.ContainsFunc(v.values, func(s string) bool { return public[s] }) {
+				errs = append(errs, fmt.Errorf("%s holds a public development constant: it is published in Guardian's source; generate a secret of your own", v.name))
+			}
+		}
+		for _, v := range c.StripeSecrets {
+			if !strings.HasPrefix(v, stripeSecretPrefix) || len(v)-len(stripeSecretPrefix) < MinStripeSecretLen {
+				errs = append(errs, fmt.Errorf("GUARDIAN_STRIPE_SECRETS: each secret is whsec_ followed by at least %d characters, as Stripe shows it for the endpoint", MinStripeSecretLen))
+				break
+			}
+		}
+		for _, v := range c.StandardSecrets {
+			if err := checkStandardSecret(v); err != nil {
+				errs = append(errs, fmt.Errorf("GUARDIAN_STANDARD_SECRETS: %w", err))
+				break
+			}
+		}
+		if c.ConnectorSecret != "" {
+			if err := checkStandardSecret(c.ConnectorSecret); err != nil {
+				errs = append(errs, fmt.Errorf("GUARDIAN_CONNECTOR_SECRET: %w", err))
+			}
+		}
+	}
+	if c.MetricsAddr != "off" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("GUARDIAN_METRICS_ADDR: want host:port or off, got %q", c.MetricsAddr))
+		}
+		if c.MetricsAddr == c.Addr {
+			errs = append(errs, errors.New("GUARDIAN_METRICS_ADDR must differ from GUARDIAN_ADDR: metrics are never served on the public listener"))
+		}
+	}
+	if c.Pprof {
+		switch {
+		case c.MetricsAddr == "off":
+			errs = append(errs, errors.New("GUARDIAN_PPROF needs the operations listener: GUARDIAN_METRICS_ADDR is off"))
+		case !loopback(c.MetricsAddr) && !c.PprofRemote:
+			errs = append(errs, fmt.Errorf("GUARDIAN_PPROF refuses the non-loopback GUARDIAN_METRICS_ADDR %q: profiles expose memory and stall the process; set GUARDIAN_PPROF_ALLOW_REMOTE=true if a private network guards it", c.MetricsAddr))
+		}
+	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.User != nil || u.RawQuery != "" {
+			errs = append(errs, fmt.Errorf("GUARDIAN_PUBLIC_URL: want the origin operators use, such as https://guardian.example.com, got %q", c.PublicURL))
+		}
+	}
+	if _, err := web.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("GUARDIAN_TRUSTED_PROXIES: %w", err))
+	}
+	return errs
+}
+
+// checkStandardSecret checks a Standard Webhooks secret: whsec_ and base64
+// of at least MinSecretBytes bytes.
+func checkStandardSecret(v string) error {
+	raw, ok := strings.CutPrefix(v, "whsec_")
+	if !ok {
+		return errors.New("each secret is " + standardSecretLabel)
+	}
+	b, err := base64.StdEncoding.DecodeString(raw)
+	if err != nil {
+		return errors.New("each secret is " + standardSecretLabel)
+	}
+	if len(b) < MinSecretBytes {
+		return fmt.Errorf("each secret must hold at least %d random bytes (Standard Webhooks allows 24 to 64); this one holds %d", MinSecretBytes, len(b))
+	}
+	return nil
+}
+
+// loopback reports whether addr (host:port) listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // list splits v on any of seps, trimming and dropping empty items.

@@ -18,22 +18,22 @@ func TestConfigFromEnv(t *testing.T) {
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
 		cfg, err := ConfigFromEnv(envOf(map[string]string{
-			"GUARDIAN_STRIPE_SECRETS": "whsec_a, whsec_b", "GUARDIAN_STANDARD_SECRETS": "whsec_c whsec_d",
-			"GUARDIAN_CONNECTOR_URL": "http://c", "GUARDIAN_CONNECTOR_SECRET": "whsec_e",
+			"GUARDIAN_STRIPE_SECRETS": stripeA + ", " + stripeB, "GUARDIAN_STANDARD_SECRETS": standardC + " " + standardD,
+			"GUARDIAN_CONNECTOR_URL": "http://c", "GUARDIAN_CONNECTOR_SECRET": connectorE,
 			"GUARDIAN_ADMIN_TOKEN": "an-operator-token-1, an-operator-token-2",
 		}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.Addr != ":8080" || cfg.DatabaseURL != DefaultDatabaseURL || cfg.ConnectorTimeout != 30*time.Second ||
+		if cfg.Addr != ":8080" || cfg.MetricsAddr != "127.0.0.1:9090" || cfg.Pprof || cfg.DatabaseURL != DefaultDatabaseURL || cfg.ConnectorTimeout != 30*time.Second ||
 			cfg.DispatchLease != 5*time.Minute || cfg.SweepInterval != 30*time.Second || cfg.MaxBodyBytes != 1<<20 ||
 			!cfg.Migrate || cfg.Dev || cfg.LogFormat != "json" || cfg.RedisURL != "" {
 			t.Errorf("unexpected defaults: %+v", cfg)
 		}
-		if got := strings.Join(cfg.StripeSecrets, "|"); got != "whsec_a|whsec_b" {
+		if got := strings.Join(cfg.StripeSecrets, "|"); got != stripeA+"|"+stripeB {
 			t.Errorf("stripe secrets = %q", got)
 		}
-		if got := strings.Join(cfg.StandardSecrets, "|"); got != "whsec_c|whsec_d" {
+		if got := strings.Join(cfg.StandardSecrets, "|"); got != standardC+"|"+standardD {
 			t.Errorf("standard secrets = %q", got)
 		}
 		if !cfg.API || len(cfg.AdminTokens) != 2 || cfg.ReconcileInterval != time.Minute {
@@ -44,7 +44,7 @@ func TestConfigFromEnv(t *testing.T) {
 	t.Run("RefusesWithoutSecretsOrConnector", func(t *testing.T) {
 		t.Parallel()
 		_, err := ConfigFromEnv(envOf(map[string]string{"GUARDIAN_STRIPE_SECRETS": " , "}))
-		for _, want := range []string{"GUARDIAN_STRIPE_SECRETS is empty", "GUARDIAN_STANDARD_SECRETS is empty", "GUARDIAN_CONNECTOR_URL is empty", "GUARDIAN_ADMIN_TOKEN is empty"} {
+		for _, want := range []string{"GUARDIAN_STRIPE_SECRETS is empty", "GUARDIAN_STANDARD_SECRETS is empty", "GUARDIAN_CONNECTOR_URL is empty"} {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("error %v does not say %q", err, want)
 			}
@@ -67,25 +67,101 @@ func TestConfigFromEnv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.StripeSecrets[0] != "whsec_real" || cfg.StandardSecrets[0] != provider.DevStandardSecret || cfg.LogFormat != "text" {
+		if cfg.StripeSecrets[0] != "whsec_real" || cfg.StandardSecrets[0] != provider.DevStandardSecret || cfg.LogFormat != "text" || cfg.Addr != "127.0.0.1:8080" {
 			t.Errorf("dev profile: %+v", cfg)
+		}
+	})
+}
+
+// Secrets of the production configurations below: long enough, and none
+// of them a published constant.
+const (
+	stripeA    = "whsec_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	stripeB    = "whsec_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	standardC  = "whsec_Y2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2Nj"
+	standardD  = "whsec_ZGRkZGRkZGRkZGRkZGRkZGRkZGRkZGRkZGRk"
+	connectorE = "whsec_ZWVlZWVlZWVlZWVlZWVlZWVlZWVlZWVlZWVl"
+)
+
+// production is a complete production configuration plus more.
+func production(more map[string]string) func(string) string {
+	m := map[string]string{
+		"GUARDIAN_STRIPE_SECRETS": stripeA, "GUARDIAN_STANDARD_SECRETS": standardC,
+		"GUARDIAN_CONNECTOR_URL": "https://connector.internal", "GUARDIAN_CONNECTOR_SECRET": connectorE,
+		"GUARDIAN_ADMIN_TOKEN": "an-operator-token-1",
+	}
+	for k, v := range more {
+		m[k] = v
+	}
+	return envOf(m)
+}
+
+func TestConfigRefusesExposure(t *testing.T) {
+	t.Parallel()
+	if _, err := ConfigFromEnv(production(nil)); err != nil {
+		t.Fatalf("the production baseline is refused: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  func(string) string
+		want string
+	}{
+		// The development profile beside a real connector: anyone could sign
+		// a fulfilling event with its public Standard secret.
+		{"DevWithARealConnector", envOf(map[string]string{"GUARDIAN_DEV": "1", "GUARDIAN_CONNECTOR_URL": "https://connector.internal", "GUARDIAN_CONNECTOR_SECRET": connectorE, "GUARDIAN_STRIPE_SECRETS": stripeA}), "GUARDIAN_DEV=1 refuses GUARDIAN_CONNECTOR_URL"},
+		{"DevOnAllInterfaces", envOf(map[string]string{"GUARDIAN_DEV": "1", "GUARDIAN_ADDR": ":8080"}), "listens on loopback only"},
+		{"DevOnAPublicAddress", envOf(map[string]string{"GUARDIAN_DEV": "1", "GUARDIAN_ADDR": "10.1.2.3:8080"}), "listens on loopback only"},
+		{"PublicStandardSecret", production(map[string]string{"GUARDIAN_STANDARD_SECRETS": provider.DevStandardSecret}), "GUARDIAN_STANDARD_SECRETS holds a public development constant"},
+		{"PublicStripeSecret", production(map[string]string{"GUARDIAN_STRIPE_SECRETS": stripeA + "," + provider.DevStripeSecret}), "GUARDIAN_STRIPE_SECRETS holds a public development constant"},
+		{"PublicAdminToken", production(map[string]string{"GUARDIAN_ADMIN_TOKEN": DevAdminToken}), "GUARDIAN_ADMIN_TOKEN holds a public development constant"},
+		{"PublicConnectorSecret", production(map[string]string{"GUARDIAN_CONNECTOR_SECRET": provider.DevStandardSecret}), "GUARDIAN_CONNECTOR_SECRET"},
+		{"ShortStripeSecret", production(map[string]string{"GUARDIAN_STRIPE_SECRETS": "whsec_short"}), "at least 24 characters"},
+		{"StripeSecretWithoutPrefix", production(map[string]string{"GUARDIAN_STRIPE_SECRETS": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}), "whsec_ followed by"},
+		{"ShortStandardSecret", production(map[string]string{"GUARDIAN_STANDARD_SECRETS": "whsec_c2hvcnQ="}), "at least 24 random bytes"},
+		{"ShortConnectorSecret", production(map[string]string{"GUARDIAN_CONNECTOR_SECRET": "whsec_c2hvcnQ="}), "GUARDIAN_CONNECTOR_SECRET: each secret must hold at least 24"},
+		{"MetricsOnThePublicListener", production(map[string]string{"GUARDIAN_ADDR": ":8080", "GUARDIAN_METRICS_ADDR": ":8080"}), "never served on the public listener"},
+		{"PprofOffLoopback", production(map[string]string{"GUARDIAN_PPROF": "true", "GUARDIAN_METRICS_ADDR": "0.0.0.0:9090"}), "GUARDIAN_PPROF refuses the non-loopback"},
+		{"PprofAddrIsGone", production(map[string]string{"GUARDIAN_PPROF_ADDR": "127.0.0.1:6060"}), "GUARDIAN_PPROF_ADDR is gone"},
+		{"PublicURLWithAPath", production(map[string]string{"GUARDIAN_PUBLIC_URL": "https://ops.example.com/guardian"}), "GUARDIAN_PUBLIC_URL"},
+		{"BadTrustedProxy", production(map[string]string{"GUARDIAN_TRUSTED_PROXIES": "10.0.0.0/8, the-proxy"}), "GUARDIAN_TRUSTED_PROXIES"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := ConfigFromEnv(tc.env)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v does not say %q", err, tc.want)
+			}
+			for _, secret := range []string{provider.DevStandardSecret, provider.DevStripeSecret, connectorE, stripeA} {
+				if strings.Contains(err.Error(), secret) {
+					t.Fatalf("the error quotes a secret: %v", err)
+				}
+			}
+		})
+	}
+
+	t.Run("AllowedWhenMeant", func(t *testing.T) {
+		t.Parallel()
+		for _, env := range []func(string) string{
+			envOf(map[string]string{"GUARDIAN_DEV": "1", "GUARDIAN_ADDR": "localhost:8081"}),
+			production(map[string]string{"GUARDIAN_PPROF": "true"}),
+			production(map[string]string{"GUARDIAN_PPROF": "true", "GUARDIAN_METRICS_ADDR": "0.0.0.0:9090", "GUARDIAN_PPROF_ALLOW_REMOTE": "true"}),
+			production(map[string]string{"GUARDIAN_PUBLIC_URL": "https://ops.example.com/", "GUARDIAN_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.1"}),
+			production(map[string]string{"GUARDIAN_ADMIN_TOKEN": "", "GUARDIAN_METRICS_ADDR": "off"}),
+		} {
+			if _, err := ConfigFromEnv(env); err != nil {
+				t.Errorf("refused: %v", err)
+			}
 		}
 	})
 }
 
 func TestConfigAPIOff(t *testing.T) {
 	t.Parallel()
-	_, err := ConfigFromEnv(envOf(map[string]string{
-		"GUARDIAN_STRIPE_SECRETS": "whsec_a", "GUARDIAN_STANDARD_SECRETS": "whsec_c",
-		"GUARDIAN_CONNECTOR_URL": "http://c", "GUARDIAN_CONNECTOR_SECRET": "whsec_e", "GUARDIAN_API": "false",
-	}))
+	_, err := ConfigFromEnv(production(map[string]string{"GUARDIAN_ADMIN_TOKEN": "", "GUARDIAN_API": "false"}))
 	if err != nil {
 		t.Fatalf("API off needs no token: %v", err)
 	}
-	_, err = ConfigFromEnv(envOf(map[string]string{
-		"GUARDIAN_STRIPE_SECRETS": "whsec_a", "GUARDIAN_STANDARD_SECRETS": "whsec_c",
-		"GUARDIAN_CONNECTOR_URL": "http://c", "GUARDIAN_CONNECTOR_SECRET": "whsec_e", "GUARDIAN_ADMIN_TOKEN": "short",
-	}))
+	_, err = ConfigFromEnv(production(map[string]string{"GUARDIAN_ADMIN_TOKEN": "short"}))
 	if err == nil || !strings.Contains(err.Error(), "at least 16") {
 		t.Fatalf("short token accepted: %v", err)
 	}

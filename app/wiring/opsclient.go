@@ -33,9 +33,9 @@ func (e *apiError) Error() string {
 }
 
 func newOpsClient(getenv func(string) string) (*opsClient, error) {
-	token := first(list(getenv("GUARDIAN_ADMIN_TOKEN"), ","), "")
+	token := cmp.Or(strings.TrimSpace(getenv("GUARDIAN_OPERATOR_TOKEN")), first(list(getenv("GUARDIAN_ADMIN_TOKEN"), ","), ""))
 	if token == "" {
-		return nil, errors.New("GUARDIAN_ADMIN_TOKEN is empty: set the operator token of the server in GUARDIAN_URL")
+		return nil, errors.New("GUARDIAN_OPERATOR_TOKEN is empty: set your operator token (from `guardian operators add NAME`) for the server in GUARDIAN_URL")
 	}
 	base := strings.TrimRight(cmp.Or(getenv("GUARDIAN_URL"), defaultURL), "/")
 	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -17,6 +17,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -43,7 +45,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/guardian-pay/guardian/app/loadgen"
-	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/goose"
 	"github.com/guardian-pay/guardian/jobs"
 )
@@ -109,7 +110,7 @@ func main() {
 	for range *runs {
 		pg = append(pg, pgbench(dbURL))
 		g := startGuardian(bin, dbURL, conn.URL, map[string]string{"GUARDIAN_WORKERS": "false"})
-		r := bench(bin, g.url, 0, 1, 0, false)
+		r := bench(bin, g, 0, 1, 0, false)
 		intake = append(intake, r.PerSecond)
 		if r.PerSecond > peak.PerSecond {
 			peak = r
@@ -120,7 +121,7 @@ func main() {
 	// 2. End-to-end fulfilment (intake and dispatch in one process).
 	for range *runs {
 		g := startGuardian(bin, dbURL, conn.URL, nil)
-		r := bench(bin, g.url, 0, 1, 0, true)
+		r := bench(bin, g, 0, 1, 0, true)
 		fulfil = append(fulfil, r.FulfilPerSecond)
 		rss = max(rss, g.peakRSS())
 		g.stop()
@@ -128,11 +129,11 @@ func main() {
 	// 3. p99 at half the peak rate, on a warmed-up process (pool filled,
 	// statements prepared), several times: this machine's tail is noisy.
 	g := startGuardian(bin, dbURL, conn.URL, map[string]string{"GUARDIAN_WORKERS": "false"})
-	benchC(bin, g.url, *concurrency, 0, 1, 0, false)
+	benchC(bin, g, *concurrency, 0, 1, 0, false)
 	var p99s, p50s, pgP99s []float64
 	var half benchResult
 	for range *runs {
-		half = bench(bin, g.url, 0, 1, peak.PerSecond/2, false)
+		half = bench(bin, g, 0, 1, peak.PerSecond/2, false)
 		p99s = append(p99s, half.P99ms)
 		p50s = append(p50s, half.P50ms)
 	}
@@ -145,10 +146,10 @@ func main() {
 	var dupRedis, dupPG, redisCeil []float64
 	for range *runs {
 		gr := startGuardian(bin, dbURL, conn.URL, map[string]string{"REDIS_URL": *redisURL, "GUARDIAN_REDIS_PREFIX": "bench:" + strconv.Itoa(os.Getpid()) + ":", "GUARDIAN_WORKERS": "false"})
-		dupRedis = append(dupRedis, duplicates(bin, gr.url))
+		dupRedis = append(dupRedis, duplicates(bin, gr))
 		gr.stop()
 		gp := startGuardian(bin, dbURL, conn.URL, map[string]string{"GUARDIAN_WORKERS": "false"})
-		dupPG = append(dupPG, duplicates(bin, gp.url))
+		dupPG = append(dupPG, duplicates(bin, gp))
 		gp.stop()
 		redisCeil = append(redisCeil, redisBenchmark())
 	}
@@ -165,8 +166,8 @@ func main() {
 	ga := startGuardian(bin, dbURL, conn.URL, nil)
 	gb := startGuardian(bin, dbURL, conn.URL, nil)
 	ra, rb := make(chan benchResult), make(chan benchResult)
-	go func() { ra <- benchC(bin, ga.url, *concurrency/2, 0, 1, 0, false) }()
-	go func() { rb <- benchC(bin, gb.url, *concurrency/2, 0, 1, 0, false) }()
+	go func() { ra <- benchC(bin, ga, *concurrency/2, 0, 1, 0, false) }()
+	go func() { rb <- benchC(bin, gb, *concurrency/2, 0, 1, 0, false) }()
 	a, b := <-ra, <-rb
 	ga.stop()
 	gb.stop()
@@ -196,17 +197,17 @@ func main() {
 
 type benchResult = loadgen.Result
 
-func bench(bin, url string, dup, fulfilling, rate float64, wait bool) benchResult {
-	return benchC(bin, url, *concurrency, dup, fulfilling, rate, wait)
+func bench(bin string, g *guardian, dup, fulfilling, rate float64, wait bool) benchResult {
+	return benchC(bin, g, *concurrency, dup, fulfilling, rate, wait)
 }
 
-func benchC(bin, url string, c int, dup, fulfilling, rate float64, wait bool) benchResult {
+func benchC(bin string, g *guardian, c int, dup, fulfilling, rate float64, wait bool) benchResult {
 	w := "0"
 	if wait {
 		w = "120s"
 	}
-	out, err := exec.Command(bin, "bench", "--url", url, "--json", "--concurrency", strconv.Itoa(c), "--duration", duration.String(),
-		"--duplicates", fmt.Sprint(dup), "--fulfilling", fmt.Sprint(fulfilling), "--rate", fmt.Sprint(rate), "--wait-fulfil", w).Output()
+	out, err := g.load("--concurrency", strconv.Itoa(c), "--duration", duration.String(),
+		"--duplicates", fmt.Sprint(dup), "--fulfilling", fmt.Sprint(fulfilling), "--rate", fmt.Sprint(rate), "--wait-fulfil", w)
 	check(err)
 	var r benchResult
 	check(json.Unmarshal(out, &r))
@@ -215,15 +216,14 @@ func benchC(bin, url string, c int, dup, fulfilling, rate float64, wait bool) be
 
 // duplicates sends a small set of events once, then measures a load of
 // nothing but duplicates of them.
-func duplicates(bin, url string) float64 {
+func duplicates(bin string, g *guardian) float64 {
 	prefix := "dup" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	seed := exec.Command(bin, "bench", "--url", url, "--json", "--concurrency", "4", "--duration", "1s", "--duplicates", "0", "--prefix", prefix, "--wait-fulfil", "0")
-	out, err := seed.Output()
+	out, err := g.load("--concurrency", "4", "--duration", "1s", "--duplicates", "0", "--prefix", prefix, "--wait-fulfil", "0")
 	check(err)
 	var r benchResult
 	check(json.Unmarshal(out, &r))
-	out, err = exec.Command(bin, "bench", "--url", url, "--json", "--concurrency", strconv.Itoa(*concurrency), "--duration", duration.String(),
-		"--duplicates", "1", "--prefix", prefix, "--wait-fulfil", "0", "--seed", strconv.Itoa(r.Deliveries)).Output()
+	out, err = g.load("--concurrency", strconv.Itoa(*concurrency), "--duration", duration.String(),
+		"--duplicates", "1", "--prefix", prefix, "--wait-fulfil", "0", "--seed", strconv.Itoa(r.Deliveries))
 	check(err)
 	check(json.Unmarshal(out, &r))
 	return r.PerSecond
@@ -375,20 +375,34 @@ func bareRiver(ctx context.Context, pool *pgxpool.Pool) float64 {
 }
 
 type guardian struct {
+	bin     string
 	cmd     *exec.Cmd
 	url     string
+	metrics string // the operations listener
 	startup time.Duration
 }
 
+// Secrets of this run, made fresh: the development constants are refused
+// outside the development profile.
+var (
+	benchStripeSecret   = "whsec_" + rand.Text()
+	benchStandardSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte(rand.Text()))
+	benchConnSecret     = "whsec_" + base64.StdEncoding.EncodeToString([]byte(rand.Text()))
+)
+
+// load runs `guardian bench` against g with args and returns its JSON.
+func (g *guardian) load(args ...string) ([]byte, error) {
+	cmd := exec.Command(g.bin, append([]string{"bench", "--url", g.url, "--metrics-url", g.metrics, "--json"}, args...)...)
+	cmd.Env = append(os.Environ(), "GUARDIAN_STRIPE_SECRETS="+benchStripeSecret)
+	return cmd.Output()
+}
+
 func startGuardian(bin, dbURL, connURL string, extra map[string]string) *guardian {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	check(err)
-	addr := ln.Addr().String()
-	ln.Close()
+	addr, metricsAddr := freePort(), freePort()
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + dbURL, "GUARDIAN_ADDR=" + addr,
-		"GUARDIAN_STRIPE_SECRETS=" + provider.DevStripeSecret, "GUARDIAN_STANDARD_SECRETS=" + provider.DevStandardSecret,
-		"GUARDIAN_CONNECTOR_URL=" + connURL, "GUARDIAN_CONNECTOR_SECRET=whsec_YmVuY2ggY29ubmVjdG9yIHNlY3JldA==",
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + dbURL, "GUARDIAN_ADDR=" + addr, "GUARDIAN_METRICS_ADDR=" + metricsAddr,
+		"GUARDIAN_STRIPE_SECRETS=" + benchStripeSecret, "GUARDIAN_STANDARD_SECRETS=" + benchStandardSecret,
+		"GUARDIAN_CONNECTOR_URL=" + connURL, "GUARDIAN_CONNECTOR_SECRET=" + benchConnSecret,
 		"GUARDIAN_ADMIN_TOKEN=bench-admin-token-0123456789", "GUARDIAN_LOG_LEVEL=warn"}
 	for k, v := range extra {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -397,7 +411,7 @@ func startGuardian(bin, dbURL, connURL string, extra map[string]string) *guardia
 	cmd.Stderr = &stderr
 	start := time.Now()
 	check(cmd.Start())
-	g := &guardian{cmd: cmd, url: "http://" + addr}
+	g := &guardian{bin: bin, cmd: cmd, url: "http://" + addr, metrics: "http://" + metricsAddr}
 	for {
 		resp, err := http.Get(g.url + "/readyz")
 		if err == nil {
@@ -412,6 +426,14 @@ func startGuardian(bin, dbURL, connURL string, extra map[string]string) *guardia
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// freePort returns a loopback address nothing listens on now.
+func freePort() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	check(err)
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // peakRSS is the process's high-water resident set, in MiB.

@@ -124,6 +124,30 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		}
 	})
 
+	// The public redeem endpoint must not find, let alone consume, a token
+	// Guardian issued for itself (a dashboard confirmation), and a public
+	// token is no internal one.
+	t.Run("InternalTokensAreNotPublic", func(t *testing.T) {
+		h := newHarness(t)
+		svc := tokens.New(h.Store, nil)
+		internal, _, err := svc.Internal().Issue(ctx, "confirm", nil, time.Hour)
+		must(t, err)
+		if _, err := svc.Redeem(ctx, internal); !errors.Is(err, tokens.ErrGone) {
+			t.Fatalf("public redeem of an internal token: %v, want ErrGone", err)
+		}
+		if _, err := svc.Internal().RedeemFor(ctx, internal, "confirm"); err != nil {
+			t.Fatalf("the internal token was consumed by the public attempt: %v", err)
+		}
+		public, _, err := svc.Issue(ctx, "confirm", nil, time.Hour)
+		must(t, err)
+		if _, err := svc.Internal().RedeemFor(ctx, public, "confirm"); !errors.Is(err, tokens.ErrGone) {
+			t.Fatalf("internal redeem of a public token: %v, want ErrGone", err)
+		}
+		if _, err := svc.Redeem(ctx, public); err != nil {
+			t.Fatalf("the public token was consumed by the internal attempt: %v", err)
+		}
+	})
+
 	t.Run("StaysConsumedAfterRestartFromOlderSnapshot", func(t *testing.T) {
 		h := newHarness(t)
 		svc := tokens.New(h.Store, nil)

@@ -1,0 +1,116 @@
+package metrics_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/metrics"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/db/dbtest"
+)
+
+func pending(t *testing.T, d *dbtest.DB, n int, run string) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		id := fmt.Sprintf("%s_%d", run, i)
+		pk, _, err := db.InsertEvent(ctx, d.Pool, db.EventParams{Provider: "stripe", EventID: "evt_" + id, Type: "checkout.session.completed", PaymentID: "pi_" + id, Payload: []byte(`{}`)})
+		require.NoError(t, err)
+		_, _, err = db.InsertFulfilment(ctx, d.Pool, pk, "stripe", "pi_"+id, "test", "a test row")
+		require.NoError(t, err)
+	}
+}
+
+// TestScrapesNeverQueryTheTable: the table gauges show the last refresh,
+// however many scrapes come, so anonymous scrapes cannot hold the pool.
+func TestScrapesNeverQueryTheTable(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, db.New(d.Pool), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+
+	require.Empty(t, series(t, reg, "guardian_fulfilments"), "no gauge before the first read, rather than a false zero")
+
+	pending(t, d, 3, "a")
+	require.NoError(t, m.RefreshTable(context.Background()))
+	pending(t, d, 2, "b")
+	for range 5 {
+		got := gauge(t, reg, "guardian_fulfilments", string(state.Pending))
+		require.Equal(t, 3.0, got, "the scrape shows the snapshot, not the table")
+	}
+	require.NoError(t, m.RefreshTable(context.Background()))
+	require.Equal(t, 5.0, gauge(t, reg, "guardian_fulfilments", string(state.Pending)))
+
+	// A failed read keeps the snapshot and says so.
+	d.Pool.Close()
+	require.Error(t, m.RefreshTable(context.Background()))
+	require.Equal(t, 5.0, gauge(t, reg, "guardian_fulfilments", string(state.Pending)))
+	require.Equal(t, 1.0, gauge(t, reg, "guardian_table_scrape_error", ""))
+}
+
+// TestConnectorErrorClassesAreClosed: whatever a connector puts in its
+// evidence, the label set stays the known classes.
+func TestConnectorErrorClassesAreClosed(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	m.Dispatch(state.Unknown, "dial tcp: lookup ledger.internal.corp: no such host", 0.1)
+	m.Dispatch(state.Unknown, "timeout", 0.1)
+	m.Dispatch(state.Rejected, "4xx", 0.1)
+	require.Equal(t, map[string]float64{`class="4xx"`: 1, `class="other"`: 1, `class="timeout"`: 1}, series(t, reg, "guardian_connector_errors_total"))
+}
+
+// series returns name's values by their labels (k="v",...).
+func series(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, metric := range f.GetMetric() {
+			var labels []string
+			for _, l := range metric.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			v := metric.GetGauge().GetValue() + metric.GetCounter().GetValue()
+			out[strings.Join(labels, ",")] = v
+		}
+	}
+	return out
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name, stateLabel string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, metric := range f.GetMetric() {
+			if stateLabel == "" {
+				return metric.GetGauge().GetValue()
+			}
+			for _, l := range metric.GetLabel() {
+				if l.GetName() == "state" && l.GetValue() == stateLabel {
+					return metric.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{state=%q}", name, stateLabel)
+	return 0
+}
