@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/provider"
@@ -72,6 +74,7 @@ type chaosHarness struct {
 	fulfils   sync.Map // event id -> true: the event that pays for its purchase
 	fivexxAt  []time.Time
 	fivexx    atomic.Int64
+	fivexxIDs sync.Map // event id -> true: answered 5xx at least once
 	transport atomic.Int64
 	sent      atomic.Int64
 }
@@ -237,6 +240,7 @@ func (h *chaosHarness) deliverFrom(first, payments, copies, concurrency int, giv
 						}
 						if resp.StatusCode >= 500 {
 							h.fivexx.Add(1)
+							h.fivexxIDs.Store(d.id, true)
 							h.mu.Lock()
 							h.fivexxAt = append(h.fivexxAt, time.Now())
 							h.mu.Unlock()
@@ -500,6 +504,48 @@ func TestChaosKillLoop(t *testing.T) {
 	require.Zero(t, r.fivexx, "only connection errors while killed, never a 5xx")
 	logReport(t, "kill-9-loop", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent", payments), r,
 		fmt.Sprintf(", transport errors %d", h.transport.Load()))
+}
+
+// TestChaosBatchesKilledAndPoisoned delivers at high concurrency, so intake
+// batches are large, kills the process while batches are in flight (some of
+// a batch's deliveries answered, some not, some committed unanswered), and
+// has Postgres refuse two events for a while (a poison row inside a batch):
+// only those two are refused, their batch neighbours are answered, and once
+// the refusal is lifted the provider's retries store them.
+func TestChaosBatchesKilledAndPoisoned(t *testing.T) {
+	parallel(t)
+	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal"})
+	poison := []string{"evt_pi_7", "evt_cs_42"}
+	_, err := h.d.Pool.Exec(context.Background(), fmt.Sprintf(`
+		CREATE FUNCTION chaos_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.event_id IN (%s) THEN RAISE EXCEPTION 'chaos: poison row %%', NEW.event_id; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER chaos_poison BEFORE INSERT ON webhook_event FOR EACH ROW EXECUTE FUNCTION chaos_poison();`,
+		"'"+strings.Join(poison, "','")+"'"))
+	require.NoError(t, err)
+	payments, cycles := pick(150, 600), pick(4, 100)
+	kills := h.inject(cycles, func() time.Duration { return time.Duration(300+rand.IntN(500)) * time.Millisecond }, func(int) {
+		h.proc(0).kill(t)
+		h.restart(0)
+	})
+	lifted := make(chan struct{})
+	go func() {
+		defer close(lifted)
+		time.Sleep(4 * time.Second)
+		_, err := h.d.Pool.Exec(context.Background(), `DROP TRIGGER chaos_poison ON webhook_event`)
+		assert.NoError(t, err)
+	}()
+	h.deliver(payments, 3, 64, 120*time.Second)
+	kills.finish()
+	<-lifted
+	r := h.check(payments)
+	var refused []string
+	h.fivexxIDs.Range(func(k, _ any) bool { refused = append(refused, k.(string)); return true })
+	require.Subset(t, poison, refused, "only the poison rows were ever answered 5xx: their batch neighbours were not")
+	logReport(t, "batches-killed-and-poisoned", fmt.Sprintf("%d payments x2 types x3 copies, 64 concurrent, 2 poison rows for 4s", payments), r,
+		fmt.Sprintf(", transport errors %d, refused events %d", h.transport.Load(), len(refused)))
 }
 
 // TestChaosPostgresFaults terminates Guardian's Postgres sessions again and

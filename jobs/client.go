@@ -65,9 +65,18 @@ func NewEnqueuer(pool *pgxpool.Pool, logger *slog.Logger) (*Enqueuer, error) {
 	return &Enqueuer{river: rc}, nil
 }
 
-// EnqueueDispatchTx inserts a fulfilment's dispatch job in tx.
-func (e *Enqueuer) EnqueueDispatchTx(ctx context.Context, tx pgx.Tx, fulfilmentID string) error {
-	_, err := e.river.InsertTx(ctx, tx, DispatchArgs{FulfilmentID: fulfilmentID}, nil)
+// EnqueueDispatchTx inserts the fulfilments' dispatch jobs in tx: one
+// insert for one, River's COPY-based InsertManyFastTx for several.
+func (e *Enqueuer) EnqueueDispatchTx(ctx context.Context, tx pgx.Tx, fulfilmentIDs ...string) error {
+	if len(fulfilmentIDs) == 1 {
+		_, err := e.river.InsertTx(ctx, tx, DispatchArgs{FulfilmentID: fulfilmentIDs[0]}, nil)
+		return err
+	}
+	params := make([]river.InsertManyParams, len(fulfilmentIDs))
+	for i, id := range fulfilmentIDs {
+		params[i] = river.InsertManyParams{Args: DispatchArgs{FulfilmentID: id}}
+	}
+	_, err := e.river.InsertManyFastTx(ctx, tx, params)
 	return err
 }
 

@@ -102,7 +102,7 @@ type bundle struct {
 
 type nopEnqueuer struct{}
 
-func (nopEnqueuer) EnqueueDispatchTx(context.Context, pgx.Tx, string) error { return nil }
+func (nopEnqueuer) EnqueueDispatchTx(context.Context, pgx.Tx, ...string) error { return nil }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()

@@ -27,10 +27,10 @@ type enqueuer struct {
 	ids []string
 }
 
-func (e *enqueuer) EnqueueDispatchTx(_ context.Context, _ pgx.Tx, id string) error {
+func (e *enqueuer) EnqueueDispatchTx(_ context.Context, _ pgx.Tx, ids ...string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.ids = append(e.ids, id)
+	e.ids = append(e.ids, ids...)
 	return nil
 }
 

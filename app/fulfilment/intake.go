@@ -66,28 +66,14 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 	}
 
 	var res AcceptResult
-	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
-		eventPK, inserted, err := db.InsertEvent(ctx, tx, db.EventParams{
-			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload, Origin: ev.Origin,
-		})
-		if err != nil {
-			return err
-		}
-		if !inserted {
-			res = AcceptResult{Outcome: DuplicatePostgres}
-			return nil
-		}
-		res = AcceptResult{Outcome: NewEvent}
-		if !ev.Fulfils() {
-			return nil
-		}
-		// The actor says how the event came: "intake" for a webhook, its
-		// origin ("backfill") otherwise.
-		res.FulfilmentID, err = s.create(ctx, tx, eventPK, ev.Provider, ev.PaymentID, cmp.Or(ev.Origin, "intake"), "payment event received")
-		return err
-	})
+	var err error
+	if s.batcher != nil {
+		res, err = s.batcher.record(ctx, ev)
+	} else {
+		res, err = s.recordOne(ctx, ev)
+	}
 	if err != nil {
-		return AcceptResult{}, fmt.Errorf("record event: %w", err)
+		return AcceptResult{}, err
 	}
 
 	switch {
@@ -108,6 +94,39 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 			s.cfg.Metrics.FilterError("mark", err)
 			s.cfg.Logger.DebugContext(ctx, "duplicate filter mark failed; later duplicates go to Postgres", "provider", ev.Provider, "event_id", ev.ID, "error", err)
 		}
+	}
+	return res, nil
+}
+
+// createdReason is the first transition's reason of a fulfilment made by
+// intake.
+const createdReason = "payment event received"
+
+// recordOne records one event in a transaction of its own.
+func (s *Service) recordOne(ctx context.Context, ev provider.Event) (AcceptResult, error) {
+	var res AcceptResult
+	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+		eventPK, inserted, err := db.InsertEvent(ctx, tx, db.EventParams{
+			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload, Origin: ev.Origin,
+		})
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			res = AcceptResult{Outcome: DuplicatePostgres}
+			return nil
+		}
+		res = AcceptResult{Outcome: NewEvent}
+		if !ev.Fulfils() {
+			return nil
+		}
+		// The actor says how the event came: "intake" for a webhook, its
+		// origin ("backfill") otherwise.
+		res.FulfilmentID, err = s.create(ctx, tx, eventPK, ev.Provider, ev.PaymentID, cmp.Or(ev.Origin, "intake"), createdReason)
+		return err
+	})
+	if err != nil {
+		return AcceptResult{}, fmt.Errorf("record event: %w", err)
 	}
 	return res, nil
 }

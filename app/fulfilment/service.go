@@ -47,7 +47,7 @@ const (
 // transaction, so the job exists if and only if the transaction commits.
 // Implementations must be safe for concurrent use.
 type Enqueuer interface {
-	EnqueueDispatchTx(ctx context.Context, tx pgx.Tx, fulfilmentID string) error
+	EnqueueDispatchTx(ctx context.Context, tx pgx.Tx, fulfilmentIDs ...string) error
 }
 
 // Config configures a Service.
@@ -92,6 +92,14 @@ type Config struct {
 	// ConnectorTimeout, whichever is shorter; at most MaxLookupTimeout.
 	LookupTimeout time.Duration
 
+	// IntakeBatch caps how many concurrent deliveries share one intake
+	// transaction; 1 gives every delivery its own. Defaults to
+	// DefaultIntakeBatch.
+	IntakeBatch int
+	// IntakeWriters is how many intake transactions may run at once.
+	// Defaults to DefaultIntakeWriters.
+	IntakeWriters int
+
 	// Now, when set, is the clock the sweep measures leases against. Nil
 	// means the database's clock, the one that stamps dispatched_at, so
 	// that skew between hosts cannot shorten a lease. Tests pin it.
@@ -103,6 +111,8 @@ type Config struct {
 // resolution. It is safe for concurrent use.
 type Service struct {
 	cfg Config
+	// batcher gathers concurrent deliveries; nil with IntakeBatch 1.
+	batcher *intakeBatcher
 }
 
 // New returns a Service, or an error naming what is missing or inconsistent.
@@ -122,10 +132,16 @@ func New(cfg Config) (*Service, error) {
 	case cfg.ReconcileGrace < cfg.ConnectorTimeout:
 		return nil, fmt.Errorf("fulfilment: reconcile grace %s must be at least the connector timeout %s: a parked call may still be running at the receiver until then",
 			cfg.ReconcileGrace, cfg.ConnectorTimeout)
+	case cfg.IntakeBatch < 0 || cfg.IntakeWriters < 0:
+		return nil, errors.New("fulfilment: intake batch and writers must not be negative")
 	case cfg.LookupTimeout > MaxLookupTimeout:
 		return nil, fmt.Errorf("fulfilment: lookup timeout %s exceeds %s", cfg.LookupTimeout, MaxLookupTimeout)
 	}
-	return &Service{cfg: cfg}, nil
+	s := &Service{cfg: cfg}
+	if cfg.IntakeBatch != 1 {
+		s.batcher = &intakeBatcher{svc: s, maxBatch: cmp.Or(cfg.IntakeBatch, DefaultIntakeBatch), maxWriters: cmp.Or(cfg.IntakeWriters, DefaultIntakeWriters)}
+	}
+	return s, nil
 }
 
 // dbNow is the pinned clock for statements that would otherwise read the

@@ -97,6 +97,8 @@ func TestStripe(t *testing.T) {
 			{"NotJSON", SignStripe([]byte(`not json`), stripeSecret, now), []byte(`not json`), ErrMalformed},
 			{"TrailingData", SignStripe([]byte(intentSucceeded+`{}`), stripeSecret, now), []byte(intentSucceeded + `{}`), ErrMalformed},
 			{"NoID", SignStripe([]byte(`{"type":"x","data":{}}`), stripeSecret, now), []byte(`{"type":"x","data":{}}`), ErrMalformed},
+			// Postgres cannot store U+0000: refused, never a 503 forever.
+			{"NULInID", SignStripe([]byte(`{"id":"evt_\u0000","type":"x","data":{"object":{}}}`), stripeSecret, now), []byte(`{"id":"evt_\u0000","type":"x","data":{"object":{}}}`), ErrMalformed},
 		}
 		for _, tt := range tests {
 			_, err := s.Verify(tt.header, tt.body, now)

@@ -119,6 +119,9 @@ func (s *Standard) Verify(header http.Header, body []byte, now time.Time) (Event
 	if typ == "" {
 		return Event{}, fmt.Errorf("%w: type is required", ErrMalformed)
 	}
+	if hasNUL(id, typ) {
+		return Event{}, errNUL
+	}
 	ev := Event{Provider: s.Name(), ID: id, Type: typ, Payload: body}
 	if !slices.Contains(s.fulfilTypes, typ) {
 		return ev, nil
@@ -129,7 +132,7 @@ func (s *Standard) Verify(header http.Header, body []byte, now time.Time) (Event
 		at = m[key]
 	}
 	pid, _ := at.(string)
-	if pid == "" || len(pid) > maxIDLength {
+	if pid == "" || len(pid) > maxIDLength || hasNUL(pid) {
 		// Well signed, so stored and acknowledged; it cannot fulfil.
 		ev.Note = "no string payment id at " + strings.Join(s.paymentPath, ".")
 		return ev, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // maxDepth bounds nesting so a hostile body cannot exhaust the stack.
@@ -16,6 +17,21 @@ const maxDepth = 64
 // nesting stays within maxDepth. Duplicate keys are rejected because two
 // parsers may pick different values for them: what Guardian reads must be
 // what every downstream reader reads.
+// errNUL refuses an id or type holding U+0000: JSON allows it ("\u0000"),
+// Postgres text cannot store it, and a row that cannot be stored must be
+// refused (400), not answered 503 for the provider to retry for days.
+var errNUL = fmt.Errorf("%w: id or type holds a NUL character", ErrMalformed)
+
+// hasNUL reports whether any of ss holds U+0000.
+func hasNUL(ss ...string) bool {
+	for _, s := range ss {
+		if strings.IndexByte(s, 0) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()

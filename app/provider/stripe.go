@@ -111,6 +111,9 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 	if env.ID == "" || len(env.ID) > maxIDLength || env.Type == "" {
 		return Event{}, fmt.Errorf("%w: id and type are required", ErrMalformed)
 	}
+	if hasNUL(env.ID, env.Type) {
+		return Event{}, errNUL
+	}
 	ev := Event{Provider: s.Name(), ID: env.ID, Type: env.Type, Payload: body}
 	if !slices.Contains(s.fulfilTypes, env.Type) {
 		return ev, nil
@@ -119,6 +122,8 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 	switch {
 	case len(ev.PaymentID) > maxIDLength:
 		ev.PaymentID, ev.Note = "", "payment id longer than any Stripe id"
+	case hasNUL(ev.PaymentID):
+		ev.PaymentID, ev.Note = "", "payment id holds a NUL character"
 	case ev.PaymentID == "" && ev.Note == "":
 		ev.Note = "no payment id in data.object"
 	}

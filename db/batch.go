@@ -1,0 +1,146 @@
+package db
+
+import (
+	"context"
+	"errors"
+)
+
+// errBatchLost means an event of a batch was neither inserted nor found:
+// deleted meanwhile. The batch's transaction must not commit.
+var errBatchLost = errors.New("an event of the batch was neither stored nor found")
+
+// BatchEvent is one event of a batch: its delivery count is how many
+// deliveries of it the batch carries.
+type BatchEvent struct {
+	EventParams
+	Deliveries int
+}
+
+// BatchEventResult is what InsertEvents did with one event.
+type BatchEventResult struct {
+	ID       int64
+	Inserted bool
+}
+
+// InsertEvents stores a batch of events in two set-based statements: the
+// new ones inserted, the known ones counted (deliveries and last_seen_at).
+// Events must be distinct by (provider, event_id) and sorted by it, so
+// concurrent batches take their row locks in one order and cannot deadlock.
+// Results are in the order of events.
+func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEventResult, error) {
+	n := len(events)
+	providers, ids, types, payments, origins := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	bodies, counts := make([][]byte, n), make([]int32, n)
+	index := make(map[[2]string]int, n)
+	for i, e := range events {
+		providers[i], ids[i], types[i], payments[i], origins[i] = e.Provider, e.EventID, e.Type, e.PaymentID, e.Origin
+		bodies[i], counts[i] = e.Payload, int32(e.Deliveries)
+		index[[2]string{e.Provider, e.EventID}] = i
+	}
+	out := make([]BatchEventResult, n)
+	found := 0
+	collect := func(op string, inserted bool, sql string, args ...any) error {
+		rows, err := q.Query(ctx, sql, args...)
+		if err != nil {
+			return wrap(op, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			var provider, eventID string
+			if err := rows.Scan(&id, &provider, &eventID); err != nil {
+				return wrap(op, err)
+			}
+			out[index[[2]string{provider, eventID}]] = BatchEventResult{ID: id, Inserted: inserted}
+			found++
+		}
+		return wrap(op, rows.Err())
+	}
+	if err := collect("insert events", true, `
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin, deliveries)
+		SELECT p, e, t, NULLIF(pay, ''), b, coalesce(NULLIF(o, ''), 'webhook'), n
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[]) WITH ORDINALITY AS u(p, e, t, pay, b, o, n, ord)
+		ORDER BY ord
+		ON CONFLICT (provider, event_id) DO NOTHING
+		RETURNING id, provider, event_id`,
+		providers, ids, types, payments, bodies, origins, counts); err != nil {
+		return nil, err
+	}
+	if found == n {
+		return out, nil
+	}
+	var dp, de []string
+	var dn []int32
+	for i := range events {
+		if out[i].ID == 0 {
+			dp, de, dn = append(dp, providers[i]), append(de, ids[i]), append(dn, counts[i])
+		}
+	}
+	// Lock the known rows in key order before counting them.
+	if err := collect("count duplicate deliveries", false, `
+		WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::int[]) AS u(p, e, n)),
+		locked AS (
+			SELECT w.id, u.n FROM webhook_event w JOIN u ON w.provider = u.p AND w.event_id = u.e
+			ORDER BY w.provider, w.event_id
+			FOR UPDATE OF w
+		)
+		UPDATE webhook_event w SET deliveries = w.deliveries + locked.n, last_seen_at = now()
+		FROM locked WHERE w.id = locked.id
+		RETURNING w.id, w.provider, w.event_id`,
+		dp, de, dn); err != nil {
+		return nil, err
+	}
+	if found != n {
+		return nil, wrap("insert events", errBatchLost)
+	}
+	return out, nil
+}
+
+// BatchFulfilment is one fulfilment a batch would create.
+type BatchFulfilment struct {
+	EventPK   int64
+	Provider  string
+	PaymentID string
+	Actor     string
+}
+
+// InsertFulfilments creates, in one statement, a pending fulfilment with its
+// first transition for each item whose payment has none that holds it
+// (invariant 1, the fulfilment_one_per_payment index; of two items of one
+// payment the first wins). Items must be sorted by (provider, payment_id).
+// It returns the created fulfilments' ids by event.
+func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, reason string) (map[int64]string, error) {
+	n := len(items)
+	pks, providers, payments, actors := make([]int64, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, it := range items {
+		pks[i], providers[i], payments[i], actors[i] = it.EventPK, it.Provider, it.PaymentID, it.Actor
+	}
+	rows, err := q.Query(ctx, `
+		WITH u AS (
+			SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS u(event_pk, provider, payment_id, actor, ord)
+		), created AS (
+			INSERT INTO fulfilment (event_pk, provider, payment_id)
+			SELECT event_pk, provider, payment_id FROM u ORDER BY ord
+			ON CONFLICT DO NOTHING
+			RETURNING id, event_pk
+		), logged AS (
+			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
+			SELECT created.id, NULL, 'pending', 0, u.actor, $5 FROM created JOIN u USING (event_pk)
+		)
+		SELECT id, event_pk FROM created`,
+		pks, providers, payments, actors, reason)
+	if err != nil {
+		return nil, wrap("insert fulfilments", err)
+	}
+	defer rows.Close()
+	out := map[int64]string{}
+	for rows.Next() {
+		var id string
+		var pk int64
+		if err := rows.Scan(&id, &pk); err != nil {
+			return nil, wrap("insert fulfilments", err)
+		}
+		out[pk] = id
+	}
+	return out, wrap("insert fulfilments", rows.Err())
+}
