@@ -3,7 +3,6 @@ package db
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,29 +43,61 @@ type TransitionParams struct {
 // state machine does not allow, and moves into dispatching, which take a new
 // attempt: those go through ClaimForDispatch.
 func Transit(ctx context.Context, q DBTX, p TransitionParams) (Fulfilment, error) {
-	evidence := []byte("{}")
-	if p.Evidence != nil {
-		var err error
-		if evidence, err = json.Marshal(p.Evidence); err != nil {
-			return Fulfilment{}, wrap("marshal evidence", err)
-		}
+	moved, err := TransitMany(ctx, q, []TransitionParams{p})
+	if err != nil {
+		return Fulfilment{}, wrap(string(p.From)+" -> "+string(p.To), err)
 	}
-	f, err := scanFulfilment(q.QueryRow(ctx, `
-		WITH moved AS (
-			UPDATE fulfilment SET state = $3
-			WHERE id = $1 AND state = $2 AND ($4 = 0 OR attempt = $4)
-			RETURNING `+fulfilmentColumns+`
-		), logged AS (
-			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
-			SELECT id, $2, $3, attempt, $5, $6, $7 FROM moved
-		)
-		SELECT `+fulfilmentColumns+` FROM moved`,
-		p.ID, p.From, p.To, p.Attempt, p.Actor, p.Reason, string(evidence),
-	))
-	if errors.Is(err, pgx.ErrNoRows) {
+	f, ok := moved[p.ID]
+	if !ok {
 		return Fulfilment{}, ErrConflict
 	}
-	return f, wrap("transit "+string(p.From)+" -> "+string(p.To), err)
+	return f, nil
+}
+
+// TransitMany makes the moves of ps, each as Transit makes one, in one
+// statement, and returns the rows it moved by id; a move missing found its
+// row elsewhere (ErrConflict for Transit). The ids must be distinct.
+func TransitMany(ctx context.Context, q DBTX, ps []TransitionParams) (map[string]Fulfilment, error) {
+	n := len(ps)
+	ids, froms, tos, actors, reasons, evidence := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	attempts := make([]int32, n)
+	for i, p := range ps {
+		ev := []byte("{}")
+		if p.Evidence != nil {
+			var err error
+			if ev, err = json.Marshal(p.Evidence); err != nil {
+				return nil, wrap("marshal evidence", err)
+			}
+		}
+		ids[i], froms[i], tos[i], attempts[i], actors[i], reasons[i], evidence[i] = p.ID, string(p.From), string(p.To), int32(p.Attempt), p.Actor, p.Reason, string(ev)
+	}
+	rows, err := q.Query(ctx, `
+		WITH u AS (
+			SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::jsonb[])
+				AS u(id, from_state, to_state, attempt, actor, reason, evidence)
+		), moved AS (
+			UPDATE fulfilment f SET state = u.to_state
+			FROM u WHERE f.id = u.id AND f.state = u.from_state AND (u.attempt = 0 OR f.attempt = u.attempt)
+			RETURNING `+prefixed("f.", fulfilmentColumns)+`
+		), logged AS (
+			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
+			SELECT m.id, u.from_state, u.to_state, m.attempt, u.actor, u.reason, u.evidence FROM moved m JOIN u ON u.id = m.id
+		)
+		SELECT `+fulfilmentColumns+` FROM moved`,
+		ids, froms, tos, attempts, actors, reasons, evidence)
+	if err != nil {
+		return nil, wrap("transit", err)
+	}
+	defer rows.Close()
+	out := make(map[string]Fulfilment, n)
+	for rows.Next() {
+		f, err := scanFulfilment(rows)
+		if err != nil {
+			return nil, wrap("transit", err)
+		}
+		out[f.ID] = f
+	}
+	return out, wrap("transit", rows.Err())
 }
 
 // Transitions returns the logs of one or more fulfilments in one query,
@@ -122,34 +153,69 @@ func SweepStale(ctx context.Context, q DBTX, lease time.Duration, actor string, 
 	return fs, wrap("sweep stale dispatching", err)
 }
 
+// ClaimParams asks for one claim.
+type ClaimParams struct {
+	ID       string
+	Actor    string
+	Evidence any
+}
+
 // ClaimForDispatch moves a pending fulfilment to dispatching with its next
 // attempt number, logs the move, and returns it with its event, all in one
 // statement. ErrConflict means it was not pending.
 func ClaimForDispatch(ctx context.Context, q DBTX, id, actor string, evidence any) (DispatchInput, error) {
-	ev, err := json.Marshal(evidence)
+	claimed, err := ClaimManyForDispatch(ctx, q, []ClaimParams{{ID: id, Actor: actor, Evidence: evidence}})
 	if err != nil {
-		return DispatchInput{}, wrap("marshal evidence", err)
+		return DispatchInput{}, err
 	}
-	var in DispatchInput
-	var payload []byte
-	err = q.QueryRow(ctx, `
-		WITH moved AS (
-			UPDATE fulfilment SET state = 'dispatching', attempt = attempt + 1, dispatched_at = now()
-			WHERE id = $1 AND state = 'pending'
-			RETURNING `+fulfilmentColumns+`
-		), logged AS (
-			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
-			SELECT id, 'pending', 'dispatching', attempt, $2, 'dispatch claimed', $3 FROM moved
-		)
-		SELECT `+prefixed("m.", fulfilmentColumns)+`, e.event_id, e.event_type, e.body
-		FROM moved m JOIN webhook_event e ON e.id = m.event_pk`, id, actor, string(ev),
-	).Scan(&in.ID, &in.EventPK, &in.Provider, &in.PaymentID, &in.State, &in.Attempt, &in.CreatedAt, &in.UpdatedAt, &in.DispatchedAt,
-		&in.Checks, &in.NextCheckAt, &in.EventID, &in.EventType, &payload)
-	if errors.Is(err, pgx.ErrNoRows) {
+	in, ok := claimed[id]
+	if !ok {
 		return DispatchInput{}, ErrConflict
 	}
-	in.Payload = payload
-	return in, wrap("claim for dispatch", err)
+	return in, nil
+}
+
+// ClaimManyForDispatch claims every pending fulfilment of claims in one
+// statement, as ClaimForDispatch claims one, and returns those it moved by
+// id; one missing was not pending. The ids must be distinct.
+func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (map[string]DispatchInput, error) {
+	ids, actors, evidence := make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims))
+	for i, c := range claims {
+		ev, err := json.Marshal(c.Evidence)
+		if err != nil {
+			return nil, wrap("marshal evidence", err)
+		}
+		ids[i], actors[i], evidence[i] = c.ID, c.Actor, string(ev)
+	}
+	rows, err := q.Query(ctx, `
+		WITH u AS (
+			SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[]) AS u(id, actor, evidence)
+		), moved AS (
+			UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now()
+			FROM u WHERE f.id = u.id AND f.state = 'pending'
+			RETURNING `+prefixed("f.", fulfilmentColumns)+`
+		), logged AS (
+			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
+			SELECT m.id, 'pending', 'dispatching', m.attempt, u.actor, 'dispatch claimed', u.evidence FROM moved m JOIN u ON u.id = m.id
+		)
+		SELECT `+prefixed("m.", fulfilmentColumns)+`, e.event_id, e.event_type, e.body
+		FROM moved m JOIN webhook_event e ON e.id = m.event_pk`, ids, actors, evidence)
+	if err != nil {
+		return nil, wrap("claim for dispatch", err)
+	}
+	defer rows.Close()
+	out := make(map[string]DispatchInput, len(claims))
+	for rows.Next() {
+		var in DispatchInput
+		var payload []byte
+		if err := rows.Scan(&in.ID, &in.EventPK, &in.Provider, &in.PaymentID, &in.State, &in.Attempt, &in.CreatedAt, &in.UpdatedAt, &in.DispatchedAt,
+			&in.Checks, &in.NextCheckAt, &in.EventID, &in.EventType, &payload); err != nil {
+			return nil, wrap("claim for dispatch", err)
+		}
+		in.Payload = payload
+		out[in.ID] = in
+	}
+	return out, wrap("claim for dispatch", rows.Err())
 }
 
 // ClaimOf says who claimed a dispatching fulfilment's current attempt and

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -14,13 +12,9 @@ import (
 )
 
 // Intake batching (docs/design.md, "Throughput"). Concurrent Accepts share
-// one transaction: every delivery waiting when a writer starts is written
-// with set-based statements and committed at once, and each is answered
-// with its own outcome only after that commit returns. There is no timer:
-// a writer starts as soon as a delivery arrives and no more than
-// IntakeWriters are writing, so under no load a delivery is a batch of one
-// and waits for nothing; under load, deliveries gather while the previous
-// commits run, and one disk sync acknowledges many.
+// one transaction (a gatherer): every delivery waiting when a writer starts
+// is written with set-based statements and committed at once, and each is
+// answered with its own outcome only after that commit returns.
 //
 // A batch that fails (a row Postgres refuses, a lost connection) is retried
 // row by row in transactions of their own, so one poison row fails only
@@ -28,80 +22,32 @@ import (
 // whole or not at all, and an event committed by a batch whose commit
 // answer was lost is found as a duplicate.
 
-// Intake batching defaults.
+// Batching defaults.
 const (
-	// DefaultIntakeBatch caps the deliveries of one intake transaction.
-	DefaultIntakeBatch = 256
-	// DefaultIntakeWriters is how many intake transactions may run at once.
-	DefaultIntakeWriters = 4
-	// batchTimeout bounds one batch's transaction. The deliveries in it
-	// wait at most their own request's deadline.
-	batchTimeout = 10 * time.Second
+	// DefaultBatch caps the items of one batch.
+	DefaultBatch = 256
+	// DefaultBatchWriters is how many batches of one kind may run at once.
+	DefaultBatchWriters = 4
 )
 
-// acceptCall is one delivery waiting for its batch.
+// acceptCall is one delivery waiting for its batch, and then its result.
 type acceptCall struct {
-	ev   provider.Event
-	res  AcceptResult
-	err  error
-	done chan struct{}
+	ev  provider.Event
+	res AcceptResult
+	err error
 }
 
-// intakeBatcher gathers concurrent deliveries into transactions.
-type intakeBatcher struct {
-	svc        *Service
-	maxBatch   int
-	maxWriters int
-
-	mu      sync.Mutex
-	queue   []*acceptCall
-	writers int
-}
-
-// record waits until ev is committed in some batch, or ctx ends. When ctx
-// ends first the delivery may still be committed: the provider's retry
-// then finds it as a duplicate, so nothing acknowledged is lost and
+// recordBatched waits until ev is committed in some batch, or ctx ends.
+// When ctx ends first the delivery may still be committed: the provider's
+// retry then finds it as a duplicate, so nothing acknowledged is lost and
 // nothing is acknowledged early.
-func (b *intakeBatcher) record(ctx context.Context, ev provider.Event) (AcceptResult, error) {
-	c := &acceptCall{ev: ev, done: make(chan struct{})}
-	b.mu.Lock()
-	b.queue = append(b.queue, c)
-	start := b.writers < b.maxWriters
-	if start {
-		b.writers++
-	}
-	b.mu.Unlock()
-	if start {
-		go b.write()
-	}
+func (s *Service) recordBatched(ctx context.Context, ev provider.Event) (AcceptResult, error) {
+	c := &acceptCall{ev: ev}
 	select {
-	case <-c.done:
+	case <-s.intake.submit(c):
 		return c.res, c.err
 	case <-ctx.Done():
 		return AcceptResult{}, ctx.Err()
-	}
-}
-
-// write takes batches off the queue until it is empty.
-func (b *intakeBatcher) write() {
-	for {
-		b.mu.Lock()
-		if len(b.queue) == 0 {
-			b.writers--
-			b.mu.Unlock()
-			return
-		}
-		n := min(len(b.queue), b.maxBatch)
-		batch := slices.Clone(b.queue[:n])
-		b.queue = slices.Delete(b.queue, 0, n)
-		b.mu.Unlock()
-
-		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-		b.svc.writeBatch(ctx, batch)
-		cancel()
-		for _, c := range batch {
-			close(c.done)
-		}
 	}
 }
 
@@ -186,4 +132,109 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		}
 	}
 	return nil
+}
+
+// claimCall is one dispatch's claim waiting for its batch.
+type claimCall struct {
+	p   db.ClaimParams
+	in  db.DispatchInput
+	err error
+}
+
+// claim commits req's claim, alone or in a batch of concurrent claims, and
+// waits for it whatever ctx says: a claim that committed must be known to
+// its dispatcher, which then finds its deadline passed and sends nothing.
+func (s *Service) claim(ctx context.Context, p db.ClaimParams) (db.DispatchInput, error) {
+	if s.claims == nil {
+		return db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), p.ID, p.Actor, p.Evidence)
+	}
+	c := &claimCall{p: p}
+	<-s.claims.submit(c)
+	return c.in, c.err
+}
+
+// writeClaims claims a batch in one statement. A fulfilment named twice in
+// one batch (two jobs for it at once) is claimed by the first; the second
+// finds it claimed, as it would a moment later. A failed statement is
+// retried claim by claim.
+func (s *Service) writeClaims(ctx context.Context, batch []*claimCall) {
+	seen := map[string]bool{}
+	var params []db.ClaimParams
+	for _, c := range batch {
+		if !seen[c.p.ID] {
+			seen[c.p.ID] = true
+			params = append(params, c.p)
+		}
+	}
+	claimed, err := db.ClaimManyForDispatch(ctx, s.cfg.Store.Pool(), params)
+	if err != nil && len(batch) > 1 {
+		for _, c := range batch {
+			c.in, c.err = db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), c.p.ID, c.p.Actor, c.p.Evidence)
+		}
+		return
+	}
+	given := map[string]bool{}
+	for _, c := range batch {
+		in, ok := claimed[c.p.ID]
+		switch {
+		case err != nil:
+			c.err = err
+		case !ok || given[c.p.ID]:
+			c.err = db.ErrConflict
+		default:
+			c.in, given[c.p.ID] = in, true
+		}
+	}
+}
+
+// outcomeCall is one conditional move waiting for its batch.
+type outcomeCall struct {
+	p   db.TransitionParams
+	err error
+}
+
+// transit makes one conditional move, alone or in a batch of concurrent
+// ones: nil, db.ErrConflict when the row was elsewhere, or the error that
+// kept it from being written.
+func (s *Service) transit(ctx context.Context, p db.TransitionParams) error {
+	if s.outcomes == nil {
+		_, err := db.Transit(ctx, s.cfg.Store.Pool(), p)
+		return err
+	}
+	c := &outcomeCall{p: p}
+	<-s.outcomes.submit(c)
+	return c.err
+}
+
+// writeOutcomes makes a batch of moves in one statement; a row named twice
+// and a failed statement are written move by move.
+func (s *Service) writeOutcomes(ctx context.Context, batch []*outcomeCall) {
+	seen := map[string]bool{}
+	var params []db.TransitionParams
+	var single []*outcomeCall
+	for _, c := range batch {
+		if seen[c.p.ID] {
+			single = append(single, c)
+			continue
+		}
+		seen[c.p.ID] = true
+		params = append(params, c.p)
+	}
+	moved, err := db.TransitMany(ctx, s.cfg.Store.Pool(), params)
+	for _, c := range batch {
+		if slices.Contains(single, c) {
+			continue
+		}
+		switch _, ok := moved[c.p.ID]; {
+		case err != nil && len(batch) > 1:
+			single = append(single, c)
+		case err != nil:
+			c.err = err
+		case !ok:
+			c.err = db.ErrConflict
+		}
+	}
+	for _, c := range single {
+		_, c.err = db.Transit(ctx, s.cfg.Store.Pool(), c.p)
+	}
 }

@@ -102,7 +102,7 @@ func TestIntakeBatches(t *testing.T) {
 
 	t.Run("OneBatchOneDeliveryWithoutBatching", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, func(c *fulfilment.Config) { c.IntakeBatch = 1 })
+		b := setup(t, func(c *fulfilment.Config) { c.Batch = 1 })
 		var evs []provider.Event
 		for i := range 40 {
 			evs = append(evs, paymentEvent(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i)))
@@ -111,6 +111,53 @@ func TestIntakeBatches(t *testing.T) {
 		for _, err := range errs {
 			require.NoError(t, err)
 		}
-		require.Equal(t, 40, b.db.Count(t, `SELECT count(DISTINCT xmin::text) FROM webhook_event`), "IntakeBatch 1: a transaction each")
+		require.Equal(t, 40, b.db.Count(t, `SELECT count(DISTINCT xmin::text) FROM webhook_event`), "Batch 1: a transaction each")
 	})
+}
+
+func TestDispatchBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var evs []provider.Event
+	for i := range 120 {
+		evs = append(evs, paymentEvent(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i)))
+	}
+	res, errs := b.storm(t, evs)
+	ids := make([]string, len(res))
+	for i := range res {
+		require.NoError(t, errs[i])
+		ids[i] = res[i].FulfilmentID
+	}
+	// Every fulfilment dispatched at once, each by its own dispatcher, and
+	// two dispatchers at once for the first ten (a duplicate job).
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	results := make([]fulfilment.DispatchResult, len(ids)+10)
+	derrs := make([]error, len(ids)+10)
+	for i := range len(ids) + 10 {
+		id := ids[i%len(ids)]
+		wg.Go(func() {
+			<-start
+			results[i], derrs[i] = b.svc.Dispatch(b.ctx, fulfilment.DispatchRequest{FulfilmentID: id, Actor: "test", Claimant: fmt.Sprint("job ", i)})
+		})
+	}
+	close(start)
+	wg.Wait()
+	called := 0
+	for i := range results {
+		require.NoError(t, derrs[i])
+		if results[i].Called {
+			called++
+		}
+	}
+	require.Equal(t, 120, called, "each fulfilment called once, duplicates left to their claimant")
+	for _, id := range ids {
+		require.Equal(t, 1, b.rec.CallsFor(id))
+		require.Equal(t, "fulfilled", string(b.db.Fulfilment(t, id).State))
+	}
+	claims := b.db.Count(t, `SELECT count(DISTINCT xmin::text) FROM fulfilment_transition WHERE to_state = 'dispatching'`)
+	outcomes := b.db.Count(t, `SELECT count(DISTINCT xmin::text) FROM fulfilment_transition WHERE to_state = 'fulfilled'`)
+	require.Less(t, claims, 120, "claims shared statements")
+	require.Less(t, outcomes, 120, "outcomes shared statements")
+	t.Logf("120 claims in %d statements, 120 outcomes in %d", claims, outcomes)
 }

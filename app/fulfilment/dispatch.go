@@ -77,7 +77,7 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 
 	evidence := map[string]any{"claimant": req.Claimant}
 	maps.Copy(evidence, req.Evidence)
-	in, err := db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), id, req.Actor, evidence)
+	in, err := s.claim(ctx, db.ClaimParams{ID: id, Actor: req.Actor, Evidence: evidence})
 	if errors.Is(err, db.ErrConflict) {
 		return s.unclaimable(ctx, log, req)
 	}
@@ -149,7 +149,7 @@ func (s *Service) record(ctx context.Context, log *slog.Logger, claimed db.Fulfi
 	evidence := map[string]any{"outcome": res.Outcome.String()}
 	maps.Copy(evidence, res.Evidence)
 	next := state.AfterDispatch(res.Outcome)
-	_, err := db.Transit(ctx, s.cfg.Store.Pool(), db.TransitionParams{
+	err := s.transit(ctx, db.TransitionParams{
 		ID: claimed.ID, From: state.Dispatching, To: next, Attempt: claimed.Attempt,
 		Actor: actor, Reason: "connector outcome: " + res.Outcome.String(), Evidence: evidence,
 	})

@@ -67,8 +67,8 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 
 	var res AcceptResult
 	var err error
-	if s.batcher != nil {
-		res, err = s.batcher.record(ctx, ev)
+	if s.intake != nil {
+		res, err = s.recordBatched(ctx, ev)
 	} else {
 		res, err = s.recordOne(ctx, ev)
 	}

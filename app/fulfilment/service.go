@@ -92,13 +92,14 @@ type Config struct {
 	// ConnectorTimeout, whichever is shorter; at most MaxLookupTimeout.
 	LookupTimeout time.Duration
 
-	// IntakeBatch caps how many concurrent deliveries share one intake
-	// transaction; 1 gives every delivery its own. Defaults to
-	// DefaultIntakeBatch.
-	IntakeBatch int
-	// IntakeWriters is how many intake transactions may run at once.
-	// Defaults to DefaultIntakeWriters.
-	IntakeWriters int
+	// Batch caps how many concurrent deliveries share one intake
+	// transaction, and how many claims or outcomes of concurrent
+	// dispatches share one statement; 1 gives each its own. Defaults to
+	// DefaultBatch.
+	Batch int
+	// BatchWriters is how many batches of each kind may run at once.
+	// Defaults to DefaultBatchWriters.
+	BatchWriters int
 
 	// Now, when set, is the clock the sweep measures leases against. Nil
 	// means the database's clock, the one that stamps dispatched_at, so
@@ -111,8 +112,13 @@ type Config struct {
 // resolution. It is safe for concurrent use.
 type Service struct {
 	cfg Config
-	// batcher gathers concurrent deliveries; nil with IntakeBatch 1.
-	batcher *intakeBatcher
+	// intake gathers concurrent deliveries into transactions; nil with
+	// IntakeBatch 1.
+	intake *gatherer[*acceptCall]
+	// claims and outcomes gather concurrent dispatches' claims and
+	// outcome moves into statements; nil with Batch 1.
+	claims   *gatherer[*claimCall]
+	outcomes *gatherer[*outcomeCall]
 }
 
 // New returns a Service, or an error naming what is missing or inconsistent.
@@ -132,14 +138,17 @@ func New(cfg Config) (*Service, error) {
 	case cfg.ReconcileGrace < cfg.ConnectorTimeout:
 		return nil, fmt.Errorf("fulfilment: reconcile grace %s must be at least the connector timeout %s: a parked call may still be running at the receiver until then",
 			cfg.ReconcileGrace, cfg.ConnectorTimeout)
-	case cfg.IntakeBatch < 0 || cfg.IntakeWriters < 0:
+	case cfg.Batch < 0 || cfg.BatchWriters < 0:
 		return nil, errors.New("fulfilment: intake batch and writers must not be negative")
 	case cfg.LookupTimeout > MaxLookupTimeout:
 		return nil, fmt.Errorf("fulfilment: lookup timeout %s exceeds %s", cfg.LookupTimeout, MaxLookupTimeout)
 	}
 	s := &Service{cfg: cfg}
-	if cfg.IntakeBatch != 1 {
-		s.batcher = &intakeBatcher{svc: s, maxBatch: cmp.Or(cfg.IntakeBatch, DefaultIntakeBatch), maxWriters: cmp.Or(cfg.IntakeWriters, DefaultIntakeWriters)}
+	if cfg.Batch != 1 {
+		size, writers := cmp.Or(cfg.Batch, DefaultBatch), cmp.Or(cfg.BatchWriters, DefaultBatchWriters)
+		s.intake = &gatherer[*acceptCall]{write: s.writeBatch, maxBatch: size, maxWriters: writers}
+		s.claims = &gatherer[*claimCall]{write: s.writeClaims, maxBatch: size, maxWriters: writers}
+		s.outcomes = &gatherer[*outcomeCall]{write: s.writeOutcomes, maxBatch: size, maxWriters: writers}
 	}
 	return s, nil
 }

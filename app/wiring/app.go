@@ -159,7 +159,7 @@ func (a *App) build(ctx context.Context) error {
 	service, err := fulfilment.New(fulfilment.Config{
 		Store: store, Enqueuer: enqueuer, Logger: a.logger, Connector: conn, Looker: looker,
 		Filter: dupFilter, Metrics: m, ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
-		ReconcileGrace: cfg.ReconcileGrace, IntakeBatch: cfg.IntakeBatch, IntakeWriters: cfg.IntakeWriters,
+		ReconcileGrace: cfg.ReconcileGrace, Batch: cfg.Batch, BatchWriters: cfg.BatchWriters,
 	})
 	if err != nil {
 		return err

@@ -62,11 +62,11 @@ type Config struct {
 	// DispatchWorkers is the number of concurrent dispatches per process.
 	// Defaults to 50.
 	DispatchWorkers int
-	// IntakeBatch caps how many concurrent deliveries share one intake
-	// transaction (1: one each). Defaults to fulfilment.DefaultIntakeBatch.
-	IntakeBatch int
-	// IntakeWriters is how many intake transactions may run at once.
-	IntakeWriters int
+	// Batch caps how many concurrent deliveries, claims or outcomes share
+	// one statement (1: one each). Defaults to fulfilment.DefaultBatch.
+	Batch int
+	// BatchWriters is how many batches of each kind may run at once.
+	BatchWriters int
 	// Workers runs River workers (dispatch, sweep, reconciler) in this
 	// process. Defaults to true; false makes an intake-only process, which
 	// still enqueues dispatch jobs for the processes that work them.
@@ -213,8 +213,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		SweepInterval:       dur("GUARDIAN_SWEEP_INTERVAL", jobs.DefaultSweepInterval),
 		DispatchWorkers:     int(integer("GUARDIAN_DISPATCH_WORKERS", jobs.DefaultDispatchWorkers)),
 		Workers:             boolean("GUARDIAN_WORKERS", true),
-		IntakeBatch:         int(integer("GUARDIAN_INTAKE_BATCH", fulfilment.DefaultIntakeBatch)),
-		IntakeWriters:       int(integer("GUARDIAN_INTAKE_WRITERS", fulfilment.DefaultIntakeWriters)),
+		Batch:               int(integer("GUARDIAN_BATCH", fulfilment.DefaultBatch)),
+		BatchWriters:        int(integer("GUARDIAN_BATCH_WRITERS", fulfilment.DefaultBatchWriters)),
 		ConnectorLookupURL:  getenv("GUARDIAN_CONNECTOR_LOOKUP_URL"),
 		ReconcileInterval:   dur("GUARDIAN_RECONCILE_INTERVAL", jobs.DefaultReconcileInterval),
 		ReconcileGrace:      dur("GUARDIAN_RECONCILE_GRACE", fulfilment.DefaultReconcileGrace),
