@@ -23,6 +23,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.opentelemetry.io/proto/otlp v1.11.0
+	golang.org/x/image v0.48.0
 	google.golang.org/protobuf v1.36.12
 	riverqueue.com/riverui v0.22.0
 )
