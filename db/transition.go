@@ -57,6 +57,12 @@ func Transit(ctx context.Context, q DBTX, p TransitionParams) (Fulfilment, error
 // TransitMany makes the moves of ps, each as Transit makes one, in one
 // statement, and returns the rows it moved by id; a move missing found its
 // row elsewhere (ErrConflict for Transit). The ids must be distinct.
+//
+// "f.id = ANY ($1)" repeats the join on purpose: joined only to an unnest,
+// whose size the planner cannot know, the update may be planned as a hash
+// join over a sequential scan of fulfilment, which costs the whole table per
+// batch (the bench measured 270 tuples read per fulfilment before it). The
+// array condition makes it an index scan whatever the statistics say.
 func TransitMany(ctx context.Context, q DBTX, ps []TransitionParams) (map[string]Fulfilment, error) {
 	n := len(ps)
 	ids, froms, tos, actors, reasons, evidence := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -77,7 +83,7 @@ func TransitMany(ctx context.Context, q DBTX, ps []TransitionParams) (map[string
 				AS u(id, from_state, to_state, attempt, actor, reason, evidence)
 		), moved AS (
 			UPDATE fulfilment f SET state = u.to_state
-			FROM u WHERE f.id = u.id AND f.state = u.from_state AND (u.attempt = 0 OR f.attempt = u.attempt)
+			FROM u WHERE f.id = u.id AND f.id = ANY ($1::uuid[]) AND f.state = u.from_state AND (u.attempt = 0 OR f.attempt = u.attempt)
 			RETURNING `+prefixed("f.", fulfilmentColumns)+`
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
@@ -192,7 +198,7 @@ func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (ma
 			SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[]) AS u(id, actor, evidence)
 		), moved AS (
 			UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now()
-			FROM u WHERE f.id = u.id AND f.state = 'pending'
+			FROM u WHERE f.id = u.id AND f.id = ANY ($1::uuid[]) AND f.state = 'pending'
 			RETURNING `+prefixed("f.", fulfilmentColumns)+`
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)

@@ -1,10 +1,12 @@
 -- pgbench: the SQL of one Guardian intake transaction for a new fulfilling
 -- event: event insert, fulfilment insert with its first transition, River
--- job insert. Same statements and round trips as app/intake, without Go.
+-- job insert, one transaction per event: Guardian before batching
+-- (app/fulfilment recordOne), without Go. The baseline the batched intake
+-- is held against.
 BEGIN;
-INSERT INTO webhook_event (provider, event_id, event_type, payment_id, payload)
+INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
 VALUES ('pgbench', 'evt_' || gen_random_uuid(), 'payment_intent.succeeded', 'pi_' || gen_random_uuid(),
-        '{"id":"evt","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi","object":"payment_intent","amount":4200,"currency":"eur"}}}')
+        convert_to('{"id":"evt","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi","object":"payment_intent","amount":4200,"currency":"eur"}}}', 'UTF8'))
 ON CONFLICT (provider, event_id) DO NOTHING RETURNING id \gset
 WITH created AS (
     INSERT INTO fulfilment (event_pk, provider, payment_id)
