@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/guardian-pay/guardian/app/batch"
 )
 
 // RedisConfig configures the Redis filter.
@@ -43,7 +45,26 @@ type Redis struct {
 	// pausedUntil is a Unix-nano time before which the filter answers
 	// ErrPaused without calling Redis.
 	pausedUntil atomic.Int64
+
+	// checks and marks pipeline concurrent calls: one write and one read
+	// for as many as are waiting, instead of a round trip each.
+	checks *batch.Gatherer[*redisCall]
+	marks  *batch.Gatherer[*redisCall]
 }
+
+// redisCall is one check or mark waiting for its pipeline.
+type redisCall struct {
+	key  string
+	seen bool
+	err  error
+}
+
+// pipelineSize caps one pipeline; pipelineWriters is how many may be in
+// flight at once (connections in use).
+const (
+	pipelineSize    = 256
+	pipelineWriters = 4
+)
 
 // ErrPaused means the filter skipped Redis because a recent call failed.
 var ErrPaused = errors.New("redis filter paused after an error")
@@ -56,13 +77,16 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	if cfg.Epoch == "" {
 		return nil, errors.New("redis filter: the database's epoch is required")
 	}
-	return &Redis{
+	r := &Redis{
 		client:  cfg.Client,
 		prefix:  cmp.Or(cfg.Prefix, "idem:") + cfg.Epoch + ":",
 		ttl:     cmp.Or(cfg.TTL, 24*time.Hour),
 		timeout: cmp.Or(cfg.Timeout, 100*time.Millisecond),
 		backoff: cmp.Or(cfg.Backoff, time.Second),
-	}, nil
+	}
+	r.checks = &batch.Gatherer[*redisCall]{MaxBatch: pipelineSize, MaxWriters: pipelineWriters, Timeout: r.timeout, Write: r.writeChecks}
+	r.marks = &batch.Gatherer[*redisCall]{MaxBatch: pipelineSize, MaxWriters: pipelineWriters, Timeout: r.timeout, Write: r.writeMarks}
+	return r, nil
 }
 
 // NewRedisClient returns a go-redis client for url with the short timeouts a
@@ -87,31 +111,64 @@ func (r *Redis) key(provider, eventID string) string {
 
 // Committed reports whether the event's mark exists.
 func (r *Redis) Committed(ctx context.Context, provider, eventID string) (bool, error) {
-	if r.paused() {
-		return false, ErrPaused
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	n, err := r.client.Exists(ctx, r.key(provider, eventID)).Result()
-	if err != nil {
-		r.pause()
-		return false, err
-	}
-	return n == 1, nil
+	c, err := r.call(ctx, r.checks, provider, eventID)
+	return err == nil && c.seen, err
 }
 
 // MarkCommitted writes the event's mark with the filter's TTL.
 func (r *Redis) MarkCommitted(ctx context.Context, provider, eventID string) error {
+	_, err := r.call(ctx, r.marks, provider, eventID)
+	return err
+}
+
+// call submits one call to its pipeline and waits at most the filter's
+// timeout for it. Any failure pauses the filter.
+func (r *Redis) call(ctx context.Context, g *batch.Gatherer[*redisCall], provider, eventID string) (*redisCall, error) {
 	if r.paused() {
-		return ErrPaused
+		return nil, ErrPaused
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	if err := r.client.Set(ctx, r.key(provider, eventID), "committed", r.ttl).Err(); err != nil {
+	c := &redisCall{key: r.key(provider, eventID)}
+	wait := time.NewTimer(r.timeout)
+	defer wait.Stop()
+	select {
+	case <-g.Submit(c):
+	case <-wait.C:
+		c.err = context.DeadlineExceeded
+	case <-ctx.Done():
+		c.err = ctx.Err()
+	}
+	if c.err != nil {
 		r.pause()
-		return err
+		return nil, c.err
 	}
-	return nil
+	return c, nil
+}
+
+// writeChecks sends one EXISTS per call in one pipeline.
+func (r *Redis) writeChecks(ctx context.Context, calls []*redisCall) {
+	pipe := r.client.Pipeline()
+	cmds := make([]*redis.IntCmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = pipe.Exists(ctx, c.key)
+	}
+	_, err := pipe.Exec(ctx)
+	for i, c := range calls {
+		n, cerr := cmds[i].Result()
+		c.seen, c.err = n == 1, cmp.Or(cerr, err)
+	}
+}
+
+// writeMarks sends one SET per call in one pipeline.
+func (r *Redis) writeMarks(ctx context.Context, calls []*redisCall) {
+	pipe := r.client.Pipeline()
+	cmds := make([]*redis.StatusCmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = pipe.Set(ctx, c.key, "committed", r.ttl)
+	}
+	_, err := pipe.Exec(ctx)
+	for i, c := range calls {
+		c.err = cmp.Or(cmds[i].Err(), err)
+	}
 }
 
 func (r *Redis) paused() bool {

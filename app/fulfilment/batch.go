@@ -12,9 +12,9 @@ import (
 )
 
 // Intake batching (docs/design.md, "Throughput"). Concurrent Accepts share
-// one transaction (a gatherer): every delivery waiting when a writer starts
-// is written with set-based statements and committed at once, and each is
-// answered with its own outcome only after that commit returns.
+// one transaction (a batch.Gatherer): every delivery waiting when a writer
+// starts is written with set-based statements and committed at once, and
+// each is answered with its own outcome only after that commit returns.
 //
 // A batch that fails (a row Postgres refuses, a lost connection) is retried
 // row by row in transactions of their own, so one poison row fails only
@@ -44,7 +44,7 @@ type acceptCall struct {
 func (s *Service) recordBatched(ctx context.Context, ev provider.Event) (AcceptResult, error) {
 	c := &acceptCall{ev: ev}
 	select {
-	case <-s.intake.submit(c):
+	case <-s.intake.Submit(c):
 		return c.res, c.err
 	case <-ctx.Done():
 		return AcceptResult{}, ctx.Err()
@@ -149,7 +149,7 @@ func (s *Service) claim(ctx context.Context, p db.ClaimParams) (db.DispatchInput
 		return db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), p.ID, p.Actor, p.Evidence)
 	}
 	c := &claimCall{p: p}
-	<-s.claims.submit(c)
+	<-s.claims.Submit(c)
 	return c.in, c.err
 }
 
@@ -202,7 +202,7 @@ func (s *Service) transit(ctx context.Context, p db.TransitionParams) error {
 		return err
 	}
 	c := &outcomeCall{p: p}
-	<-s.outcomes.submit(c)
+	<-s.outcomes.Submit(c)
 	return c.err
 }
 

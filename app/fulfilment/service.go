@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/guardian-pay/guardian/app/batch"
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/filter"
 	"github.com/guardian-pay/guardian/app/metrics"
@@ -114,11 +115,11 @@ type Service struct {
 	cfg Config
 	// intake gathers concurrent deliveries into transactions; nil with
 	// IntakeBatch 1.
-	intake *gatherer[*acceptCall]
+	intake *batch.Gatherer[*acceptCall]
 	// claims and outcomes gather concurrent dispatches' claims and
 	// outcome moves into statements; nil with Batch 1.
-	claims   *gatherer[*claimCall]
-	outcomes *gatherer[*outcomeCall]
+	claims   *batch.Gatherer[*claimCall]
+	outcomes *batch.Gatherer[*outcomeCall]
 }
 
 // New returns a Service, or an error naming what is missing or inconsistent.
@@ -146,9 +147,9 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg}
 	if cfg.Batch != 1 {
 		size, writers := cmp.Or(cfg.Batch, DefaultBatch), cmp.Or(cfg.BatchWriters, DefaultBatchWriters)
-		s.intake = &gatherer[*acceptCall]{write: s.writeBatch, maxBatch: size, maxWriters: writers}
-		s.claims = &gatherer[*claimCall]{write: s.writeClaims, maxBatch: size, maxWriters: writers}
-		s.outcomes = &gatherer[*outcomeCall]{write: s.writeOutcomes, maxBatch: size, maxWriters: writers}
+		s.intake = &batch.Gatherer[*acceptCall]{Write: s.writeBatch, MaxBatch: size, MaxWriters: writers}
+		s.claims = &batch.Gatherer[*claimCall]{Write: s.writeClaims, MaxBatch: size, MaxWriters: writers}
+		s.outcomes = &batch.Gatherer[*outcomeCall]{Write: s.writeOutcomes, MaxBatch: size, MaxWriters: writers}
 	}
 	return s, nil
 }

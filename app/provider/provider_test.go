@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +98,9 @@ func TestStripe(t *testing.T) {
 			{"NotJSON", SignStripe([]byte(`not json`), stripeSecret, now), []byte(`not json`), ErrMalformed},
 			{"TrailingData", SignStripe([]byte(intentSucceeded+`{}`), stripeSecret, now), []byte(intentSucceeded + `{}`), ErrMalformed},
 			{"NoID", SignStripe([]byte(`{"type":"x","data":{}}`), stripeSecret, now), []byte(`{"type":"x","data":{}}`), ErrMalformed},
+			{"ObjectNotAnObject", SignStripe([]byte(`{"id":"evt_1","type":"x","data":{"object":"pi_1"}}`), stripeSecret, now), []byte(`{"id":"evt_1","type":"x","data":{"object":"pi_1"}}`), ErrMalformed},
+			// Keys match exactly: encoding/json would have read "ID" as id.
+			{"IDInOtherCase", SignStripe([]byte(`{"ID":"evt_1","type":"x","data":{"object":{}}}`), stripeSecret, now), []byte(`{"ID":"evt_1","type":"x","data":{"object":{}}}`), ErrMalformed},
 			// Postgres cannot store U+0000: refused, never a 503 forever.
 			{"NULInID", SignStripe([]byte(`{"id":"evt_\u0000","type":"x","data":{"object":{}}}`), stripeSecret, now), []byte(`{"id":"evt_\u0000","type":"x","data":{"object":{}}}`), ErrMalformed},
 		}
@@ -212,7 +216,7 @@ func TestStandard(t *testing.T) {
 	})
 }
 
-func TestDecodeStrict(t *testing.T) {
+func TestParseStrict(t *testing.T) {
 	t.Parallel()
 
 	tests := []struct {
@@ -231,10 +235,22 @@ func TestDecodeStrict(t *testing.T) {
 		{``, false},
 	}
 	for _, tt := range tests {
-		var v any
-		err := decodeStrict([]byte(tt.in), &v)
+		v, err := parseStrict([]byte(tt.in))
 		if (err == nil) != tt.wantOK {
-			t.Errorf("decodeStrict(%.30q) error = %v, want ok %v", tt.in, err, tt.wantOK)
+			t.Errorf("parseStrict(%.30q) error = %v, want ok %v", tt.in, err, tt.wantOK)
+		}
+		if err != nil {
+			continue
+		}
+		// One pass gives what encoding/json gives (numbers as json.Number).
+		dec := json.NewDecoder(strings.NewReader(tt.in))
+		dec.UseNumber()
+		var want any
+		if err := dec.Decode(&want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(v, want) {
+			t.Errorf("parseStrict(%q) = %#v, encoding/json reads %#v", tt.in, v, want)
 		}
 	}
 }
@@ -295,13 +311,12 @@ func FuzzStandardVerify(f *testing.F) {
 	})
 }
 
-func FuzzDecodeStrict(f *testing.F) {
+func FuzzParseStrict(f *testing.F) {
 	for _, s := range []string{checkoutCompleted, intentSucceeded, `{"a":1,"a":2}`, `[1,{"b":[]}]`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var v any
-		if decodeStrict(data, &v) == nil && !json.Valid(data) {
+		if _, err := parseStrict(data); err == nil && !json.Valid(data) {
 			t.Fatalf("accepted invalid JSON %q", data)
 		}
 	})

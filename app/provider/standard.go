@@ -111,8 +111,8 @@ func (s *Standard) Verify(header http.Header, body []byte, now time.Time) (Event
 		return Event{}, fmt.Errorf("%w: webhook-id longer than %d", ErrMalformed, maxIDLength)
 	}
 
-	var env map[string]any
-	if err := decodeStrict(body, &env); err != nil {
+	env, err := parseObject(body)
+	if err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	typ, _ := env["type"].(string)

@@ -12,11 +12,6 @@ import (
 // maxDepth bounds nesting so a hostile body cannot exhaust the stack.
 const maxDepth = 64
 
-// decodeStrict unmarshals one JSON value into v after checking that data is
-// exactly one value, that no object repeats a key at any depth, and that the
-// nesting stays within maxDepth. Duplicate keys are rejected because two
-// parsers may pick different values for them: what Guardian reads must be
-// what every downstream reader reads.
 // errNUL refuses an id or type holding U+0000: JSON allows it ("\u0000"),
 // Postgres text cannot store it, and a row that cannot be stored must be
 // refused (400), not answered 503 for the provider to retry for days.
@@ -32,63 +27,89 @@ func hasNUL(ss ...string) bool {
 	return false
 }
 
-func decodeStrict(data []byte, v any) error {
+// parseStrict parses data as exactly one JSON value, in one pass, checking
+// that no object repeats a key at any depth and that the nesting stays
+// within maxDepth. Duplicate keys are rejected because two parsers may pick
+// different values for them: what Guardian reads must be what every
+// downstream reader reads. Objects come back as map[string]any, arrays as
+// []any, numbers as json.Number; keys match exactly (encoding/json's
+// case-insensitive field matching does not apply).
+func parseStrict(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	if err := checkValue(dec, 0); err != nil {
-		return err
+	v, err := parseValue(dec, 0)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after JSON value")
+		return nil, errors.New("trailing data after JSON value")
 	}
-	return json.Unmarshal(data, v)
+	return v, nil
 }
 
-func checkValue(dec *json.Decoder, depth int) error {
+// parseObject is parseStrict for a body that must be a JSON object.
+func parseObject(data []byte) (map[string]any, error) {
+	v, err := parseStrict(data)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, errors.New("not a JSON object")
+	}
+	return m, nil
+}
+
+func parseValue(dec *json.Decoder, depth int) (any, error) {
 	if depth > maxDepth {
-		return fmt.Errorf("nesting deeper than %d", maxDepth)
+		return nil, fmt.Errorf("nesting deeper than %d", maxDepth)
 	}
 	tok, err := dec.Token()
 	if err != nil {
-		return fmt.Errorf("invalid JSON: %w", err)
+		return nil, fmt.Errorf("invalid JSON: %w", err)
 	}
 	delim, ok := tok.(json.Delim)
 	if !ok {
-		return nil
+		return tok, nil
 	}
+	var v any
 	switch delim {
 	case '{':
-		seen := map[string]struct{}{}
+		m := map[string]any{}
 		for dec.More() {
 			tok, err := dec.Token()
 			if err != nil {
-				return fmt.Errorf("invalid JSON: %w", err)
+				return nil, fmt.Errorf("invalid JSON: %w", err)
 			}
 			key, ok := tok.(string)
 			if !ok {
-				return errors.New("invalid JSON: object key is not a string")
+				return nil, errors.New("invalid JSON: object key is not a string")
 			}
-			if _, dup := seen[key]; dup {
-				return fmt.Errorf("duplicate key %q", truncate(key, 40))
+			if _, dup := m[key]; dup {
+				return nil, fmt.Errorf("duplicate key %q", truncate(key, 40))
 			}
-			seen[key] = struct{}{}
-			if err := checkValue(dec, depth+1); err != nil {
-				return err
+			if m[key], err = parseValue(dec, depth+1); err != nil {
+				return nil, err
 			}
 		}
+		v = m
 	case '[':
+		a := []any{}
 		for dec.More() {
-			if err := checkValue(dec, depth+1); err != nil {
-				return err
+			item, err := parseValue(dec, depth+1)
+			if err != nil {
+				return nil, err
 			}
+			a = append(a, item)
 		}
+		v = a
 	default:
-		return errors.New("invalid JSON: unexpected delimiter")
+		return nil, errors.New("invalid JSON: unexpected delimiter")
 	}
 	if _, err := dec.Token(); err != nil { // the closing delimiter
-		return fmt.Errorf("invalid JSON: %w", err)
+		return nil, fmt.Errorf("invalid JSON: %w", err)
 	}
-	return nil
+	return v, nil
 }
 
 func truncate(s string, n int) string {

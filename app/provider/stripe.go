@@ -98,27 +98,27 @@ func (s *Stripe) Verify(header http.Header, body []byte, now time.Time) (Event, 
 // account's key (a backfill), which Stripe vouches for over TLS. It returns
 // ErrMalformed for a body that is not a strict-JSON event.
 func (s *Stripe) Read(body []byte) (Event, error) {
-	var env struct {
-		ID   string `json:"id"`
-		Type string `json:"type"`
-		Data struct {
-			Object map[string]any `json:"object"`
-		} `json:"data"`
-	}
-	if err := decodeStrict(body, &env); err != nil {
+	env, err := parseObject(body)
+	if err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if env.ID == "" || len(env.ID) > maxIDLength || env.Type == "" {
+	id, _ := env["id"].(string)
+	typ, _ := env["type"].(string)
+	if id == "" || len(id) > maxIDLength || typ == "" {
 		return Event{}, fmt.Errorf("%w: id and type are required", ErrMalformed)
 	}
-	if hasNUL(env.ID, env.Type) {
+	if hasNUL(id, typ) {
 		return Event{}, errNUL
 	}
-	ev := Event{Provider: s.Name(), ID: env.ID, Type: env.Type, Payload: body}
-	if !slices.Contains(s.fulfilTypes, env.Type) {
+	object, err := dataObject(env)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	ev := Event{Provider: s.Name(), ID: id, Type: typ, Payload: body}
+	if !slices.Contains(s.fulfilTypes, typ) {
 		return ev, nil
 	}
-	ev.PaymentID, ev.Note = stripeRule(env.Type, env.Data.Object)
+	ev.PaymentID, ev.Note = stripeRule(typ, object)
 	switch {
 	case len(ev.PaymentID) > maxIDLength:
 		ev.PaymentID, ev.Note = "", "payment id longer than any Stripe id"
@@ -128,6 +128,28 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 		ev.Note = "no payment id in data.object"
 	}
 	return ev, nil
+}
+
+// dataObject returns an event's data.object: absent is empty, anything but
+// an object where one belongs is malformed.
+func dataObject(env map[string]any) (map[string]any, error) {
+	data, ok := env["data"]
+	if !ok || data == nil {
+		return nil, nil
+	}
+	dm, ok := data.(map[string]any)
+	if !ok {
+		return nil, errors.New("data is not an object")
+	}
+	object, ok := dm["object"]
+	if !ok || object == nil {
+		return nil, nil
+	}
+	om, ok := object.(map[string]any)
+	if !ok {
+		return nil, errors.New("data.object is not an object")
+	}
+	return om, nil
 }
 
 // RuleTypes lists the event types the payment rules read: a backfill asks

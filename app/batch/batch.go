@@ -1,0 +1,88 @@
+// Package batch is the group commit behind Guardian's throughput: it
+// gathers concurrent submissions into batches for one writer function
+// (intake transactions, dispatch claims and outcomes, Redis filter calls;
+// docs/design.md, "Throughput").
+package batch
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Gatherer batches concurrent submissions for one writer function. There
+// is no timer. A writer starts as soon as an item arrives and fewer than
+// MaxWriters are writing, so under no load an item is a batch of one and
+// waits for nothing; under load, items gather while the writers' work runs,
+// and one commit (or one round trip) serves many.
+type Gatherer[T any] struct {
+	// MaxBatch caps a batch; MaxWriters caps the writers running at once.
+	MaxBatch   int
+	MaxWriters int
+	// Timeout bounds one batch's Write. Defaults to DefaultTimeout.
+	Timeout time.Duration
+	// Write handles one batch, recording each item's result in the item.
+	Write func(ctx context.Context, batch []T)
+
+	mu      sync.Mutex
+	queue   []queued[T]
+	writers int
+}
+
+type queued[T any] struct {
+	item T
+	done chan struct{}
+}
+
+// DefaultTimeout bounds one batch's work when Timeout is zero. An item's
+// submitter may stop waiting sooner; the batch goes on.
+const DefaultTimeout = 10 * time.Second
+
+// Submit queues item and returns a channel closed once a batch holding it
+// was written (its result is then in the item).
+func (g *Gatherer[T]) Submit(item T) <-chan struct{} {
+	q := queued[T]{item: item, done: make(chan struct{})}
+	g.mu.Lock()
+	g.queue = append(g.queue, q)
+	start := g.writers < max(g.MaxWriters, 1)
+	if start {
+		g.writers++
+	}
+	g.mu.Unlock()
+	if start {
+		go g.run()
+	}
+	return q.done
+}
+
+// run writes batches off the queue until it is empty.
+func (g *Gatherer[T]) run() {
+	for {
+		g.mu.Lock()
+		if len(g.queue) == 0 {
+			g.writers--
+			g.mu.Unlock()
+			return
+		}
+		n := min(len(g.queue), max(g.MaxBatch, 1))
+		batch := slices.Clone(g.queue[:n])
+		g.queue = slices.Delete(g.queue, 0, n)
+		g.mu.Unlock()
+
+		items := make([]T, n)
+		for i, q := range batch {
+			items[i] = q.item
+		}
+		timeout := g.Timeout
+		if timeout == 0 {
+			timeout = DefaultTimeout
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		g.Write(ctx, items)
+		cancel()
+		for _, q := range batch {
+			close(q.done)
+		}
+	}
+}
