@@ -60,6 +60,19 @@ var (
 	curvePath   = flag.String("curve", filepath.Join(repoRoot(), "docs", "performance-curve.png"), "where to draw throughput and p99 against concurrency")
 )
 
+// extraEnv is -env KEY=VALUE, repeated: set on every Guardian the bench
+// starts (to compare settings, e.g. -env GUARDIAN_BATCH=1).
+type extraEnv []string
+
+func (e *extraEnv) String() string     { return strings.Join(*e, " ") }
+func (e *extraEnv) Set(v string) error { *e = append(*e, v); return nil }
+
+var guardianEnv extraEnv
+
+func init() {
+	flag.Var(&guardianEnv, "env", "KEY=VALUE set on every Guardian started (repeatable)")
+}
+
 type stats struct{ min, median, max float64 }
 
 func summarize(xs []float64) stats {
@@ -443,7 +456,19 @@ func (g *guardian) load(args ...string) ([]byte, error) {
 	return cmd.Output()
 }
 
+// analyze refreshes the planner's statistics. Autovacuum is off on the
+// development machine's shared Postgres; a deployment's autovacuum keeps
+// them, so the bench does what it would before each process starts.
+func analyze(dbURL string) {
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	check(err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(context.Background(), "ANALYZE")
+	check(err)
+}
+
 func startGuardian(bin, dbURL, connURL string, extra map[string]string) *guardian {
+	analyze(dbURL)
 	addr, metricsAddr := freePort(), freePort()
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + dbURL, "GUARDIAN_ADDR=" + addr, "GUARDIAN_METRICS_ADDR=" + metricsAddr,
@@ -453,6 +478,7 @@ func startGuardian(bin, dbURL, connURL string, extra map[string]string) *guardia
 	for k, v := range extra {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	cmd.Env = append(cmd.Env, guardianEnv...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	start := time.Now()
