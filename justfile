@@ -21,10 +21,15 @@ demo:
     go run . demo
 
 # Every suite: unit, storage, integration and black-box, against real Postgres
-# and Redis, then the protocol's model in spin.
-test: model
+# and Redis, then the protocol's model in spin. Installs Chromium and spin
+# first when they are missing (.ci/deps).
+test: deps model
     go vet ./...
     go test -count=1 -timeout 10m ./...
+
+# Install what the suites need beyond Go, Postgres and Redis (Chromium, spin).
+deps:
+    .ci/deps
 
 # Check the protocol's Promela model with spin: every rule in, no violation;
 # each rule out, spin finds the hole it closes (docs/design.md, "The model").
