@@ -94,6 +94,9 @@ type Config struct {
 	Locker lock.Locker
 	// Tokens, when set, has expired single-use tokens pruned by the sweep.
 	Tokens TokenPruner
+	// Refusals, when set, has refused-request records pruned by the sweep
+	// to RefusalRetention and RefusalRows.
+	Refusals RefusalPruner
 	// SweepInterval is how often the leader sweeps. Defaults to
 	// DefaultSweepInterval; at least 1 second.
 	SweepInterval time.Duration
@@ -157,7 +160,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	dispatch := &DispatchWorker{service: cfg.Service, tracer: cfg.Tracer}
-	sweep := &SweepWorker{service: cfg.Service, tokens: cfg.Tokens, locker: cfg.Locker, logger: cfg.Logger}
+	sweep := &SweepWorker{service: cfg.Service, tokens: cfg.Tokens, refusals: cfg.Refusals, locker: cfg.Locker, logger: cfg.Logger}
 	reconcile := &ReconcileWorker{service: cfg.Service, locker: cfg.Locker, logger: cfg.Logger}
 	workers := river.NewWorkers()
 	fill := &BackfillWorker{backfill: cfg.Backfill, locker: cfg.Locker, logger: cfg.Logger}

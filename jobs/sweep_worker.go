@@ -28,8 +28,20 @@ type TokenPruner interface {
 	Prune(ctx context.Context, before time.Time) (int64, error)
 }
 
+// RefusalPruner deletes refused-request records older than a time and
+// beyond a count (db.Store.PruneRefusals).
+type RefusalPruner interface {
+	PruneRefusals(ctx context.Context, before time.Time, keep int) (int64, error)
+}
+
+// The refused-request record's bounds.
+const (
+	RefusalRetention = 7 * 24 * time.Hour
+	RefusalRows      = 100_000
+)
+
 // SweepWorker runs fulfilment.Service.Sweep, and prunes expired single-use
-// tokens.
+// tokens and old refused-request records.
 //
 // River enqueues sweeps on its leader only, but any process may work one,
 // and a slow sweep may still run when the next is due. A sweep therefore
@@ -38,11 +50,12 @@ type TokenPruner interface {
 type SweepWorker struct {
 	river.WorkerDefaults[SweepArgs]
 
-	service *fulfilment.Service
-	tokens  TokenPruner
-	locker  lock.Locker
-	logger  *slog.Logger
-	actor   string
+	service  *fulfilment.Service
+	tokens   TokenPruner
+	refusals RefusalPruner
+	locker   lock.Locker
+	logger   *slog.Logger
+	actor    string
 }
 
 // sweepLockTTL bounds one sweep.
@@ -60,13 +73,19 @@ func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error
 		if _, err := w.service.Sweep(ctx, w.actor, l); err != nil {
 			return err
 		}
-		if w.tokens == nil {
-			return nil
+		if w.tokens != nil {
+			if n, err := w.tokens.Prune(ctx, time.Now().Add(-tokenGrace)); err != nil {
+				w.logger.WarnContext(ctx, "sweep: prune tokens", "error", err)
+			} else if n > 0 {
+				w.logger.InfoContext(ctx, "sweep: pruned expired tokens", "rows", n)
+			}
 		}
-		if n, err := w.tokens.Prune(ctx, time.Now().Add(-tokenGrace)); err != nil {
-			w.logger.WarnContext(ctx, "sweep: prune tokens", "error", err)
-		} else if n > 0 {
-			w.logger.InfoContext(ctx, "sweep: pruned expired tokens", "rows", n)
+		if w.refusals != nil {
+			if n, err := w.refusals.PruneRefusals(ctx, time.Now().Add(-RefusalRetention), RefusalRows); err != nil {
+				w.logger.WarnContext(ctx, "sweep: prune refused requests", "error", err)
+			} else if n > 0 {
+				w.logger.InfoContext(ctx, "sweep: pruned refused-request records", "rows", n)
+			}
 		}
 		return nil
 	})

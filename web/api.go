@@ -27,6 +27,7 @@ func (s *Server) mountAPI() {
 	g.GET("/events/:provider/:event_id", s.apiGetEvent)
 	g.POST("/events/:provider/:event_id/replay", s.apiReplay)
 	g.GET("/stats", s.apiStats)
+	g.GET("/refused", s.apiRefused)
 }
 
 // FulfilmentList is the answer to GET /api/v1/fulfilments.

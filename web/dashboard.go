@@ -126,6 +126,7 @@ func (s *Server) mountDashboard() error {
 	e.GET("/", s.handleOverview, s.requireSession)
 	e.GET("/queue", s.handleQueue, s.requireSession)
 	e.GET("/search", s.handleSearch, s.requireSession)
+	e.GET("/refused", s.handleRefusedPage, s.requireSession)
 	e.GET("/fulfilments/:id", s.handleFulfilmentPage, s.requireSession)
 	e.POST("/fulfilments/:id/resolve", s.handleResolveAsk, s.requireSession)
 	e.POST("/fulfilments/:id/resolve/confirm", s.handleResolveConfirm, s.requireSession)

@@ -3,15 +3,18 @@ package web_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"mime/multipart"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/web"
 )
@@ -293,4 +296,49 @@ func (s *safeBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.String()
+}
+
+func TestRefusedRequestsAreRecordedWithoutTheirContent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	now := time.Now()
+	body := []byte(`{"id":"evt_refused_secret_id","type":"checkout.session.completed","data":{"object":{"id":"cs_1","payment_status":"paid","payment_intent":"pi_refused"}}}`)
+	for _, tc := range []struct {
+		path   string
+		header http.Header
+		body   []byte
+		want   int
+	}{
+		{"/webhooks/stripe", provider.SignStripe(body, "whsec_someone_else_entirely_0123456789", now), body, http.StatusBadRequest},
+		{"/webhooks/stripe", provider.SignStripe(body, stripeSecret, now.Add(-time.Hour)), body, http.StatusBadRequest},
+		{"/webhooks/stripe", provider.SignStripe([]byte(`{"id":`), stripeSecret, now), []byte(`{"id":`), http.StatusBadRequest},
+		{"/webhooks/stripe", provider.SignStripe(bytes.Repeat([]byte(" "), 70<<10), stripeSecret, now), bytes.Repeat([]byte(" "), 70<<10), http.StatusRequestEntityTooLarge},
+		{"/webhooks/paypal", provider.SignStripe(body, stripeSecret, now), body, http.StatusNotFound},
+	} {
+		code, _ := b.do(t, "POST", tc.path, tc.header, tc.body)
+		require.Equal(t, tc.want, code, tc.path)
+	}
+	require.Eventually(t, func() bool { return b.db.Count(t, `SELECT count(*) FROM refused_delivery`) == 5 }, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, 5, b.db.Count(t, `SELECT count(DISTINCT reason) FROM refused_delivery`))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM refused_delivery WHERE reason = 'unknown_provider' AND provider = 'unknown'`))
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM refused_delivery r WHERE r::text LIKE '%evt_refused_secret_id%' OR r::text LIKE '%pi_refused%'`),
+		"nothing the sender wrote is stored")
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
+
+	code, raw := b.api(t, "GET", "/api/v1/refused?limit=2", b.token, nil)
+	require.Equal(t, http.StatusOK, code)
+	var list web.RefusalList
+	require.NoError(t, json.Unmarshal(raw, &list))
+	require.Len(t, list.Refused, 2)
+	require.Equal(t, "unknown_provider", list.Refused[0].Reason, "newest first")
+	require.NotZero(t, list.NextBefore)
+	code, _ = b.api(t, "GET", "/api/v1/refused", "", nil)
+	require.Equal(t, http.StatusUnauthorized, code)
+
+	op := newBrowser(t, b)
+	op.signIn(b.token)
+	code, page, _ := op.get("/refused")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "bad signature")
+	require.Contains(t, page, "too_large")
 }

@@ -63,7 +63,9 @@ type Config struct {
 	// SessionKey signs dashboard sessions (Operators.SessionKey). Required
 	// with Operators.
 	SessionKey []byte
-	// Store serves the operator API's reads. Required with Operators.
+	// Store serves the operator API's reads, and records refused webhook
+	// requests. Required with Operators; without it refusals are counted
+	// only.
 	Store *db.Store
 	// RiverUI, when set, is served at /riverui/ behind the admin token.
 	RiverUI http.Handler
@@ -97,6 +99,8 @@ type Server struct {
 	// per client address.
 	signIns *failureLimiter
 	redeems *failureLimiter
+	// refusals records refused webhook requests.
+	refusals *refusalLog
 
 	pages     map[string]*template.Template
 	activity  activity
@@ -130,6 +134,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.origin = strings.TrimSuffix(cfg.PublicURL, "/")
 	s.secure = strings.HasPrefix(strings.ToLower(s.origin), "https://")
+	s.refusals = newRefusalLog(cfg.Store, cfg.Metrics, cfg.Logger)
 	s.signIns = newFailureLimiter(signInBurst, signInEvery, s.now)
 	s.redeems = newFailureLimiter(redeemBurst, redeemEvery, s.now)
 	proxies, err := ParseTrustedProxies(cfg.TrustedProxies)
@@ -234,6 +239,7 @@ func (s *Server) Addr() string {
 // Stop stops accepting connections and waits for in-flight requests until
 // ctx ends, then closes what remains. Safe before Start and more than once.
 func (s *Server) Stop(ctx context.Context) error {
+	defer s.refusals.close()
 	s.mu.Lock()
 	srv := s.http
 	s.mu.Unlock()

@@ -32,7 +32,9 @@ func (s *Server) handleWebhook(c echo.Context) error {
 	name := c.Param("provider")
 	p, ok := s.providers[name]
 	if !ok {
-		return &HTTPError{Code: http.StatusNotFound, Msg: "unknown provider"}
+		err := &HTTPError{Code: http.StatusNotFound, Msg: "unknown provider"}
+		s.refuse(c, "unknown", "unknown_provider", err)
+		return err
 	}
 	ctx, span := s.cfg.Tracer.Start(c.Request().Context(), "guardian.intake", trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("guardian.provider", name)))
@@ -44,6 +46,9 @@ func (s *Server) handleWebhook(c echo.Context) error {
 	}
 	span.End()
 	s.metrics.Delivery(name, outcome, time.Since(start).Seconds())
+	if reason, refused := strings.CutPrefix(outcome, "rejected_"); refused {
+		s.refuse(c, name, reason, err)
+	}
 	s.activity.record(s.now(), outcome)
 	return err
 }

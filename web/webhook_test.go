@@ -141,6 +141,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	})
 	require.NoError(t, err)
 	b.client = client
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	b.handler = s.Handler()
 	b.srv = httptest.NewServer(b.handler)
 	t.Cleanup(b.srv.Close)

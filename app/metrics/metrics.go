@@ -28,6 +28,8 @@ type Metrics struct {
 	dispatches      *prometheus.CounterVec
 	connectorErrors *prometheus.CounterVec
 	filterErrors    *prometheus.CounterVec
+	refused         *prometheus.CounterVec
+	refusedDropped  prometheus.Counter
 	table           *tableCollector
 }
 
@@ -67,7 +69,16 @@ func New(reg prometheus.Registerer, store *db.Store, logger *slog.Logger) (*Metr
 			Help: "Redis duplicate-filter calls that failed and fell back to Postgres, by operation (check, mark).",
 		}, []string{"op"}),
 	}
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "guardian_refused_total",
+		Help: "Refused webhook requests by provider (a configured one, or unknown) and reason: signature, timestamp, malformed, too_large, unreadable, unknown_provider, invalid.",
+	}, []string{"provider", "reason"})
+	m.refusedDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "guardian_refused_dropped_total",
+		Help: "Refused requests counted but not recorded in refused_delivery: more arrived than the record takes (1,000 a second).",
+	})
 	for _, c := range []prometheus.Collector{
+		m.refused, m.refusedDropped,
 		m.deliveries, m.intakeSeconds, m.transitions, m.dispatchSeconds, m.dispatches, m.connectorErrors, m.filterErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.table,
@@ -127,6 +138,22 @@ func closedClass(class string) string {
 		return class
 	}
 	return "other"
+}
+
+// Refused counts one refused webhook request.
+func (m *Metrics) Refused(provider, reason string) {
+	if m == nil {
+		return
+	}
+	m.refused.WithLabelValues(provider, reason).Inc()
+}
+
+// RefusalDropped counts a refusal the record had no room for.
+func (m *Metrics) RefusalDropped() {
+	if m == nil {
+		return
+	}
+	m.refusedDropped.Inc()
 }
 
 // FilterError counts a duplicate-filter failure that fell back to Postgres.

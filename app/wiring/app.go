@@ -175,7 +175,7 @@ func (a *App) build(ctx context.Context) error {
 	if cfg.Workers {
 		if a.jobs, err = jobs.New(jobs.Config{
 			Pool: a.pool, Logger: a.logger, Service: service, Locker: lock.Postgres{Store: store},
-			Tokens: tokens.Postgres{Store: store}, Tracer: tracer,
+			Tokens: tokens.Postgres{Store: store}, Refusals: store, Tracer: tracer,
 			SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers, ReconcileInterval: cfg.ReconcileInterval,
 			Backfill: a.backfill, BackfillInterval: cfg.BackfillInterval,
 		}); err != nil {
@@ -186,7 +186,7 @@ func (a *App) build(ctx context.Context) error {
 	webCfg := web.Config{
 		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Service: service,
 		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready, SessionTTL: cfg.SessionTTL,
-		Metrics: m, Tracer: tracer, PublicURL: cfg.PublicURL, TrustedProxies: cfg.TrustedProxies,
+		Metrics: m, Tracer: tracer, PublicURL: cfg.PublicURL, TrustedProxies: cfg.TrustedProxies, Store: store,
 	}
 	var tokenStore tokens.Store = tokens.Postgres{Store: store}
 	if cfg.TokenStore == "redis" {
@@ -207,7 +207,7 @@ func (a *App) build(ctx context.Context) error {
 		if webCfg.SessionKey, err = ops.SessionKey(ctx); err != nil {
 			return err
 		}
-		webCfg.Operators, webCfg.Store = ops, store
+		webCfg.Operators = ops
 		if creds, err := ops.List(ctx); err == nil && len(cfg.AdminTokens) == 0 && !anyActive(creds) {
 			a.logger.Warn("no operator can sign in: add one with `guardian operators add NAME`")
 		}
