@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -69,6 +70,9 @@ func Main(ctx context.Context, args []string, defaultURL, defaultMetricsURL stri
 	seed := fs.Int64("seed", 0, "events already sent under --prefix, which duplicates may repeat")
 	maxNew := fs.Int64("max", 0, "stop after this many new events (0: no limit)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
 		return exitUsage
 	}
 	if *concurrency < 1 || *dupShare < 0 || *dupShare > 1 || *fulfilShare < 0 || *fulfilShare > 1 {

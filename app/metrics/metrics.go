@@ -6,7 +6,10 @@ package metrics
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
+	"runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -77,8 +80,15 @@ func New(reg prometheus.Registerer, store *db.Store, logger *slog.Logger) (*Metr
 		Name: "guardian_refused_dropped_total",
 		Help: "Refused requests counted but not recorded in refused_delivery: more arrived than the record takes (1,000 a second).",
 	})
+	version, revision, goVersion := buildInfo()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "guardian_build_info",
+		Help:        "1, labelled with the running build's version, revision and Go version.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
+	})
+	buildInfo.Set(1)
 	for _, c := range []prometheus.Collector{
-		m.refused, m.refusedDropped,
+		buildInfo, m.refused, m.refusedDropped,
 		m.deliveries, m.intakeSeconds, m.transitions, m.dispatchSeconds, m.dispatches, m.connectorErrors, m.filterErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.table,
@@ -88,6 +98,37 @@ func New(reg prometheus.Registerer, store *db.Store, logger *slog.Logger) (*Metr
 		}
 	}
 	return m, nil
+}
+
+// Version names this build: the module version (or "devel"), the VCS
+// revision with "+dirty" when the tree had changes, and the Go version.
+func Version() string {
+	v, rev, goVersion := buildInfo()
+	return fmt.Sprintf("guardian %s (revision %s, %s)", v, rev, goVersion)
+}
+
+func buildInfo() (version, revision, goVersion string) {
+	version, revision, goVersion = "devel", "unknown", runtime.Version()
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		version = v
+	}
+	dirty := false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			revision = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if dirty {
+		revision += "+dirty"
+	}
+	return
 }
 
 // Delivery counts one webhook delivery and its latency.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/loadgen"
+	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/goose"
 )
@@ -30,6 +31,8 @@ const usage = `guardian: exactly-once fulfilment for payment webhooks
 
 Usage:
   guardian serve [--no-migrate]     serve webhooks and dispatch fulfilments
+  guardian config check             name every problem with the configuration (exit 2 if any)
+  guardian version                  the build's version and revision
   guardian migrate up|down|status   manage the database schema
   guardian backfill stripe [--since 72h]  fetch Stripe events never delivered (needs GUARDIAN_STRIPE_API_KEY)
   guardian epoch show|rotate        the database's epoch, which scopes Redis marks (rotate after a restore or failover)
@@ -49,7 +52,17 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return ExitUsage
 	}
 	cmd, rest := args[0], args[1:]
+	if text, ok := commandUsage[cmd]; ok && len(rest) > 0 && isHelp(rest[0]) {
+		// Help comes before any configuration is read.
+		fmt.Fprint(stdout, text)
+		return ExitOK
+	}
 	switch cmd {
+	case "version":
+		fmt.Fprintln(stdout, metrics.Version())
+		return ExitOK
+	case "config":
+		return runConfig(rest, getenv, stdout, stderr)
 	case "serve":
 		return runServe(ctx, rest, getenv, stderr)
 	case "migrate":
@@ -75,6 +88,45 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 }
 
+// commandUsage is each command's help where its flags do not say it all.
+var commandUsage = map[string]string{
+	"migrate":     "usage: guardian migrate up|down|status\n  applies, rolls back (one) or lists migrations on DATABASE_URL\n",
+	"epoch":       "usage: guardian epoch show|rotate\n  the database's epoch, which scopes Redis marks; rotate after a restore or failover (docs/operations.md)\n",
+	"operators":   operatorsUsage,
+	"backfill":    "usage: guardian backfill stripe [--since 72h]\n  fetches Stripe events never delivered (needs GUARDIAN_STRIPE_API_KEY)\n",
+	"config":      "usage: guardian config check\n  reads the configuration from the environment and names every problem; exit 2 if any\n",
+	"fulfilments": opsUsage,
+	"reconcile":   opsUsage,
+	"events":      opsUsage,
+}
+
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help"
+}
+
+// usageExit is the exit code for a flag parse error: 0 for -h, else 2 (the
+// flag package has printed the usage either way).
+func usageExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	return ExitUsage
+}
+
+// runConfig runs `guardian config check`.
+func runConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) != 1 || args[0] != "check" {
+		fmt.Fprint(stderr, commandUsage["config"])
+		return ExitUsage
+	}
+	if _, err := ConfigFromEnv(getenv); err != nil {
+		fmt.Fprintf(stderr, "guardian: configuration refused:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return ExitUsage
+	}
+	fmt.Fprintln(stdout, "configuration ok")
+	return ExitOK
+}
+
 // NewLogger returns the process logger: JSON for machines, text for a terminal.
 func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lvl slog.Level
@@ -94,7 +146,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	noMigrate := fs.Bool("no-migrate", false, "do not apply pending migrations at start")
 	shutdown := fs.Duration("shutdown-timeout", 0, "how long a stop waits for in-flight work (default: connector timeout + 15s)")
 	if err := fs.Parse(args); err != nil {
-		return ExitUsage
+		return usageExit(err)
 	}
 	a, logger, code := appFrom(ctx, getenv, stderr, func(cfg *Config) error {
 		cfg.Migrate = cfg.Migrate && !*noMigrate
@@ -160,7 +212,7 @@ func runBackfill(ctx context.Context, args []string, getenv func(string) string,
 	fs.SetOutput(stderr)
 	since := fs.Duration("since", 0, "list events created this long ago and since (default: from the checkpoint, or 72h on a first run)")
 	if err := fs.Parse(args[1:]); err != nil {
-		return ExitUsage
+		return usageExit(err)
 	}
 	a, logger, code := appFrom(ctx, getenv, stderr, func(cfg *Config) error {
 		if cfg.StripeAPIKey == "" {

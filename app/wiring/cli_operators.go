@@ -32,10 +32,13 @@ func runOperators(ctx context.Context, args []string, getenv func(string) string
 	fs := flag.NewFlagSet("operators "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	id := fs.Int64("id", 0, "revoke only this credential")
-	pos, ok := parseInterspersed(fs, args[1:])
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return usageExit(err)
+	}
 	want := map[string]int{"add": 1, "list": 0, "revoke": 1, "signout": 1}
 	n, known := want[verb]
-	if !ok || !known || len(pos) != n {
+	if !known || len(pos) != n {
 		fmt.Fprint(stderr, operatorsUsage)
 		return ExitUsage
 	}

@@ -53,9 +53,9 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 	reason := fs.String("reason", "", "why")
 	evidence := fs.String("evidence", "", "the fact behind the resolution")
 	attempt := fs.Int("attempt", 0, "the attempt your decision is about, as `fulfilments show` printed it")
-	pos, ok := parseInterspersed(fs, rest)
-	if !ok {
-		return ExitUsage
+	pos, err := parseInterspersed(fs, rest)
+	if err != nil {
+		return usageExit(err)
 	}
 
 	client, err := newOpsClient(getenv)
@@ -234,15 +234,15 @@ func printEvent(w io.Writer, d web.EventDetail) {
 }
 
 // parseInterspersed parses args with fs, flags before, between or after
-// positional arguments, and returns the positional ones; false on a bad flag.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, bool) {
+// positional arguments, and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, false
+			return nil, err
 		}
 		if fs.NArg() == 0 {
-			return pos, true
+			return pos, nil
 		}
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]

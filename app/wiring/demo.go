@@ -25,7 +25,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	fs.SetOutput(stderr)
 	base := fs.String("url", cmp.Or(getenv("GUARDIAN_URL"), defaultURL), "Guardian's base URL")
 	if err := fs.Parse(args); err != nil {
-		return ExitUsage
+		return usageExit(err)
 	}
 	stripeSecret := first(list(getenv("GUARDIAN_STRIPE_SECRETS"), ","), provider.DevStripeSecret)
 	standardSecret := first(list(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"), provider.DevStandardSecret)

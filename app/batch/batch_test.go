@@ -1,0 +1,72 @@
+package batch_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/guardian-pay/guardian/app/batch"
+)
+
+type item struct{ batchSize int }
+
+func TestGatherer(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AloneIsABatchOfOneAtOnce", func(t *testing.T) {
+		t.Parallel()
+		g := &batch.Gatherer[*item]{MaxBatch: 10, MaxWriters: 2, Write: func(_ context.Context, b []*item) {
+			for _, it := range b {
+				it.batchSize = len(b)
+			}
+		}}
+		it := &item{}
+		select {
+		case <-g.Submit(it):
+		case <-time.After(time.Second):
+			t.Fatal("a lone item waited")
+		}
+		if it.batchSize != 1 {
+			t.Fatalf("batch of %d", it.batchSize)
+		}
+	})
+
+	t.Run("ConcurrentItemsShareBatchesWithinTheBounds", func(t *testing.T) {
+		t.Parallel()
+		var running, most, batches atomic.Int32
+		release := make(chan struct{})
+		g := &batch.Gatherer[*item]{MaxBatch: 16, MaxWriters: 2, Write: func(_ context.Context, b []*item) {
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			<-release // hold the writers so items queue behind them
+			for _, it := range b {
+				it.batchSize = len(b)
+			}
+			batches.Add(1)
+			running.Add(-1)
+		}}
+		items := make([]*item, 100)
+		var wg sync.WaitGroup
+		for i := range items {
+			items[i] = &item{}
+			done := g.Submit(items[i])
+			wg.Go(func() { <-done })
+		}
+		close(release)
+		wg.Wait()
+		if most.Load() > 2 {
+			t.Errorf("%d writers ran at once, at most 2 allowed", most.Load())
+		}
+		for _, it := range items {
+			if it.batchSize < 1 || it.batchSize > 16 {
+				t.Fatalf("batch of %d, want 1 to 16", it.batchSize)
+			}
+		}
+		if b := batches.Load(); b > 100-14*2 {
+			t.Errorf("%d batches for 100 items: they were not gathered", b)
+		}
+	})
+}

@@ -1,0 +1,53 @@
+package wiring
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestHelpNeedsNoConfiguration: every command's --help prints its usage and
+// exits 0 before any configuration is read (the environment here is empty).
+func TestHelpNeedsNoConfiguration(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"help"}, {"serve", "--help"}, {"migrate", "--help"}, {"epoch", "-h"}, {"operators", "--help"},
+		{"backfill", "--help"}, {"backfill", "stripe", "--help"}, {"config", "--help"}, {"demo", "--help"}, {"bench", "--help"},
+		{"reconcile", "--help"}, {"fulfilments", "--help"}, {"events", "help"}, {"reconcile", "resolve", "--help"}, {"operators", "revoke", "--help"},
+	} {
+		var out, errOut bytes.Buffer
+		code := Main(context.Background(), args, func(string) string { return "" }, &out, &errOut)
+		if code != ExitOK {
+			t.Errorf("%v exited %d: %s", args, code, errOut.String())
+		}
+		if out.Len()+errOut.Len() == 0 {
+			t.Errorf("%v printed nothing", args)
+		}
+		if strings.Contains(out.String()+errOut.String(), "configuration refused") || strings.Contains(out.String()+errOut.String(), "is empty") {
+			t.Errorf("%v read the configuration: %s%s", args, out.String(), errOut.String())
+		}
+	}
+}
+
+func TestConfigCheckAndVersion(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	code := Main(context.Background(), []string{"config", "check"}, envOf(map[string]string{"GUARDIAN_CONNECTOR_TIMEOUT": "soon", "GUARDIAN_METRICS_ADDR": "nowhere"}), &out, &errOut)
+	if code != ExitUsage {
+		t.Fatalf("config check of a bad configuration exited %d", code)
+	}
+	for _, name := range []string{"GUARDIAN_CONNECTOR_TIMEOUT", "GUARDIAN_METRICS_ADDR", "GUARDIAN_STRIPE_SECRETS", "GUARDIAN_CONNECTOR_URL"} {
+		if !strings.Contains(errOut.String(), name) {
+			t.Errorf("config check does not name %s: %s", name, errOut.String())
+		}
+	}
+	out.Reset()
+	if code := Main(context.Background(), []string{"config", "check"}, production(nil), &out, &errOut); code != ExitOK || !strings.Contains(out.String(), "configuration ok") {
+		t.Fatalf("a good configuration: exit %d, %q", code, out.String())
+	}
+	out.Reset()
+	if code := Main(context.Background(), []string{"version"}, envOf(nil), &out, &errOut); code != ExitOK || !strings.HasPrefix(out.String(), "guardian ") {
+		t.Fatalf("version: exit %d, %q", code, out.String())
+	}
+}
