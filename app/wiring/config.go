@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/guardian-pay/guardian/app/backfill"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/metrics"
@@ -385,6 +387,27 @@ func (c *Config) validateExposure() []error {
 		u, err := url.Parse(c.PublicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.User != nil || u.RawQuery != "" {
 			errs = append(errs, fmt.Errorf("GUARDIAN_PUBLIC_URL: want the origin operators use, such as https://guardian.example.com, got %q", c.PublicURL))
+		}
+	}
+	scheme, _, isURL := strings.Cut(c.DatabaseURL, "://")
+	if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil || (isURL && scheme != "postgres" && scheme != "postgresql") {
+		// The URL may hold a password: name the variable, not the value.
+		errs = append(errs, errors.New("DATABASE_URL: not a Postgres URL such as postgres://user@host:5432/guardian"))
+	}
+	if c.RedisURL != "" {
+		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			errs = append(errs, errors.New("REDIS_URL: want redis://host:6379/0 (or rediss://)"))
+		}
+	}
+	if c.ConnectorURL != "" {
+		if u, err := url.Parse(c.ConnectorURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, errors.New("GUARDIAN_CONNECTOR_URL: want an absolute http(s) URL"))
+		}
+	}
+	if c.ConnectorLookupURL != "" {
+		u, err := url.Parse(strings.ReplaceAll(c.ConnectorLookupURL, "{key}", "k"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.Contains(c.ConnectorLookupURL, "{key}") {
+			errs = append(errs, errors.New("GUARDIAN_CONNECTOR_LOOKUP_URL: want an absolute http(s) URL containing {key}"))
 		}
 	}
 	if _, err := web.ParseTrustedProxies(c.TrustedProxies); err != nil {

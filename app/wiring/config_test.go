@@ -123,6 +123,10 @@ func TestConfigRefusesExposure(t *testing.T) {
 		{"PprofOffLoopback", production(map[string]string{"GUARDIAN_PPROF": "true", "GUARDIAN_METRICS_ADDR": "0.0.0.0:9090"}), "GUARDIAN_PPROF refuses the non-loopback"},
 		{"PprofAddrIsGone", production(map[string]string{"GUARDIAN_PPROF_ADDR": "127.0.0.1:6060"}), "GUARDIAN_PPROF_ADDR is gone"},
 		{"PublicURLWithAPath", production(map[string]string{"GUARDIAN_PUBLIC_URL": "https://ops.example.com/guardian"}), "GUARDIAN_PUBLIC_URL"},
+		{"BadDatabaseURL", production(map[string]string{"DATABASE_URL": "mysql://root:hunter2@db/guardian?x=%zz"}), "DATABASE_URL: not a Postgres URL"},
+		{"BadRedisURL", production(map[string]string{"REDIS_URL": "127.0.0.1:6379"}), "REDIS_URL: want"},
+		{"BadConnectorURL", production(map[string]string{"GUARDIAN_CONNECTOR_URL": "connector.internal"}), "GUARDIAN_CONNECTOR_URL: want an absolute"},
+		{"LookupWithoutKey", production(map[string]string{"GUARDIAN_CONNECTOR_LOOKUP_URL": "https://connector.internal/lookup"}), "GUARDIAN_CONNECTOR_LOOKUP_URL: want"},
 		{"BadTrustedProxy", production(map[string]string{"GUARDIAN_TRUSTED_PROXIES": "10.0.0.0/8, the-proxy"}), "GUARDIAN_TRUSTED_PROXIES"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
