@@ -28,6 +28,7 @@ func (s *Server) mountAPI() {
 	g.POST("/events/:provider/:event_id/replay", s.apiReplay)
 	g.GET("/stats", s.apiStats)
 	g.GET("/refused", s.apiRefused)
+	g.GET("/openapi.json", s.apiOpenAPI)
 }
 
 // FulfilmentList is the answer to GET /api/v1/fulfilments.

@@ -142,7 +142,7 @@ func (s *Server) refusalList(c echo.Context) (RefusalList, error) {
 	if err != nil {
 		return RefusalList{}, storageError(err)
 	}
-	var out RefusalList
+	out := RefusalList{Refused: []Refusal{}}
 	for _, r := range rs {
 		out.Refused = append(out.Refused, Refusal(r))
 	}
