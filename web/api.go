@@ -39,6 +39,19 @@ type FulfilmentList struct {
 }
 
 func (s *Server) apiListFulfilments(c echo.Context) error {
+	list, err := s.listFulfilments(c)
+	if err != nil {
+		return err
+	}
+	if c.QueryParam("format") == "csv" {
+		return writeFulfilmentsCSV(c, list)
+	}
+	return c.JSON(http.StatusOK, list)
+}
+
+// listFulfilments reads the listing the request's query asks for; the API
+// and the dashboard share it.
+func (s *Server) listFulfilments(c echo.Context) (FulfilmentList, error) {
 	q := c.QueryParams()
 	p := db.ListParams{
 		State: state.State(q.Get("state")), Provider: q.Get("provider"), PaymentID: q.Get("payment_id"),
@@ -46,30 +59,30 @@ func (s *Server) apiListFulfilments(c echo.Context) error {
 	}
 	if p.State != "" {
 		if _, err := state.Parse(string(p.State)); err != nil {
-			return &HTTPError{Code: http.StatusBadRequest, Msg: "unknown state"}
+			return FulfilmentList{}, &HTTPError{Code: http.StatusBadRequest, Msg: "unknown state"}
 		}
 	}
 	var err error
 	for name, dst := range map[string]*time.Time{"since": &p.Since, "until": &p.Until} {
 		if v := q.Get(name); v != "" {
 			if *dst, err = time.Parse(time.RFC3339, v); err != nil {
-				return &HTTPError{Code: http.StatusBadRequest, Msg: name + " must be an RFC 3339 time"}
+				return FulfilmentList{}, &HTTPError{Code: http.StatusBadRequest, Msg: name + " must be an RFC 3339 time"}
 			}
 		}
 	}
 	if v := q.Get("limit"); v != "" {
 		if p.Limit, err = strconv.Atoi(v); err != nil || p.Limit < 1 || p.Limit > 500 {
-			return &HTTPError{Code: http.StatusBadRequest, Msg: "limit must be 1 to 500"}
+			return FulfilmentList{}, &HTTPError{Code: http.StatusBadRequest, Msg: "limit must be 1 to 500"}
 		}
 	}
 	fs, next, err := db.ListFulfilments(c.Request().Context(), s.cfg.Store.Pool(), p)
 	if errors.Is(err, db.ErrBadCursor) {
-		return &HTTPError{Code: http.StatusBadRequest, Msg: "invalid cursor"}
+		return FulfilmentList{}, &HTTPError{Code: http.StatusBadRequest, Msg: "invalid cursor"}
 	}
 	if err != nil {
-		return storageError(err)
+		return FulfilmentList{}, storageError(err)
 	}
-	return c.JSON(http.StatusOK, FulfilmentList{Fulfilments: apiList(fs, apiFulfilment), NextCursor: next})
+	return FulfilmentList{Fulfilments: apiList(fs, apiFulfilment), NextCursor: next}, nil
 }
 
 // FulfilmentDetail is the answer to GET /api/v1/fulfilments/{id}.

@@ -127,6 +127,8 @@ func (s *Server) mountDashboard() error {
 	e.GET("/queue", s.handleQueue, s.requireSession)
 	e.GET("/search", s.handleSearch, s.requireSession)
 	e.GET("/refused", s.handleRefusedPage, s.requireSession)
+	e.GET("/fulfilments", s.handleListPage, s.requireSession)
+	e.GET("/fulfilments.csv", s.handleListCSV, s.requireSession)
 	e.GET("/fulfilments/:id", s.handleFulfilmentPage, s.requireSession)
 	e.POST("/fulfilments/:id/resolve", s.handleResolveAsk, s.requireSession)
 	e.POST("/fulfilments/:id/resolve/confirm", s.handleResolveConfirm, s.requireSession)
@@ -329,6 +331,46 @@ func (s *Server) handleSearch(c echo.Context) error {
 	return s.render(c, http.StatusOK, "search", page{Title: "Search", Data: map[string]any{
 		"Q": q, "Fulfilments": append(byPayment, byEvent...), "Events": events,
 	}})
+}
+
+// handleListPage lists fulfilments by state and provider, paged; each
+// overview tile opens it for its state.
+func (s *Server) handleListPage(c echo.Context) error {
+	list, err := s.listFulfilments(c)
+	if err != nil {
+		return err
+	}
+	filters := url.Values{}
+	for _, k := range []string{"state", "provider"} {
+		if v := c.QueryParam(k); v != "" {
+			filters.Set(k, v)
+		}
+	}
+	var providers []string
+	for _, p := range s.cfg.Providers {
+		providers = append(providers, p.Name())
+	}
+	next := ""
+	if list.NextCursor != "" {
+		with := url.Values{"cursor": {list.NextCursor}}
+		for k, v := range filters {
+			with[k] = v
+		}
+		next = "/fulfilments?" + with.Encode()
+	}
+	return s.render(c, http.StatusOK, "list", page{Title: "Fulfilments", Data: map[string]any{
+		"List": list, "States": state.All, "Providers": providers,
+		"State": state.State(c.QueryParam("state")), "Provider": c.QueryParam("provider"),
+		"CSV": "/fulfilments.csv?" + filters.Encode(), "Next": next,
+	}})
+}
+
+func (s *Server) handleListCSV(c echo.Context) error {
+	list, err := s.listFulfilments(c)
+	if err != nil {
+		return err
+	}
+	return writeFulfilmentsCSV(c, list)
 }
 
 func (s *Server) handleFulfilmentPage(c echo.Context) error {

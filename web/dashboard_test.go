@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"encoding/csv"
 	"fmt"
 	"io"
 	"net/http"
@@ -259,4 +260,45 @@ func TestDashboardRefusesToDispatchWhileInFlight(t *testing.T) {
 	require.Contains(t, page, "could still be running at the receiver")
 	require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State)
 	require.Equal(t, 1, b.rec.CallsFor(id))
+}
+
+// TestDashboardBrowsesAndExports: each overview tile opens its state's
+// list, which pages and exports CSV with the same filters.
+func TestDashboardBrowsesAndExports(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{answer: unknownFirst()})
+	parked := b.parked(t, "evt_1", "=HYPERLINK(\"http://evil\")")
+	b.parked(t, "evt_2", "pi_2")
+	op := newBrowser(t, b)
+	op.signIn(b.token)
+	_, overview, _ := op.get("/")
+	require.Contains(t, overview, `href="/fulfilments?state=needs_reconciliation"`)
+
+	code, page, _ := op.get("/fulfilments?state=needs_reconciliation")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "/fulfilments/"+parked)
+	require.Contains(t, page, "pi_2")
+	code, page, _ = op.get("/fulfilments?state=fulfilled")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "No fulfilments match")
+
+	code, csvBody, h := op.get("/fulfilments.csv?state=needs_reconciliation")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "text/csv; charset=utf-8", h.Get("Content-Type"))
+	rows, err := csv.NewReader(strings.NewReader(csvBody)).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 3, "a header and two rows")
+	require.Equal(t, "payment_id", rows[0][2])
+	var ids []string
+	for _, r := range rows[1:] {
+		ids = append(ids, r[2])
+		require.Equal(t, "needs_reconciliation", r[3])
+	}
+	require.Contains(t, ids, `'=HYPERLINK("http://evil")`, "a formula-like value is defused")
+
+	code, raw := b.api(t, "GET", "/api/v1/fulfilments?format=csv&limit=1", b.token, nil)
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, strings.HasPrefix(string(raw), "id,provider,payment_id,"), string(raw))
+	code, _ = b.api(t, "GET", "/api/v1/fulfilments?state=nonsense&format=csv", b.token, nil)
+	require.Equal(t, http.StatusBadRequest, code)
 }
