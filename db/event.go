@@ -3,7 +3,6 @@ package db
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,26 +36,11 @@ type EventParams struct {
 // stored, counts one more delivery and writes nothing else. inserted tells
 // which happened.
 func InsertEvent(ctx context.Context, q DBTX, p EventParams) (id int64, inserted bool, err error) {
-	err = q.QueryRow(ctx, `
-		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin)
-		VALUES ($1, $2, $3, NULLIF($4, ''), $5, coalesce(NULLIF($6, ''), 'webhook'))
-		ON CONFLICT (provider, event_id) DO NOTHING
-		RETURNING id`,
-		p.Provider, p.EventID, p.Type, p.PaymentID, p.Payload, p.Origin,
-	).Scan(&id)
-	if err == nil {
-		return id, true, nil
+	stored, err := InsertEvents(ctx, q, []BatchEvent{{EventParams: p, Deliveries: 1}})
+	if err != nil {
+		return 0, false, err
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, wrap("insert event", err)
-	}
-	err = q.QueryRow(ctx, `
-		UPDATE webhook_event SET deliveries = deliveries + 1, last_seen_at = now()
-		WHERE provider = $1 AND event_id = $2
-		RETURNING id`,
-		p.Provider, p.EventID,
-	).Scan(&id)
-	return id, false, wrap("count duplicate delivery", err)
+	return stored[0].ID, stored[0].Inserted, nil
 }
 
 const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), body, deliveries, first_seen_at, last_seen_at`

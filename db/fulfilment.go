@@ -3,7 +3,6 @@ package db
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,26 +40,12 @@ func scanFulfilment(row pgx.Row) (Fulfilment, error) {
 // (any state but failed or cancelled) nothing is written and inserted is
 // false: invariant 1, enforced by the fulfilment_one_per_payment index.
 func InsertFulfilment(ctx context.Context, q DBTX, eventPK int64, provider, paymentID, actor, reason string) (id string, inserted bool, err error) {
-	err = q.QueryRow(ctx, `
-		WITH created AS (
-			INSERT INTO fulfilment (event_pk, provider, payment_id)
-			VALUES ($1, $2, $3)
-			ON CONFLICT DO NOTHING
-			RETURNING id
-		), logged AS (
-			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
-			SELECT id, NULL, 'pending', 0, $4, $5 FROM created
-		)
-		SELECT id FROM created`,
-		eventPK, provider, paymentID, actor, reason,
-	).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", false, nil
-	}
+	created, err := InsertFulfilments(ctx, q, []BatchFulfilment{{EventPK: eventPK, Provider: provider, PaymentID: paymentID, Actor: actor}}, reason)
 	if err != nil {
-		return "", false, wrap("insert fulfilment", err)
+		return "", false, err
 	}
-	return id, true, nil
+	id, inserted = created[eventPK]
+	return id, inserted, nil
 }
 
 // GetFulfilment returns one fulfilment by id.

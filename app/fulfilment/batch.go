@@ -207,31 +207,30 @@ func (s *Service) transit(ctx context.Context, p db.TransitionParams) error {
 }
 
 // writeOutcomes makes a batch of moves in one statement; a row named twice
-// and a failed statement are written move by move.
+// and every move of a failed statement are written move by move.
 func (s *Service) writeOutcomes(ctx context.Context, batch []*outcomeCall) {
 	seen := map[string]bool{}
+	var together, single []*outcomeCall
 	var params []db.TransitionParams
-	var single []*outcomeCall
 	for _, c := range batch {
 		if seen[c.p.ID] {
 			single = append(single, c)
 			continue
 		}
 		seen[c.p.ID] = true
-		params = append(params, c.p)
+		together, params = append(together, c), append(params, c.p)
 	}
 	moved, err := db.TransitMany(ctx, s.cfg.Store.Pool(), params)
-	for _, c := range batch {
-		if slices.Contains(single, c) {
-			continue
-		}
-		switch _, ok := moved[c.p.ID]; {
-		case err != nil && len(batch) > 1:
-			single = append(single, c)
-		case err != nil:
-			c.err = err
-		case !ok:
-			c.err = db.ErrConflict
+	switch {
+	case err != nil && len(batch) > 1:
+		single = append(single, together...)
+	case err != nil:
+		together[0].err = err
+	default:
+		for _, c := range together {
+			if _, ok := moved[c.p.ID]; !ok {
+				c.err = db.ErrConflict
+			}
 		}
 	}
 	for _, c := range single {

@@ -1,7 +1,6 @@
 package fulfilment
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 
@@ -102,33 +101,14 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 // intake.
 const createdReason = "payment event received"
 
-// recordOne records one event in a transaction of its own.
+// recordOne records one event in a transaction of its own: a batch of one.
 func (s *Service) recordOne(ctx context.Context, ev provider.Event) (AcceptResult, error) {
-	var res AcceptResult
-	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
-		eventPK, inserted, err := db.InsertEvent(ctx, tx, db.EventParams{
-			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload, Origin: ev.Origin,
-		})
-		if err != nil {
-			return err
-		}
-		if !inserted {
-			res = AcceptResult{Outcome: DuplicatePostgres}
-			return nil
-		}
-		res = AcceptResult{Outcome: NewEvent}
-		if !ev.Fulfils() {
-			return nil
-		}
-		// The actor says how the event came: "intake" for a webhook, its
-		// origin ("backfill") otherwise.
-		res.FulfilmentID, err = s.create(ctx, tx, eventPK, ev.Provider, ev.PaymentID, cmp.Or(ev.Origin, "intake"), createdReason)
-		return err
-	})
+	c := &acceptCall{ev: ev}
+	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error { return s.recordBatchTx(ctx, tx, []*acceptCall{c}) })
 	if err != nil {
 		return AcceptResult{}, fmt.Errorf("record event: %w", err)
 	}
-	return res, nil
+	return c.res, nil
 }
 
 // create makes the payment's fulfilment and its dispatch job in tx, unless
