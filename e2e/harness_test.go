@@ -150,13 +150,29 @@ func baseEnv(t *testing.T, d *dbtest.DB, conn *fakeConnector) env {
 	}
 }
 
+// handedOut holds every address freeAddr has given in this test process: a
+// port is free once its probe closes, so the kernel may offer it again to the
+// next probe (a process's metrics listener then collides with its own public
+// one). No address is handed out twice.
+var handedOut = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
+	}
 }
 
 // start runs guardian serve with e and waits until /readyz answers 200.
