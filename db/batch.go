@@ -96,39 +96,44 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 	return out, nil
 }
 
-// BatchFulfilment is one fulfilment a batch would create.
+// BatchFulfilment is one fulfilment a batch would create: for a stored
+// event whose type fulfils a payment.
 type BatchFulfilment struct {
-	EventPK   int64
-	Provider  string
-	PaymentID string
-	Actor     string
+	EventPK int64
+	Actor   string
 }
 
 // InsertFulfilments creates, in one statement, a pending fulfilment with its
 // first transition for each item whose payment has none that holds it
 // (invariant 1, the fulfilment_one_per_payment index; of two items of one
-// payment the first wins). Items must be sorted by (provider, payment_id).
-// It returns the created fulfilments' ids by event.
+// payment the first wins). The provider and payment are copied from the
+// event row, so every fulfilment of an event carries its payment, and one
+// live fulfilment per payment means one per event too. Rows go in in
+// (provider, payment_id) order, so concurrent batches take the payment index
+// in one order and cannot deadlock. It returns the created fulfilments' ids
+// by event.
 func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, reason string) (map[int64]string, error) {
 	n := len(items)
-	pks, providers, payments, actors := make([]int64, n), make([]string, n), make([]string, n), make([]string, n)
+	pks, actors := make([]int64, n), make([]string, n)
 	for i, it := range items {
-		pks[i], providers[i], payments[i], actors[i] = it.EventPK, it.Provider, it.PaymentID, it.Actor
+		pks[i], actors[i] = it.EventPK, it.Actor
 	}
 	rows, err := q.Query(ctx, `
 		WITH u AS (
-			SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS u(event_pk, provider, payment_id, actor, ord)
+			SELECT * FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(event_pk, actor, ord)
 		), created AS (
 			INSERT INTO fulfilment (event_pk, provider, payment_id)
-			SELECT event_pk, provider, payment_id FROM u ORDER BY ord
+			SELECT e.id, e.provider, e.payment_id FROM u JOIN webhook_event e ON e.id = u.event_pk
+			WHERE e.id = ANY($1) AND e.payment_id IS NOT NULL
+			ORDER BY e.provider, e.payment_id, u.ord
 			ON CONFLICT DO NOTHING
 			RETURNING id, event_pk
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
-			SELECT created.id, NULL, 'pending', 0, u.actor, $5 FROM created JOIN u USING (event_pk)
+			SELECT created.id, NULL, 'pending', 0, u.actor, $3 FROM created JOIN u USING (event_pk)
 		)
 		SELECT id, event_pk FROM created`,
-		pks, providers, payments, actors, reason)
+		pks, actors, reason)
 	if err != nil {
 		return nil, wrap("insert fulfilments", err)
 	}

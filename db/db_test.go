@@ -34,7 +34,7 @@ func newFulfilment(t *testing.T, ctx context.Context, q db.DBTX, eventID, paymen
 	pk, inserted, err := db.InsertEvent(ctx, q, db.EventParams{Provider: "stripe", EventID: eventID, Type: "payment_intent.succeeded", PaymentID: paymentID, Payload: []byte(`{"id":"` + eventID + `"}`)})
 	require.NoError(t, err)
 	require.True(t, inserted)
-	id, inserted, err := db.InsertFulfilment(ctx, q, pk, "stripe", paymentID, "test", "payment event received")
+	id, inserted, err := db.InsertFulfilment(ctx, q, pk, "test", "payment event received")
 	require.NoError(t, err)
 	require.True(t, inserted)
 	return id
@@ -81,6 +81,15 @@ func TestInsertEvent(t *testing.T) {
 	})
 }
 
+// failAt claims a pending fulfilment and records the connector's refusal.
+func failAt(t *testing.T, b *testBundle, id string) {
+	t.Helper()
+	_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "t", nil)
+	require.NoError(t, err)
+	_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "failed", Attempt: 1, Actor: "t", Reason: "r"})
+	require.NoError(t, err)
+}
+
 func TestInsertFulfilment(t *testing.T) {
 	t.Parallel()
 
@@ -90,7 +99,7 @@ func TestInsertFulfilment(t *testing.T) {
 		newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
 		pk, _, err := db.InsertEvent(b.ctx, b.tx, db.EventParams{Provider: "stripe", EventID: "evt_b", Type: "checkout.session.completed", PaymentID: "pi_1", Payload: []byte(`{}`)})
 		require.NoError(t, err)
-		_, inserted, err := db.InsertFulfilment(b.ctx, b.tx, pk, "stripe", "pi_1", "test", "payment event received")
+		_, inserted, err := db.InsertFulfilment(b.ctx, b.tx, pk, "test", "payment event received")
 		require.NoError(t, err)
 		require.False(t, inserted)
 
@@ -103,11 +112,37 @@ func TestInsertFulfilment(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
-		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "t", nil)
-		require.NoError(t, err)
-		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "failed", Attempt: 1, Actor: "t", Reason: "r"})
-		require.NoError(t, err)
+		failAt(t, b, id)
 		newFulfilment(t, b.ctx, b.tx, "evt_b", "pi_1")
+	})
+
+	t.Run("OnePerEventTillFailed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
+		f, err := db.GetFulfilment(b.ctx, b.tx, id)
+		require.NoError(t, err)
+		_, inserted, err := db.InsertFulfilment(b.ctx, b.tx, f.EventPK, "test", "again")
+		require.NoError(t, err)
+		require.False(t, inserted, "an event has one live fulfilment")
+		failAt(t, b, id)
+		again, inserted, err := db.InsertFulfilment(b.ctx, b.tx, f.EventPK, "test", "retry")
+		require.NoError(t, err)
+		require.True(t, inserted, "a failed fulfilment frees its event")
+		g, err := db.GetFulfilment(b.ctx, b.tx, again)
+		require.NoError(t, err)
+		require.Equal(t, "pi_1", g.PaymentID, "the payment comes from the event")
+		require.Equal(t, "stripe", g.Provider)
+	})
+
+	t.Run("NotForAnEventThatFulfilsNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		pk, _, err := db.InsertEvent(b.ctx, b.tx, db.EventParams{Provider: "stripe", EventID: "evt_x", Type: "customer.created", Payload: []byte(`{}`)})
+		require.NoError(t, err)
+		_, inserted, err := db.InsertFulfilment(b.ctx, b.tx, pk, "test", "no payment")
+		require.NoError(t, err)
+		require.False(t, inserted)
 	})
 
 	t.Run("CreationIsLogged", func(t *testing.T) {

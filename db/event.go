@@ -58,3 +58,62 @@ func GetEvent(ctx context.Context, q DBTX, provider, eventID string) (Event, err
 	e, err := scanEvent(q.QueryRow(ctx, `SELECT `+eventColumns+` FROM webhook_event WHERE provider = $1 AND event_id = $2`, provider, eventID))
 	return e, wrap("get event", err)
 }
+
+// EventListParams filters and pages an event listing. Zero fields do not
+// filter.
+type EventListParams struct {
+	Provider string
+	Type     string
+	// PaymentPrefix and EventPrefix find ids that start with them.
+	PaymentPrefix, EventPrefix string
+	// Since and Until bound first_seen_at: Since <= first_seen_at < Until.
+	Since, Until time.Time
+	// Limit caps the page; defaults to 50, at most 500.
+	Limit int
+	// Cursor continues a previous listing (its next cursor).
+	Cursor string
+}
+
+// ListEvents returns events newest first, without their payloads (a page
+// of bodies could be hundreds of megabytes), and a cursor for the next page
+// when there may be one.
+func ListEvents(ctx context.Context, q DBTX, p EventListParams) ([]Event, string, error) {
+	limit := pageLimit(p.Limit)
+	var before int64
+	if p.Cursor != "" {
+		var err error
+		if before, err = decodeIDCursor(p.Cursor); err != nil {
+			return nil, "", err
+		}
+	}
+	rows, err := q.Query(ctx, `
+		SELECT id, provider, event_id, event_type, coalesce(payment_id, ''), deliveries, first_seen_at, last_seen_at
+		FROM webhook_event e
+		WHERE ($1 = '' OR e.provider = $1)
+		  AND ($2 = '' OR e.event_type = $2)
+		  AND ($3 = '' OR (`+prefixMatch("e.payment_id", "$3")+`))
+		  AND ($4 = '' OR (`+prefixMatch("e.event_id", "$4")+`))
+		  AND ($5::timestamptz IS NULL OR e.first_seen_at >= $5)
+		  AND ($6::timestamptz IS NULL OR e.first_seen_at < $6)
+		  AND ($7 = 0 OR e.id < $7)
+		ORDER BY e.id DESC
+		LIMIT $8`,
+		p.Provider, p.Type, p.PaymentPrefix, p.EventPrefix, nullTime(p.Since), nullTime(p.Until), before, limit+1)
+	if err != nil {
+		return nil, "", wrap("list events", err)
+	}
+	es, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		err := r.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, "", wrap("list events", err)
+	}
+	next := ""
+	if len(es) > limit {
+		es = es[:limit]
+		next = encodeIDCursor(es[len(es)-1].ID)
+	}
+	return es, next, nil
+}

@@ -29,18 +29,21 @@ type Fulfilment struct {
 
 const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at`
 
-func scanFulfilment(row pgx.Row) (Fulfilment, error) {
+// scanFulfilment reads fulfilmentColumns, then any columns after them into
+// extra.
+func scanFulfilment(row pgx.Row, extra ...any) (Fulfilment, error) {
 	var f Fulfilment
-	err := row.Scan(&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt)
+	err := row.Scan(append([]any{&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt}, extra...)...)
 	return f, err
 }
 
 // InsertFulfilment records a pending fulfilment for a newly stored event,
 // with its first transition. When the payment already has a live fulfilment
-// (any state but failed or cancelled) nothing is written and inserted is
-// false: invariant 1, enforced by the fulfilment_one_per_payment index.
-func InsertFulfilment(ctx context.Context, q DBTX, eventPK int64, provider, paymentID, actor, reason string) (id string, inserted bool, err error) {
-	created, err := InsertFulfilments(ctx, q, []BatchFulfilment{{EventPK: eventPK, Provider: provider, PaymentID: paymentID, Actor: actor}}, reason)
+// (any state but failed) nothing is written and inserted is
+// false: invariant 1, enforced by the fulfilment_one_per_payment index
+// (cancelled holds its payment, failed frees it).
+func InsertFulfilment(ctx context.Context, q DBTX, eventPK int64, actor, reason string) (id string, inserted bool, err error) {
+	created, err := InsertFulfilments(ctx, q, []BatchFulfilment{{EventPK: eventPK, Actor: actor}}, reason)
 	if err != nil {
 		return "", false, err
 	}
@@ -84,4 +87,35 @@ type DispatchInput struct {
 	EventID   string
 	EventType string
 	Payload   json.RawMessage
+}
+
+// GraceState is a fulfilment and whether it has been in its state for at
+// least a grace period, by the database's clock.
+type GraceState struct {
+	Fulfilment
+	PastGrace bool
+}
+
+// FulfilmentsByID returns the fulfilments among ids, in no order, each with
+// whether its last move is at least grace ago. Ids that are not UUIDs or not
+// stored are left out.
+func FulfilmentsByID(ctx context.Context, q DBTX, ids []string, grace time.Duration) ([]GraceState, error) {
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if ValidUUID(id) {
+			valid = append(valid, id)
+		}
+	}
+	rows, err := q.Query(ctx, `SELECT `+fulfilmentColumns+`, updated_at <= now() - make_interval(secs => $2)
+		FROM fulfilment WHERE id = ANY($1::uuid[])`, valid, grace.Seconds())
+	if err != nil {
+		return nil, wrap("fulfilments by id", err)
+	}
+	gs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (GraceState, error) {
+		var g GraceState
+		var err error
+		g.Fulfilment, err = scanFulfilment(r, &g.PastGrace)
+		return g, err
+	})
+	return gs, wrap("fulfilments by id", err)
 }

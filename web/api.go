@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -24,6 +25,9 @@ func (s *Server) mountAPI() {
 	g.GET("/fulfilments/:id", s.apiGetFulfilment)
 	g.POST("/fulfilments/:id/resolve", s.apiResolve)
 	g.POST("/fulfilments/:id/reopen", s.apiReopen)
+	g.POST("/fulfilments/retry", s.apiRetry)
+	g.POST("/fulfilments/recheck", s.apiRecheck)
+	g.GET("/events", s.apiListEvents)
 	g.GET("/events/:provider/:event_id", s.apiGetEvent)
 	g.POST("/events/:provider/:event_id/replay", s.apiReplay)
 	g.GET("/stats", s.apiStats)
@@ -49,40 +53,106 @@ func (s *Server) apiListFulfilments(c echo.Context) error {
 	return c.JSON(http.StatusOK, list)
 }
 
+// listFilter is what every listing's query may say: the filters events
+// and fulfilments share, and the page.
+type listFilter struct {
+	Provider, Type             string
+	PaymentPrefix, EventPrefix string
+	Since, Until               time.Time
+	Limit                      int
+	Cursor                     string
+}
+
+// parseListFilter reads and checks a listing's shared query parameters.
+func parseListFilter(q url.Values) (listFilter, error) {
+	f := listFilter{
+		Provider: q.Get("provider"), Type: q.Get("type"), PaymentPrefix: q.Get("payment_prefix"),
+		EventPrefix: q.Get("event_prefix"), Cursor: q.Get("cursor"),
+	}
+	for _, name := range []string{"type", "payment_prefix", "event_prefix", "provider"} {
+		if len(q.Get(name)) > 255 {
+			return f, &HTTPError{Code: http.StatusBadRequest, Msg: name + " is longer than 255 bytes"}
+		}
+	}
+	var err error
+	for name, dst := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
+		if v := q.Get(name); v != "" {
+			if *dst, err = time.Parse(time.RFC3339, v); err != nil {
+				return f, &HTTPError{Code: http.StatusBadRequest, Msg: name + " must be an RFC 3339 time"}
+			}
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 1 || f.Limit > 500 {
+			return f, &HTTPError{Code: http.StatusBadRequest, Msg: "limit must be 1 to 500"}
+		}
+	}
+	return f, nil
+}
+
+// listError maps a listing's storage error to its answer.
+func listError(err error) error {
+	if errors.Is(err, db.ErrBadCursor) {
+		return &HTTPError{Code: http.StatusBadRequest, Msg: "invalid cursor"}
+	}
+	return storageError(err)
+}
+
 // listFulfilments reads the listing the request's query asks for; the API
 // and the dashboard share it.
 func (s *Server) listFulfilments(c echo.Context) (FulfilmentList, error) {
 	q := c.QueryParams()
+	lf, err := parseListFilter(q)
+	if err != nil {
+		return FulfilmentList{}, err
+	}
 	p := db.ListParams{
-		State: state.State(q.Get("state")), Provider: q.Get("provider"), PaymentID: q.Get("payment_id"),
-		EventID: q.Get("event_id"), Cursor: q.Get("cursor"),
+		State: state.State(q.Get("state")), Provider: lf.Provider, PaymentID: q.Get("payment_id"), EventID: q.Get("event_id"),
+		Type: lf.Type, PaymentPrefix: lf.PaymentPrefix, EventPrefix: lf.EventPrefix,
+		Since: lf.Since, Until: lf.Until, Limit: lf.Limit, Cursor: lf.Cursor,
 	}
 	if p.State != "" {
 		if _, err := state.Parse(string(p.State)); err != nil {
 			return FulfilmentList{}, &HTTPError{Code: http.StatusBadRequest, Msg: "unknown state"}
 		}
 	}
-	var err error
-	for name, dst := range map[string]*time.Time{"since": &p.Since, "until": &p.Until} {
-		if v := q.Get(name); v != "" {
-			if *dst, err = time.Parse(time.RFC3339, v); err != nil {
-				return FulfilmentList{}, &HTTPError{Code: http.StatusBadRequest, Msg: name + " must be an RFC 3339 time"}
-			}
-		}
-	}
-	if v := q.Get("limit"); v != "" {
-		if p.Limit, err = strconv.Atoi(v); err != nil || p.Limit < 1 || p.Limit > 500 {
-			return FulfilmentList{}, &HTTPError{Code: http.StatusBadRequest, Msg: "limit must be 1 to 500"}
-		}
-	}
 	fs, next, err := db.ListFulfilments(c.Request().Context(), s.cfg.Store.Pool(), p)
-	if errors.Is(err, db.ErrBadCursor) {
-		return FulfilmentList{}, &HTTPError{Code: http.StatusBadRequest, Msg: "invalid cursor"}
-	}
 	if err != nil {
-		return FulfilmentList{}, storageError(err)
+		return FulfilmentList{}, listError(err)
 	}
 	return FulfilmentList{Fulfilments: apiList(fs, apiFulfilment), NextCursor: next}, nil
+}
+
+// EventList is the answer to GET /api/v1/events: events newest first,
+// without their payloads (GET /api/v1/events/{provider}/{event_id} has it).
+type EventList struct {
+	Events []Event `json:"events"`
+	// NextCursor continues the listing; empty on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+func (s *Server) apiListEvents(c echo.Context) error {
+	list, err := s.listEvents(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, list)
+}
+
+// listEvents reads the event listing the request's query asks for.
+func (s *Server) listEvents(c echo.Context) (EventList, error) {
+	lf, err := parseListFilter(c.QueryParams())
+	if err != nil {
+		return EventList{}, err
+	}
+	es, next, err := db.ListEvents(c.Request().Context(), s.cfg.Store.Pool(), db.EventListParams{
+		Provider: lf.Provider, Type: lf.Type, PaymentPrefix: lf.PaymentPrefix, EventPrefix: lf.EventPrefix,
+		Since: lf.Since, Until: lf.Until, Limit: lf.Limit, Cursor: lf.Cursor,
+	})
+	if err != nil {
+		return EventList{}, listError(err)
+	}
+	return EventList{Events: apiList(es, apiEvent), NextCursor: next}, nil
 }
 
 // FulfilmentDetail is the answer to GET /api/v1/fulfilments/{id}.

@@ -22,14 +22,20 @@ import (
 // unknownFirst answers "unknown" to a payment's first call and "done" after:
 // a connector that timed out once.
 func unknownFirst() func(context.Context, connector.Request) connector.Result {
+	return firstPerPayment(connector.Result{Outcome: state.Unknown, Evidence: map[string]any{"error": "timeout"}})
+}
+
+// firstPerPayment answers each payment's first call with first, and every
+// later call, under any key, done.
+func firstPerPayment(first connector.Result) func(context.Context, connector.Request) connector.Result {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	return func(_ context.Context, r connector.Request) connector.Result {
 		mu.Lock()
 		defer mu.Unlock()
-		if !seen[r.FulfilmentID] {
-			seen[r.FulfilmentID] = true
-			return connector.Result{Outcome: state.Unknown, Evidence: map[string]any{"error": "timeout"}}
+		if !seen[r.PaymentID] {
+			seen[r.PaymentID] = true
+			return first
 		}
 		return connector.Result{Outcome: state.Done}
 	}
@@ -60,12 +66,19 @@ func (b *testBundle) api(t *testing.T, method, path, token string, body any) (in
 // it is parked; it returns the fulfilment id.
 func (b *testBundle) parked(t *testing.T, eventID, paymentID string) string {
 	t.Helper()
+	return b.reach(t, eventID, paymentID, state.NeedsReconciliation)
+}
+
+// reach delivers a payment and waits until its one fulfilment is in st; it
+// returns the fulfilment id.
+func (b *testBundle) reach(t *testing.T, eventID, paymentID string, st state.State) string {
+	t.Helper()
 	require.Equal(t, http.StatusOK, b.postStripe(t, intentEvent(eventID, paymentID)).code)
 	var id string
 	require.Eventually(t, func() bool {
 		fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", paymentID)
 		require.NoError(t, err)
-		if len(fs) == 1 && fs[0].State == state.NeedsReconciliation {
+		if len(fs) == 1 && fs[0].State == st {
 			id = fs[0].ID
 			return true
 		}

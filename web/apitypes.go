@@ -30,11 +30,12 @@ type Fulfilment struct {
 
 // Event is one stored webhook event.
 type Event struct {
-	Provider    string          `json:"provider"`
-	EventID     string          `json:"event_id"`
-	Type        string          `json:"event_type"`
-	PaymentID   string          `json:"payment_id,omitempty"`
-	Payload     json.RawMessage `json:"payload"`
+	Provider  string `json:"provider"`
+	EventID   string `json:"event_id"`
+	Type      string `json:"event_type"`
+	PaymentID string `json:"payment_id,omitempty"`
+	// Payload is absent in listings.
+	Payload     json.RawMessage `json:"payload,omitempty"`
 	Deliveries  int             `json:"deliveries"`
 	FirstSeenAt time.Time       `json:"first_seen_at"`
 	LastSeenAt  time.Time       `json:"last_seen_at"`

@@ -129,6 +129,9 @@ func (s *Server) mountDashboard() error {
 	e.GET("/refused", s.handleRefusedPage, s.requireSession)
 	e.GET("/fulfilments", s.handleListPage, s.requireSession)
 	e.GET("/fulfilments.csv", s.handleListCSV, s.requireSession)
+	e.POST("/fulfilments/bulk", s.handleBulkAsk, s.requireSession)
+	e.POST("/fulfilments/bulk/confirm", s.handleBulkConfirm, s.requireSession)
+	e.GET("/events", s.handleEventsPage, s.requireSession)
 	e.GET("/fulfilments/:id", s.handleFulfilmentPage, s.requireSession)
 	e.POST("/fulfilments/:id/resolve", s.handleResolveAsk, s.requireSession)
 	e.POST("/fulfilments/:id/resolve/confirm", s.handleResolveConfirm, s.requireSession)
@@ -302,6 +305,11 @@ func (s *Server) handleQueue(c echo.Context) error {
 	return s.render(c, http.StatusOK, "queue", page{Title: "Reconciliation queue", Data: map[string]any{"Rows": rows, "Next": next}})
 }
 
+// searchLimit caps each kind of match the search page shows.
+const searchLimit = 50
+
+// handleSearch finds fulfilments and events by a prefix of a payment or
+// event id (pi_demo finds pi_demo_0622f7f2), or opens a fulfilment by its id.
 func (s *Server) handleSearch(c echo.Context) error {
 	q := strings.TrimSpace(c.QueryParam("q"))
 	if q == "" {
@@ -310,38 +318,51 @@ func (s *Server) handleSearch(c echo.Context) error {
 	if db.ValidUUID(q) {
 		return c.Redirect(http.StatusSeeOther, "/fulfilments/"+url.PathEscape(q))
 	}
+	if len(q) > 255 {
+		return &HTTPError{Code: http.StatusBadRequest, Msg: "search is longer than 255 bytes"}
+	}
 	ctx, pool := c.Request().Context(), s.cfg.Store.Pool()
-	byPayment, _, err := db.ListFulfilments(ctx, pool, db.ListParams{PaymentID: q, Limit: 100})
-	if err != nil {
-		return storageError(err)
-	}
-	byEvent, _, err := db.ListFulfilments(ctx, pool, db.ListParams{EventID: q, Limit: 100})
-	if err != nil {
-		return storageError(err)
-	}
-	var events []db.Event
-	for _, p := range s.cfg.Providers {
-		e, err := db.GetEvent(ctx, pool, p.Name(), q)
-		if err == nil {
-			events = append(events, e)
-		} else if !errors.Is(err, db.ErrNotFound) {
+	var fs []db.Fulfilment
+	var es []db.Event
+	for _, by := range []struct{ payment, event string }{{payment: q}, {event: q}} {
+		f, _, err := db.ListFulfilments(ctx, pool, db.ListParams{PaymentPrefix: by.payment, EventPrefix: by.event, Limit: searchLimit})
+		if err != nil {
 			return storageError(err)
 		}
+		e, _, err := db.ListEvents(ctx, pool, db.EventListParams{PaymentPrefix: by.payment, EventPrefix: by.event, Limit: searchLimit})
+		if err != nil {
+			return storageError(err)
+		}
+		fs, es = append(fs, f...), append(es, e...)
 	}
 	return s.render(c, http.StatusOK, "search", page{Title: "Search", Data: map[string]any{
-		"Q": q, "Fulfilments": append(byPayment, byEvent...), "Events": events,
+		"Q": q, "Fulfilments": uniqueBy(fs, func(f db.Fulfilment) string { return f.ID }),
+		"Events": uniqueBy(es, func(e db.Event) string { return e.Provider + "\x00" + e.EventID }),
+		"More":   len(fs) >= searchLimit || len(es) >= searchLimit,
 	}})
 }
 
-// handleListPage lists fulfilments by state and provider, paged; each
-// overview tile opens it for its state.
-func (s *Server) handleListPage(c echo.Context) error {
-	list, err := s.listFulfilments(c)
-	if err != nil {
-		return err
+// uniqueBy drops later elements whose key was seen, keeping order.
+func uniqueBy[T any](in []T, key func(T) string) []T {
+	seen := make(map[string]bool, len(in))
+	out := in[:0:0]
+	for _, v := range in {
+		if k := key(v); !seen[k] {
+			seen[k] = true
+			out = append(out, v)
+		}
 	}
+	return out
+}
+
+// listKeys are the query parameters a list page keeps from page to page.
+var listKeys = []string{"state", "provider", "type", "payment_prefix", "event_prefix", "since", "until"}
+
+// listPage is what the list pages share: the filters the query set, the
+// providers to choose from, and the next page's address.
+func (s *Server) listPage(c echo.Context, path, nextCursor string) map[string]any {
 	filters := url.Values{}
-	for _, k := range []string{"state", "provider"} {
+	for _, k := range listKeys {
 		if v := c.QueryParam(k); v != "" {
 			filters.Set(k, v)
 		}
@@ -351,18 +372,45 @@ func (s *Server) handleListPage(c echo.Context) error {
 		providers = append(providers, p.Name())
 	}
 	next := ""
-	if list.NextCursor != "" {
-		with := url.Values{"cursor": {list.NextCursor}}
+	if nextCursor != "" {
+		with := url.Values{"cursor": {nextCursor}}
 		for k, v := range filters {
 			with[k] = v
 		}
-		next = "/fulfilments?" + with.Encode()
+		next = path + "?" + with.Encode()
 	}
-	return s.render(c, http.StatusOK, "list", page{Title: "Fulfilments", Data: map[string]any{
-		"List": list, "States": state.All, "Providers": providers,
-		"State": state.State(c.QueryParam("state")), "Provider": c.QueryParam("provider"),
-		"CSV": "/fulfilments.csv?" + filters.Encode(), "Next": next,
-	}})
+	return map[string]any{"Providers": providers, "F": filters, "Query": filters.Encode(), "Next": next}
+}
+
+// handleListPage lists fulfilments by state, provider, event type, id
+// prefix and time, paged; each overview tile opens it for its state. A page
+// of failed or parked fulfilments offers its bulk action.
+func (s *Server) handleListPage(c echo.Context) error {
+	list, err := s.listFulfilments(c)
+	if err != nil {
+		return err
+	}
+	d := s.listPage(c, "/fulfilments", list.NextCursor)
+	d["List"], d["States"] = list, state.All
+	st := state.State(c.QueryParam("state"))
+	for _, a := range bulkActions {
+		if a.Of == st && len(list.Fulfilments) > 0 && len(list.Fulfilments) <= fulfilment.MaxBulk {
+			d["Bulk"] = a
+		}
+	}
+	return s.render(c, http.StatusOK, "list", page{Title: "Fulfilments", Data: d})
+}
+
+// handleEventsPage lists stored events newest first, filtered like the
+// fulfilment list.
+func (s *Server) handleEventsPage(c echo.Context) error {
+	list, err := s.listEvents(c)
+	if err != nil {
+		return err
+	}
+	d := s.listPage(c, "/events", list.NextCursor)
+	d["List"] = list
+	return s.render(c, http.StatusOK, "events", page{Title: "Events", Data: d})
 }
 
 func (s *Server) handleListCSV(c echo.Context) error {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/web"
 )
@@ -300,5 +301,102 @@ func TestDashboardBrowsesAndExports(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.True(t, strings.HasPrefix(string(raw), "id,provider,payment_id,"), string(raw))
 	code, _ = b.api(t, "GET", "/api/v1/fulfilments?state=nonsense&format=csv", b.token, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+}
+
+// TestDashboardBulkRetry: an operator retries a page of failed
+// fulfilments: one confirmation bound to exactly those, once, by them only;
+// each payment is dispatched again once, audited with their name.
+func TestDashboardBulkRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{answer: firstPerPayment(connector.Result{Outcome: state.Rejected, Evidence: map[string]any{"status": 422}})})
+	f1 := b.reach(t, "evt_1", "pi_1", state.Failed)
+	f2 := b.reach(t, "evt_2", "pi_2", state.Failed)
+	op := newBrowser(t, b)
+	op.signIn(b.token)
+
+	code, page, _ := op.get("/fulfilments?state=failed")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "Retry the 2 on this page")
+	form := url.Values{"_csrf": {field(csrfRE, page)}, "action": {"retry"}}
+	for _, m := range regexp.MustCompile(`name="id" value="([^"]+)"`).FindAllStringSubmatch(page, -1) {
+		form.Add("id", m[1])
+	}
+	require.ElementsMatch(t, []string{f1, f2}, form["id"], "the form carries the page's fulfilments")
+	_, fulfilledPage, _ := op.get("/fulfilments?state=fulfilled")
+	require.NotContains(t, fulfilledPage, `action="/fulfilments/bulk"`, "no bulk action for other states")
+
+	code, confirm, _ := op.post("/fulfilments/bulk", form)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, confirm, "Confirm: Retry 2 failed fulfilments")
+	token := field(tokenRE, confirm)
+	require.NotEmpty(t, token)
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM fulfilment`), "asking changes nothing")
+
+	// Another operator cannot confirm it.
+	other, _, err := b.operators.Add(b.ctx, "bea")
+	require.NoError(t, err)
+	op2 := newBrowser(t, b)
+	op2.signIn(other)
+	_, p2, _ := op2.get("/fulfilments")
+	code, _, _ = op2.post("/fulfilments/bulk/confirm", url.Values{"_csrf": {field(csrfRE, p2)}, "token": {token}})
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
+	// The token is spent by that try: single use means single use.
+	code, _, _ = op.post("/fulfilments/bulk/confirm", url.Values{"_csrf": {field(csrfRE, confirm)}, "token": {token}})
+	require.Equal(t, http.StatusGone, code)
+
+	code, confirm, _ = op.post("/fulfilments/bulk", form)
+	require.Equal(t, http.StatusOK, code)
+	code, results, _ := op.post("/fulfilments/bulk/confirm", url.Values{"_csrf": {field(csrfRE, confirm)}, "token": {field(tokenRE, confirm)}})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 2, strings.Count(results, ">retried<"), results)
+	for _, p := range []string{"pi_1", "pi_2"} {
+		require.Eventually(t, func() bool {
+			return b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state = 'fulfilled'`, p) == 1
+		}, 10*time.Second, 10*time.Millisecond, "the retry of %s is fulfilled", p)
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state = 'failed'`, p))
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment_transition t JOIN fulfilment f ON f.id = t.fulfilment_id
+			WHERE f.payment_id = $1 AND t.actor = 'operator ana' AND t.reason LIKE 'retry of failed fulfilment %'`, p))
+	}
+	require.Len(t, b.rec.Calls(), 4, "each payment called once more, no more")
+
+	// Retrying the same page again creates nothing: the payments are held.
+	code, confirm, _ = op.post("/fulfilments/bulk", form)
+	require.Equal(t, http.StatusOK, code)
+	_, results, _ = op.post("/fulfilments/bulk/confirm", url.Values{"_csrf": {field(csrfRE, confirm)}, "token": {field(tokenRE, confirm)}})
+	require.Equal(t, 2, strings.Count(results, ">payment_held<"), results)
+	require.Equal(t, 4, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
+}
+
+// TestDashboardSearchesByPrefix: a payment or event id's beginning finds it.
+func TestDashboardSearchesByPrefix(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	b.reach(t, "evt_demo_1", "pi_demo_0622f7f2", state.Fulfilled)
+	b.reach(t, "evt_other", "pi_other", state.Fulfilled)
+	op := newBrowser(t, b)
+	op.signIn(b.token)
+	for _, q := range []string{"pi_demo", "evt_demo"} {
+		code, page, _ := op.get("/search?q=" + q)
+		require.Equal(t, http.StatusOK, code)
+		require.Contains(t, page, "pi_demo_0622f7f2", q)
+		require.NotContains(t, page, "pi_other", q)
+	}
+	// Underscore and percent are not wildcards.
+	_, page, _ := op.get("/search?q=pi%25demo")
+	require.NotContains(t, page, "pi_demo_0622f7f2")
+	_, page, _ = op.get("/search?q=pi_d_mo")
+	require.NotContains(t, page, "pi_demo_0622f7f2")
+
+	code, page, _ := op.get("/events?type=checkout.session.completed&payment_prefix=pi_demo")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "evt_demo_1")
+	require.NotContains(t, page, "evt_other")
+	code, page, _ = op.get("/fulfilments?event_prefix=evt_oth")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "pi_other")
+	require.NotContains(t, page, "pi_demo")
+	code, _, _ = op.get("/events?since=yesterday")
 	require.Equal(t, http.StatusBadRequest, code)
 }

@@ -185,6 +185,15 @@ func TestOpenAPIMatchesTheHandlers(t *testing.T) {
 	call("GET", "/api/v1/fulfilments/0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11", "GET /api/v1/fulfilments/:id", nil, http.StatusNotFound)
 	call("GET", "/api/v1/events/stripe/evt_1", "GET /api/v1/events/:provider/:event_id", nil, http.StatusOK)
 	call("GET", "/api/v1/events/stripe/evt_none", "GET /api/v1/events/:provider/:event_id", nil, http.StatusNotFound)
+	call("GET", "/api/v1/fulfilments?payment_prefix=pi_&type=checkout.session.completed", "GET /api/v1/fulfilments", nil, http.StatusOK)
+	call("GET", "/api/v1/events?payment_prefix=pi_&limit=1", "GET /api/v1/events", nil, http.StatusOK)
+	call("GET", "/api/v1/events?since=yesterday", "GET /api/v1/events", nil, http.StatusBadRequest)
+	call("GET", "/api/v1/events?cursor=bogus", "GET /api/v1/events", nil, http.StatusBadRequest)
+	retry := "POST /api/v1/fulfilments/retry"
+	call("POST", "/api/v1/fulfilments/retry", retry, web.BulkRequest{IDs: []string{parked, "nonsense"}}, http.StatusOK)
+	call("POST", "/api/v1/fulfilments/retry", retry, web.BulkRequest{}, http.StatusBadRequest)
+	// This server has no connector lookup: nothing to re-check with.
+	call("POST", "/api/v1/fulfilments/recheck", "POST /api/v1/fulfilments/recheck", web.BulkRequest{IDs: []string{parked}}, http.StatusConflict)
 	call("GET", "/api/v1/stats", "GET /api/v1/stats", nil, http.StatusOK)
 	call("GET", "/api/v1/refused", "GET /api/v1/refused", nil, http.StatusOK)
 	call("GET", "/api/v1/openapi.json", "GET /api/v1/openapi.json", nil, http.StatusOK)

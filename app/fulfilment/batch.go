@@ -101,12 +101,9 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	for i, k := range keys {
 		first := groups[k][0]
 		if stored[i].Inserted && first.ev.Fulfils() {
-			creates = append(creates, db.BatchFulfilment{EventPK: stored[i].ID, Provider: first.ev.Provider, PaymentID: first.ev.PaymentID, Actor: cmp.Or(first.ev.Origin, "intake")})
+			creates = append(creates, db.BatchFulfilment{EventPK: stored[i].ID, Actor: cmp.Or(first.ev.Origin, "intake")})
 		}
 	}
-	slices.SortStableFunc(creates, func(a, b db.BatchFulfilment) int {
-		return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.PaymentID, b.PaymentID))
-	})
 	created := map[int64]string{}
 	if len(creates) > 0 {
 		if created, err = db.InsertFulfilments(ctx, tx, creates, createdReason); err != nil {

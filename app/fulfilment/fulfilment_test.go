@@ -113,11 +113,18 @@ func answer(o state.Outcome) func(context.Context, connector.Request) connector.
 // park leaves a fulfilment parked after one call of unknown outcome.
 func (b *testBundle) park(t *testing.T, eventID, paymentID string) string {
 	t.Helper()
+	return b.settle(t, eventID, paymentID, state.Unknown, state.NeedsReconciliation)
+}
+
+// settle pays, dispatches once with the connector answering o, and checks
+// the fulfilment ends in want.
+func (b *testBundle) settle(t *testing.T, eventID, paymentID string, o state.Outcome, want state.State) string {
+	t.Helper()
 	id := b.pay(t, eventID, paymentID)
-	b.rec.Answer = answer(state.Unknown)
+	b.rec.Answer = answer(o)
 	_, err := b.dispatch(t, id)
 	require.NoError(t, err)
 	b.rec.Answer = nil
-	require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State)
+	require.Equal(t, want, b.db.Fulfilment(t, id).State)
 	return id
 }

@@ -115,8 +115,8 @@ func (s *Service) recordOne(ctx context.Context, ev provider.Event) (AcceptResul
 // the payment already has a fulfilment that holds it (see
 // db.InsertFulfilment): then it returns "" and writes nothing. This is the
 // one place a fulfilment is born.
-func (s *Service) create(ctx context.Context, tx pgx.Tx, eventPK int64, providerName, paymentID, actor, reason string) (string, error) {
-	id, created, err := db.InsertFulfilment(ctx, tx, eventPK, providerName, paymentID, actor, reason)
+func (s *Service) create(ctx context.Context, tx pgx.Tx, eventPK int64, actor, reason string) (string, error) {
+	id, created, err := db.InsertFulfilment(ctx, tx, eventPK, actor, reason)
 	if err != nil || !created {
 		return "", err
 	}
@@ -152,7 +152,7 @@ func (s *Service) Replay(ctx context.Context, providerName, eventID, operator st
 		if !res.Fulfils {
 			return nil
 		}
-		res.FulfilmentID, err = s.create(ctx, tx, ev.ID, ev.Provider, ev.PaymentID, "operator "+operator, "replay of stored event")
+		res.FulfilmentID, err = s.create(ctx, tx, ev.ID, "operator "+operator, "replay of stored event")
 		return err
 	})
 	if err != nil {

@@ -44,80 +44,116 @@ func (s *Service) Reconcile(ctx context.Context, actor string) (ReconcileResult,
 		if ctx.Err() != nil {
 			return sum, ctx.Err()
 		}
-		if d, ok := ctx.Deadline(); ok && time.Until(d) < s.cfg.LookupTimeout+RecordMargin/5 {
+		if !s.lookupFits(ctx) {
 			break
 		}
 		sum.Checked++
-		answer, evidence := s.lookup(ctx, f.ID)
-		log := s.cfg.Logger.With("fulfilment_id", f.ID, "payment_id", f.PaymentID, "answer", answer.String())
-		record := func(tx pgx.Tx) error {
-			return db.RecordCheck(ctx, tx, f.ID, f.Attempt, actor, answer.String(), evidence, s.backoff(f.Checks))
+		c, err := s.check(ctx, f, actor)
+		if err != nil {
+			return sum, err
 		}
-		// A decisive answer is recorded and applied in one transaction: if
-		// applying fails, nothing is recorded and the row stays due for the
-		// next round, instead of waiting out a backoff it never earned.
-		switch answer {
-		case connector.Performed:
-			err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
-				if err := record(tx); err != nil {
-					return err
-				}
-				_, err := db.Transit(ctx, tx, db.TransitionParams{
-					ID: f.ID, From: state.NeedsReconciliation, To: state.Fulfilled, Attempt: f.Attempt,
-					Actor: actor, Reason: "connector lookup: done", Evidence: evidence,
-				})
-				return err
-			})
-			if err = s.settled(ctx, log, err, state.Fulfilled); err != nil {
-				return sum, err
-			}
+		switch c {
+		case CheckFulfilled:
 			sum.Fulfilled++
-		case connector.NotPerformed:
-			err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
-				if err := record(tx); err != nil {
-					return err
-				}
-				if _, err := db.Transit(ctx, tx, db.TransitionParams{
-					ID: f.ID, From: state.NeedsReconciliation, To: state.Pending, Attempt: f.Attempt,
-					Actor: actor, Reason: "connector lookup: not done; dispatching again", Evidence: evidence,
-				}); err != nil {
-					return err
-				}
-				return s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, f.ID)
-			})
-			if err = s.settled(ctx, log, err, state.Pending); err != nil {
-				return sum, err
-			}
+		case CheckRedispatched:
 			sum.Redispatched++
-		default:
-			err := s.cfg.Store.InTx(ctx, record)
-			if errors.Is(err, db.ErrConflict) {
-				log.InfoContext(ctx, "reconcile: fulfilment moved before the lookup's answer was recorded")
-				continue
-			}
-			if err != nil {
-				return sum, err
-			}
-			log.InfoContext(ctx, "reconcile: lookup could not tell; left for an operator", "evidence", evidence)
+		case CheckUndecided:
 			sum.Undecided++
 		}
 	}
 	return sum, nil
 }
 
+// lookupFits reports whether a lookup started now ends before ctx's
+// deadline, if it has one.
+func (s *Service) lookupFits(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return !ok || time.Until(d) >= s.cfg.LookupTimeout+RecordMargin/5
+}
+
+// CheckResult is what one lookup of a parked fulfilment led to.
+type CheckResult string
+
+// What a lookup led to.
+const (
+	// CheckFulfilled: the connector said done; the fulfilment is fulfilled.
+	CheckFulfilled CheckResult = "fulfilled"
+	// CheckRedispatched: the connector said not done; the fulfilment is pending
+	// with a new dispatch under the same Idempotency-Key.
+	CheckRedispatched CheckResult = "redispatched"
+	// CheckUndecided: the connector could not tell; the answer is recorded and
+	// the fulfilment stays parked.
+	CheckUndecided CheckResult = "cannot_tell"
+	// CheckMoved: the fulfilment moved while the lookup ran; its answer was
+	// neither applied nor recorded.
+	CheckMoved CheckResult = "moved"
+)
+
+// check looks up one parked fulfilment and applies the answer, with actor
+// in its check row and in any transition it makes.
+func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (CheckResult, error) {
+	answer, evidence := s.lookup(ctx, f.ID)
+	log := s.cfg.Logger.With("fulfilment_id", f.ID, "payment_id", f.PaymentID, "answer", answer.String(), "actor", actor)
+	record := func(tx pgx.Tx) error {
+		return db.RecordCheck(ctx, tx, f.ID, f.Attempt, actor, answer.String(), evidence, s.backoff(f.Checks))
+	}
+	// A decisive answer is recorded and applied in one transaction: if
+	// applying fails, nothing is recorded and the row stays due for the
+	// next round, instead of waiting out a backoff it never earned.
+	switch answer {
+	case connector.Performed:
+		err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+			if err := record(tx); err != nil {
+				return err
+			}
+			_, err := db.Transit(ctx, tx, db.TransitionParams{
+				ID: f.ID, From: state.NeedsReconciliation, To: state.Fulfilled, Attempt: f.Attempt,
+				Actor: actor, Reason: "connector lookup: done", Evidence: evidence,
+			})
+			return err
+		})
+		return s.settled(ctx, log, err, state.Fulfilled, CheckFulfilled)
+	case connector.NotPerformed:
+		err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+			if err := record(tx); err != nil {
+				return err
+			}
+			if _, err := db.Transit(ctx, tx, db.TransitionParams{
+				ID: f.ID, From: state.NeedsReconciliation, To: state.Pending, Attempt: f.Attempt,
+				Actor: actor, Reason: "connector lookup: not done; dispatching again", Evidence: evidence,
+			}); err != nil {
+				return err
+			}
+			return s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, f.ID)
+		})
+		return s.settled(ctx, log, err, state.Pending, CheckRedispatched)
+	default:
+		err := s.cfg.Store.InTx(ctx, record)
+		if errors.Is(err, db.ErrConflict) {
+			log.InfoContext(ctx, "reconcile: fulfilment moved before the lookup's answer was recorded")
+			return CheckMoved, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		log.InfoContext(ctx, "reconcile: lookup could not tell; left for an operator", "evidence", evidence)
+		return CheckUndecided, nil
+	}
+}
+
 // settled logs a resolution's result; a conflict (someone resolved it
 // first) is not an error.
-func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to state.State) error {
+func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to state.State, result CheckResult) (CheckResult, error) {
 	if errors.Is(err, db.ErrConflict) {
 		log.InfoContext(ctx, "reconcile: fulfilment moved before the lookup's answer was applied")
-		return nil
+		return CheckMoved, nil
 	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	s.cfg.Metrics.Transition(state.NeedsReconciliation, to, 1)
 	log.InfoContext(ctx, "reconcile: resolved by connector lookup")
-	return nil
+	return result, nil
 }
 
 func (s *Service) lookup(ctx context.Context, id string) (connector.Answer, map[string]any) {

@@ -24,7 +24,7 @@ func pending(t *testing.T, d *dbtest.DB, n int, run string) {
 		id := fmt.Sprintf("%s_%d", run, i)
 		pk, _, err := db.InsertEvent(ctx, d.Pool, db.EventParams{Provider: "stripe", EventID: "evt_" + id, Type: "checkout.session.completed", PaymentID: "pi_" + id, Payload: []byte(`{}`)})
 		require.NoError(t, err)
-		_, _, err = db.InsertFulfilment(ctx, d.Pool, pk, "stripe", "pi_"+id, "test", "a test row")
+		_, _, err = db.InsertFulfilment(ctx, d.Pool, pk, "test", "a test row")
 		require.NoError(t, err)
 	}
 }

@@ -1,0 +1,213 @@
+package fulfilment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// MaxBulk caps the fulfilments one bulk action names.
+const MaxBulk = 100
+
+// BulkResult is what a bulk action did to one fulfilment it named.
+type BulkResult struct {
+	ID string
+	// Result is one of the Retry… or Check… constants.
+	Result string
+	// FulfilmentID is the fulfilment a retry created.
+	FulfilmentID string
+}
+
+// What a retry did to one failed fulfilment.
+const (
+	// RetryCreated: a new pending fulfilment for the payment, dispatched.
+	RetryCreated = "retried"
+	// RetryPaymentHeld: another fulfilment already holds the payment
+	// (pending, in flight, fulfilled, parked or cancelled); nothing created.
+	RetryPaymentHeld = "payment_held"
+	// RetryNotFailed: the fulfilment is not failed; nothing done.
+	RetryNotFailed = "not_failed"
+	// BulkNotFound: no fulfilment has the id.
+	BulkNotFound = "not_found"
+)
+
+// What a re-check did besides a lookup's own results (CheckResult).
+const (
+	// CheckNotParked: the fulfilment is not needs_reconciliation.
+	CheckNotParked = "not_parked"
+	// CheckWithinGrace: parked less than the reconcile grace ago, so its
+	// call could still be running at the receiver: not looked up.
+	CheckWithinGrace = "within_grace"
+	// CheckNotReached: the request's time ran out first; the reconciler
+	// will look it up in its own time.
+	CheckNotReached = "not_reached"
+)
+
+// ErrTooMany means a bulk action named more than MaxBulk fulfilments, or
+// none.
+var ErrTooMany = fmt.Errorf("%w: name 1 to %d fulfilments", ErrInvalid, MaxBulk)
+
+// ErrNoLookup means a re-check was asked of a service with no connector
+// lookup configured.
+var ErrNoLookup = errors.New("no connector lookup is configured: parked fulfilments can only be resolved by an operator")
+
+// bulkIDs checks a bulk action's names and returns them with repeats
+// dropped, in their first order.
+func bulkIDs(ids []string, operator string) ([]string, error) {
+	if operator == "" {
+		return nil, fmt.Errorf("%w: an operator is required", ErrInvalid)
+	}
+	seen := make(map[string]bool, len(ids))
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	if len(out) == 0 || len(out) > MaxBulk {
+		return nil, ErrTooMany
+	}
+	return out, nil
+}
+
+// Retry gives each failed fulfilment among ids a new dispatch: its stored
+// event runs through the dedup path again, exactly as a replay does, so a
+// new fulfilment is created only if nothing else holds the payment (a failed
+// fulfilment is the connector's word that nothing was done, and frees the
+// payment: invariant 3 allows the new key). Each is its own transaction; the
+// new fulfilment's first transition names the operator and the failed one.
+func (s *Service) Retry(ctx context.Context, ids []string, operator string) ([]BulkResult, error) {
+	ids, err := bulkIDs(ids, operator)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BulkResult, 0, len(ids))
+	for _, id := range ids {
+		r, err := s.retryOne(ctx, id, operator)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult, error) {
+	r := BulkResult{ID: id}
+	if !db.ValidUUID(id) {
+		r.Result = BulkNotFound
+		return r, nil
+	}
+	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+		f, err := db.GetFulfilment(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if f.State != state.Failed {
+			r.Result = RetryNotFailed
+			return nil
+		}
+		r.FulfilmentID, err = s.create(ctx, tx, f.EventPK, "operator "+operator, "retry of failed fulfilment "+id)
+		r.Result = RetryPaymentHeld
+		if r.FulfilmentID != "" {
+			r.Result = RetryCreated
+		}
+		return err
+	})
+	if errors.Is(err, db.ErrNotFound) {
+		return BulkResult{ID: id, Result: BulkNotFound}, nil
+	}
+	if err != nil {
+		return BulkResult{}, fmt.Errorf("retry %s: %w", id, err)
+	}
+	if r.Result == RetryCreated {
+		s.cfg.Metrics.Transition("", state.Pending, 1)
+		s.cfg.Logger.InfoContext(ctx, "failed fulfilment retried by operator", "fulfilment_id", id,
+			"new_fulfilment_id", r.FulfilmentID, "operator", operator)
+	}
+	return r, nil
+}
+
+// recheckWorkers bounds the lookups one re-check runs at once.
+const recheckWorkers = 8
+
+// Recheck looks up each parked fulfilment among ids now, ignoring its
+// backoff, and applies the answer as the reconciler would, with the operator
+// as the actor of each check row and transition. The grace still holds: a
+// fulfilment parked less than the reconcile grace ago is not looked up (its
+// call could still be running). When ctx has a deadline, no lookup starts
+// that could not finish; those are reported not reached. A lookup racing
+// the reconciler's own is harmless: an answer is recorded and applied only
+// while the row is still parked at the attempt it was asked about.
+func (s *Service) Recheck(ctx context.Context, ids []string, operator string) ([]BulkResult, error) {
+	ids, err := bulkIDs(ids, operator)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Looker == nil {
+		return nil, ErrNoLookup
+	}
+	found, err := db.FulfilmentsByID(ctx, s.cfg.Store.Pool(), ids, s.cfg.ReconcileGrace)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]db.GraceState, len(found))
+	for _, g := range found {
+		byID[g.ID] = g
+	}
+	out := make([]BulkResult, len(ids))
+	var due []int
+	for i, id := range ids {
+		out[i].ID = id
+		g, ok := byID[id]
+		switch {
+		case !ok:
+			out[i].Result = BulkNotFound
+		case g.State != state.NeedsReconciliation:
+			out[i].Result = CheckNotParked
+		case !g.PastGrace:
+			out[i].Result = CheckWithinGrace
+		default:
+			due = append(due, i)
+		}
+	}
+	actor := "operator " + operator
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	work := make(chan int)
+	for range min(recheckWorkers, len(due)) {
+		wg.Go(func() {
+			for i := range work {
+				res := CheckResult(CheckNotReached)
+				var err error
+				if ctx.Err() == nil && s.lookupFits(ctx) {
+					res, err = s.check(ctx, byID[ids[i]].Fulfilment, actor)
+				}
+				mu.Lock()
+				out[i].Result = string(res)
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, i := range due {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	s.cfg.Logger.InfoContext(ctx, "parked fulfilments re-checked by operator", "operator", operator, "named", len(ids), "looked_up", len(due))
+	return out, nil
+}

@@ -1,0 +1,213 @@
+package fulfilment_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// fail leaves a fulfilment failed: the connector refused it.
+func (b *testBundle) fail(t *testing.T, eventID, paymentID string) string {
+	t.Helper()
+	return b.settle(t, eventID, paymentID, state.Rejected, state.Failed)
+}
+
+func TestRetryFailed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	failed := b.fail(t, "evt_f1", "pi_f1")
+	held := b.fail(t, "evt_f2", "pi_f2")
+	// A later event of another type holds pi_f2 again: a retry must not
+	// make it a second live fulfilment.
+	res, err := b.svc.Accept(b.ctx, paymentEvent("evt_f2b", "pi_f2"))
+	require.NoError(t, err)
+	require.NotEmpty(t, res.FulfilmentID)
+	live := b.pay(t, "evt_live", "pi_live")
+
+	out, err := b.svc.Retry(b.ctx, []string{failed, held, live, "00000000-0000-4000-8000-000000000000", "nonsense", failed}, "alice")
+	require.NoError(t, err)
+	require.Len(t, out, 5, "a repeated id is one action")
+	got := map[string]fulfilment.BulkResult{}
+	for _, r := range out {
+		got[r.ID] = r
+	}
+	require.Equal(t, fulfilment.RetryCreated, got[failed].Result)
+	require.Equal(t, fulfilment.RetryPaymentHeld, got[held].Result)
+	require.Equal(t, fulfilment.RetryNotFailed, got[live].Result)
+	require.Equal(t, fulfilment.BulkNotFound, got["nonsense"].Result)
+	require.Equal(t, fulfilment.BulkNotFound, got["00000000-0000-4000-8000-000000000000"].Result)
+
+	// The effect: one new pending fulfilment of pi_f1, with its dispatch, on
+	// the failed one's event, audited with the operator and the failed id.
+	newID := got[failed].FulfilmentID
+	f := b.db.Fulfilment(t, newID)
+	require.Equal(t, state.Pending, f.State)
+	require.Equal(t, "pi_f1", f.PaymentID)
+	require.Equal(t, b.db.Fulfilment(t, failed).EventPK, f.EventPK)
+	require.Equal(t, 1, b.enqueuer.count(newID))
+	ts := b.db.Transitions(t, newID)
+	require.Len(t, ts, 1)
+	require.Equal(t, "operator alice", ts[0].Actor)
+	require.Equal(t, "retry of failed fulfilment "+failed, ts[0].Reason)
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = 'pi_f2'`), "nothing created for a held payment")
+	require.Equal(t, state.Failed, b.db.Fulfilment(t, failed).State, "the failed row stays as it was")
+
+	// Retrying again while the new one is live creates nothing.
+	out, err = b.svc.Retry(b.ctx, []string{failed}, "bob")
+	require.NoError(t, err)
+	require.Equal(t, fulfilment.RetryPaymentHeld, out[0].Result)
+}
+
+// TestRetryFailedConcurrently: operators retrying the same failed
+// fulfilments at once create one new fulfilment per payment.
+func TestRetryFailedConcurrently(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ids []string
+	for i := range 10 {
+		ids = append(ids, b.fail(t, fmt.Sprintf("evt_c%d", i), fmt.Sprintf("pi_c%d", i)))
+	}
+	var wg sync.WaitGroup
+	var created atomic.Int32
+	for range 6 {
+		wg.Go(func() {
+			out, err := b.svc.Retry(context.Background(), ids, "racer")
+			require.NoError(t, err)
+			for _, r := range out {
+				if r.Result == fulfilment.RetryCreated {
+					created.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, 10, created.Load())
+	require.Equal(t, 10, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE state = 'pending'`))
+}
+
+func TestBulkRefusesTooManyOrNone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	many := make([]string, fulfilment.MaxBulk+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+	}
+	for _, ids := range [][]string{nil, many} {
+		_, err := b.svc.Retry(b.ctx, ids, "alice")
+		require.ErrorIs(t, err, fulfilment.ErrInvalid)
+		_, err = b.svc.Recheck(b.ctx, ids, "alice")
+		require.ErrorIs(t, err, fulfilment.ErrInvalid)
+	}
+	_, err := b.svc.Retry(b.ctx, []string{many[0]}, "")
+	require.ErrorIs(t, err, fulfilment.ErrInvalid)
+	_, err = b.svc.Recheck(b.ctx, []string{many[0]}, "alice")
+	require.ErrorIs(t, err, fulfilment.ErrNoLookup, "without a lookup there is nothing to re-check with")
+}
+
+func TestRecheckParked(t *testing.T) {
+	t.Parallel()
+	answers := map[string]connector.Answer{}
+	var mu sync.Mutex
+	var asked []string
+	b := setup(t, func(c *fulfilment.Config) {
+		c.ConnectorTimeout = 200 * time.Millisecond
+		c.ReconcileGrace = 30 * time.Second
+		c.ReconcileBackoff = time.Hour
+		c.Looker = lookerFunc(func(_ context.Context, key string) (connector.Answer, map[string]any, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, key)
+			return answers[key], map[string]any{"lookup": "fake"}, nil
+		})
+	})
+	done := b.park(t, "evt_r1", "pi_r1")
+	notDone := b.park(t, "evt_r2", "pi_r2")
+	unsure := b.park(t, "evt_r3", "pi_r3")
+	fresh := b.park(t, "evt_r4", "pi_r4") // parked just now: within the grace
+	live := b.pay(t, "evt_r5", "pi_r5")
+	for _, id := range []string{done, notDone, unsure} {
+		b.db.Backdate(t, id, time.Now().Add(-time.Minute))
+	}
+	answers[done], answers[notDone], answers[unsure] = connector.Performed, connector.NotPerformed, connector.CannotTell
+
+	// The unsure one was looked up before and is backed off for an hour:
+	// the reconciler would not ask again, a re-check does.
+	sum, err := b.svc.Reconcile(b.ctx, "reconciler")
+	require.NoError(t, err)
+	require.Equal(t, 3, sum.Checked)
+	require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, unsure).State)
+	sum, err = b.svc.Reconcile(b.ctx, "reconciler")
+	require.NoError(t, err)
+	require.Zero(t, sum.Checked, "backed off")
+	// Put the decided ones back where they were, as new parked rows.
+	done2 := b.park(t, "evt_r6", "pi_r6")
+	notDone2 := b.park(t, "evt_r7", "pi_r7")
+	for _, id := range []string{done2, notDone2} {
+		b.db.Backdate(t, id, time.Now().Add(-time.Minute))
+	}
+	answers[done2], answers[notDone2] = connector.Performed, connector.NotPerformed
+	mu.Lock()
+	asked = nil
+	mu.Unlock()
+
+	out, err := b.svc.Recheck(b.ctx, []string{done2, notDone2, unsure, fresh, live, done}, "carol")
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, r := range out {
+		got[r.ID] = r.Result
+	}
+	require.Equal(t, map[string]string{
+		done2: string(fulfilment.CheckFulfilled), notDone2: string(fulfilment.CheckRedispatched),
+		unsure: string(fulfilment.CheckUndecided), fresh: fulfilment.CheckWithinGrace,
+		live: fulfilment.CheckNotParked, done: fulfilment.CheckNotParked,
+	}, got)
+	require.ElementsMatch(t, []string{done2, notDone2, unsure}, asked, "only parked rows past the grace are looked up")
+	require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, done2).State)
+	require.Equal(t, state.Pending, b.db.Fulfilment(t, notDone2).State)
+	require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, unsure).State)
+	require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, fresh).State)
+
+	// The audit: check rows and transitions name the operator.
+	cs, err := db.Checks(b.ctx, b.db.Pool, unsure)
+	require.NoError(t, err)
+	require.Len(t, cs, 2)
+	require.Equal(t, "operator carol", cs[1].Actor)
+	ts := b.db.Transitions(t, done2)
+	require.Equal(t, "operator carol", ts[len(ts)-1].Actor)
+	require.Equal(t, "connector lookup: done", ts[len(ts)-1].Reason)
+	require.Equal(t, 0, b.rec.CallsFor(unsure)-1, "a re-check never calls the connector's action")
+}
+
+// TestRecheckRespectsTheDeadline: a request with no time for a lookup
+// starts none and says so.
+func TestRecheckRespectsTheDeadline(t *testing.T) {
+	t.Parallel()
+	var asked atomic.Int32
+	b := setup(t, func(c *fulfilment.Config) {
+		c.ConnectorTimeout = time.Second
+		c.ReconcileGrace = time.Second
+		c.Looker = lookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
+			asked.Add(1)
+			return connector.Performed, nil, nil
+		})
+	})
+	id := b.park(t, "evt_d1", "pi_d1")
+	b.db.Backdate(t, id, time.Now().Add(-time.Minute))
+	ctx, cancel := context.WithTimeout(b.ctx, 100*time.Millisecond)
+	defer cancel()
+	out, err := b.svc.Recheck(ctx, []string{id}, "dave")
+	require.NoError(t, err)
+	require.Equal(t, fulfilment.CheckNotReached, out[0].Result)
+	require.Zero(t, asked.Load())
+	require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State)
+}
