@@ -155,3 +155,66 @@ func TestOperatorCLI(t *testing.T) {
 	require.Equal(t, 1.0, m[`guardian_transitions_total{from="needs_reconciliation",to="fulfilled"}`], "the operator's resolution is counted")
 	g.stop(t)
 }
+
+// TestOperatorCLIBrowsesAndRetries: events and fulfilments found by id
+// prefix, and failed fulfilments retried from the command line, once.
+func TestOperatorCLIBrowsesAndRetries(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	conn := newFakeConnector(t)
+	conn.reject = "pi_refused_"
+	g := start(t, baseEnv(t, d, conn))
+	for _, p := range []string{"pi_refused_1", "pi_refused_2", "pi_fine_1"} {
+		body := []byte(`{"id":"evt_` + p + `","type":"checkout.session.completed","data":{"object":{"id":"cs_` + p + `","payment_status":"paid","payment_intent":"` + p + `"}}}`)
+		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+	}
+	require.Eventually(t, func() bool { return stateCount(t, d, "failed") == 2 && stateCount(t, d, "fulfilled") == 1 }, 15*time.Second, 20*time.Millisecond)
+	ana := addOperator(t, d, "ana")
+
+	out, code := cli(t, g, ana, "events", "list", "--payment-prefix", "pi_refused", "--json")
+	require.Zero(t, code, out)
+	var events web.EventList
+	require.NoError(t, json.Unmarshal([]byte(out), &events))
+	require.Len(t, events.Events, 2)
+	out, code = cli(t, g, ana, "events", "list", "--event-prefix", "evt_pi_fine")
+	require.Zero(t, code, out)
+	require.Contains(t, out, "evt_pi_fine_1")
+	require.NotContains(t, out, "pi_refused")
+	out, code = cli(t, g, ana, "fulfilments", "list", "--state", "failed", "--type", "checkout.session.completed", "--json")
+	require.Zero(t, code, out)
+	var failed web.FulfilmentList
+	require.NoError(t, json.Unmarshal([]byte(out), &failed))
+	require.Len(t, failed.Fulfilments, 2)
+
+	_, code = cli(t, g, ana, "fulfilments", "retry")
+	require.Equal(t, 2, code, "no ids and no --listed: a usage error, nothing retried")
+	_, code = cli(t, g, ana, "fulfilments", "list", "--since", "yesterday")
+	require.Equal(t, 2, code)
+
+	conn.mu.Lock()
+	conn.reject = ""
+	conn.mu.Unlock()
+	out, code = cli(t, g, ana, "fulfilments", "retry", "--listed", "--payment-prefix", "pi_refused_1")
+	require.Zero(t, code, out)
+	require.Contains(t, out, "retried")
+	require.Equal(t, 1, strings.Count(out, "retried"), out)
+	require.Eventually(t, func() bool { return stateCount(t, d, "fulfilled") == 2 }, 15*time.Second, 20*time.Millisecond)
+	out, code = cli(t, g, ana, "fulfilments", "retry", failed.Fulfilments[0].ID, failed.Fulfilments[1].ID, "--json")
+	require.Zero(t, code, out)
+	var bulk web.BulkAnswer
+	require.NoError(t, json.Unmarshal([]byte(out), &bulk))
+	results := map[string]int{}
+	for _, r := range bulk.Results {
+		results[r.Result]++
+	}
+	require.Equal(t, map[string]int{"retried": 1, "payment_held": 1}, results, "pi_refused_1 is held by its retry; pi_refused_2 is retried now")
+	require.Eventually(t, func() bool { return stateCount(t, d, "fulfilled") == 3 }, 15*time.Second, 20*time.Millisecond)
+	require.Equal(t, 2, stateCount(t, d, "failed"), "the failed rows stay as the record")
+	require.Equal(t, 2, d.Count(t, `SELECT count(*) FROM fulfilment_transition WHERE actor = 'operator ana' AND reason LIKE 'retry of failed fulfilment %'`))
+
+	// No lookup is configured here: a re-check says so.
+	out, code = cli(t, g, ana, "reconcile", "recheck", failed.Fulfilments[0].ID)
+	require.Equal(t, 4, code, out)
+	require.Contains(t, out, "no connector lookup is configured")
+	g.stop(t)
+}

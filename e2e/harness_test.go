@@ -63,6 +63,9 @@ type fakeConnector struct {
 	hold string
 	// fail, when set, makes calls whose payment it names answer 500.
 	fail string
+	// reject, when set, makes calls whose body holds it answer 422, a
+	// business refusal. Set and cleared under mu.
+	reject string
 
 	mu      sync.Mutex
 	calls   map[string]int // by Idempotency-Key
@@ -86,10 +89,15 @@ func newFakeConnector(t *testing.T) *fakeConnector {
 		c.calls[key]++
 		c.payment[key] = string(body)
 		hold := c.hold != "" && bytes.Contains(body, []byte(c.hold))
+		reject := c.reject != "" && bytes.Contains(body, []byte(c.reject))
 		c.mu.Unlock()
 		c.entered <- key
 		if hold {
 			<-r.Context().Done()
+			return
+		}
+		if reject {
+			http.Error(w, "card_declined", http.StatusUnprocessableEntity)
 			return
 		}
 		if c.fail != "" && bytes.Contains(body, []byte(c.fail)) {

@@ -24,13 +24,20 @@ const (
 
 const opsUsage = `Operator commands (they talk to GUARDIAN_URL with GUARDIAN_OPERATOR_TOKEN, your
 credential from 'guardian operators add'; the audit log names its operator):
-  guardian fulfilments list [--state S] [--payment P] [--event E] [--limit N] [--cursor C] [--json]
+  guardian fulfilments list [--state S] [FILTERS] [--payment P] [--event E] [--limit N] [--cursor C] [--json]
   guardian fulfilments show ID [--json]
-  guardian reconcile list [--limit N] [--json]
+  guardian fulfilments retry ID... | --listed [FILTERS] [--json]
+      a new dispatch for each failed fulfilment whose payment nothing else holds
+  guardian reconcile list [FILTERS] [--limit N] [--json]
+  guardian reconcile recheck ID... | --listed [FILTERS] [--json]
+      look parked fulfilments up at the receiver now, whatever their backoff
   guardian reconcile resolve ID --attempt N --to fulfilled|pending|cancelled --reason TEXT [--evidence TEXT] [--json]
   guardian reconcile reopen ID --attempt N --reason TEXT --evidence TEXT [--json]
+  guardian events list [FILTERS] [--limit N] [--cursor C] [--json]
   guardian events show PROVIDER EVENT_ID [--json]
   guardian events replay PROVIDER EVENT_ID [--json]
+FILTERS: --provider P --type T --payment-prefix P --event-prefix E --since T --until T
+  (times in RFC 3339). --listed acts on the first page (at most 100) the filters list.
 Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict (moved meanwhile), 5 token refused.
 `
 
@@ -53,6 +60,15 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 	reason := fs.String("reason", "", "why")
 	evidence := fs.String("evidence", "", "the fact behind the resolution")
 	attempt := fs.Int("attempt", 0, "the attempt your decision is about, as `fulfilments show` printed it")
+	listed := fs.Bool("listed", false, "act on the fulfilments the filters list (at most 100)")
+	filters := map[string]*string{}
+	for _, f := range []struct{ flag, param, usage string }{
+		{"provider", "provider", "filter by provider"}, {"type", "type", "filter by event type"},
+		{"payment-prefix", "payment_prefix", "payment ids that start with this"}, {"event-prefix", "event_prefix", "event ids that start with this"},
+		{"since", "since", "created (events: first seen) at or after, RFC 3339"}, {"until", "until", "created (events: first seen) before, RFC 3339"},
+	} {
+		filters[f.param] = fs.String(f.flag, "", f.usage)
+	}
 	pos, err := parseInterspersed(fs, rest)
 	if err != nil {
 		return usageExit(err)
@@ -70,16 +86,10 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 		if len(pos) != 0 {
 			break
 		}
-		q := url.Values{}
-		if verb == "list" && group == "reconcile" {
+		if group == "reconcile" {
 			*st = "needs_reconciliation"
 		}
-		for k, v := range map[string]string{"state": *st, "payment_id": *payment, "event_id": *event, "cursor": *cursor} {
-			if v != "" {
-				q.Set(k, v)
-			}
-		}
-		q.Set("limit", fmt.Sprint(*limit))
+		q := listQuery(filters, map[string]string{"state": *st, "payment_id": *payment, "event_id": *event, "cursor": *cursor}, *limit)
 		var list web.FulfilmentList
 		if raw, err = client.do(ctx, http.MethodGet, "/api/v1/fulfilments?"+q.Encode(), nil, &list); err == nil {
 			out.print(raw, func(w io.Writer) { printFulfilments(w, list, group == "reconcile") })
@@ -114,6 +124,42 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 			out.print(raw, func(w io.Writer) { printMoved(w, res.Fulfilment) })
 		}
 		return exitFor(err, stderr)
+	case "fulfilments retry", "reconcile recheck":
+		if len(pos) == 0 && !*listed || len(pos) > 0 && *listed {
+			break
+		}
+		of, path := "failed", "/api/v1/fulfilments/retry"
+		if verb == "recheck" {
+			of, path = "needs_reconciliation", "/api/v1/fulfilments/recheck"
+		}
+		ids := pos
+		if *listed {
+			var list web.FulfilmentList
+			if _, err = client.do(ctx, http.MethodGet, "/api/v1/fulfilments?"+listQuery(filters, map[string]string{"state": of}, 100).Encode(), nil, &list); err != nil {
+				return exitFor(err, stderr)
+			}
+			for _, f := range list.Fulfilments {
+				ids = append(ids, f.ID)
+			}
+			if len(ids) == 0 {
+				fmt.Fprintf(stdout, "no %s fulfilment matches\n", of)
+				return ExitOK
+			}
+		}
+		var a web.BulkAnswer
+		if raw, err = client.do(ctx, http.MethodPost, path, web.BulkRequest{IDs: ids}, &a); err == nil {
+			out.print(raw, func(w io.Writer) { printBulk(w, a) })
+		}
+		return exitFor(err, stderr)
+	case "events list":
+		if len(pos) != 0 {
+			break
+		}
+		var list web.EventList
+		if raw, err = client.do(ctx, http.MethodGet, "/api/v1/events?"+listQuery(filters, map[string]string{"cursor": *cursor}, *limit).Encode(), nil, &list); err == nil {
+			out.print(raw, func(w io.Writer) { printEvents(w, list) })
+		}
+		return exitFor(err, stderr)
 	case "events show":
 		if len(pos) != 2 {
 			break
@@ -141,6 +187,24 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 	}
 	fmt.Fprint(stderr, opsUsage)
 	return ExitUsage
+}
+
+// listQuery is a listing's query: the filter flags, then more, then the
+// page size; empty values are left out.
+func listQuery(filters map[string]*string, more map[string]string, limit int) url.Values {
+	q := url.Values{}
+	for k, v := range filters {
+		if *v != "" {
+			q.Set(k, *v)
+		}
+	}
+	for k, v := range more {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	q.Set("limit", fmt.Sprint(limit))
+	return q
 }
 
 type opsOutput struct {
@@ -196,6 +260,27 @@ func printFulfilments(w io.Writer, list web.FulfilmentList, parked bool) {
 		} else {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", f.ID, f.Provider, f.PaymentID, f.State, f.Attempt, f.CreatedAt.UTC().Format(time.RFC3339))
 		}
+	}
+	_ = tw.Flush()
+	if list.NextCursor != "" {
+		fmt.Fprintf(w, "more: --cursor %s\n", list.NextCursor)
+	}
+}
+
+func printBulk(w io.Writer, a web.BulkAnswer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FULFILMENT\tRESULT\tNEW FULFILMENT")
+	for _, r := range a.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.ID, r.Result, cmp.Or(r.FulfilmentID, "-"))
+	}
+	_ = tw.Flush()
+}
+
+func printEvents(w io.Writer, list web.EventList) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROVIDER\tEVENT\tTYPE\tPAYMENT\tDELIVERIES\tFIRST SEEN")
+	for _, e := range list.Events {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.Provider, e.EventID, e.Type, cmp.Or(e.PaymentID, "-"), e.Deliveries, e.FirstSeenAt.UTC().Format(time.RFC3339))
 	}
 	_ = tw.Flush()
 	if list.NextCursor != "" {
