@@ -218,3 +218,57 @@ func TestOperatorCLIBrowsesAndRetries(t *testing.T) {
 	require.Contains(t, out, "no connector lookup is configured")
 	g.stop(t)
 }
+
+// TestConnectorTestCLI: `guardian connector test` against a receiver that
+// verifies signatures; it sends nothing signed to the action URL unless
+// asked, and a wrong secret shows as a problem.
+func TestConnectorTestCLI(t *testing.T) {
+	t.Parallel()
+	conn := newFakeConnector(t)
+	run := func(secret string, args ...string) (string, int) {
+		cmd := exec.Command(binary, append([]string{"connector", "test"}, args...)...)
+		cmd.Env = []string{"GUARDIAN_CONNECTOR_URL=" + conn.srv.URL, "GUARDIAN_CONNECTOR_SECRET=" + secret, "GUARDIAN_CONNECTOR_TIMEOUT=5s"}
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if exit, ok := err.(*exec.ExitError); ok {
+			code = exit.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		return string(out), code
+	}
+	out, code := run(connectorSecret)
+	require.Zero(t, code, out)
+	require.Contains(t, out, "refused: the receiver verifies signatures")
+	require.Empty(t, conn.snapshot(), "nothing the receiver accepted was sent")
+
+	out, code = run(connectorSecret, "--signed", "--json")
+	require.Zero(t, code, out)
+	var report struct {
+		OK    bool `json:"ok"`
+		Steps []struct {
+			Status int  `json:"status"`
+			OK     bool `json:"ok"`
+		} `json:"steps"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &report), out)
+	require.True(t, report.OK)
+	require.Len(t, report.Steps, 2)
+	require.Equal(t, http.StatusUnauthorized, report.Steps[0].Status)
+	require.Equal(t, http.StatusOK, report.Steps[1].Status)
+	calls := conn.snapshot()
+	require.Len(t, calls, 1)
+	for key, n := range calls {
+		require.True(t, strings.HasPrefix(key, "guardian-test-"), key)
+		require.Equal(t, 1, n)
+	}
+
+	out, code = run("whsec_"+"d3JvbmcgY29ubmVjdG9yIHNlY3JldCBmb3IgZTJl", "--signed")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "PROBLEM")
+	require.Contains(t, out, "refused before the receiver's logic (401)")
+
+	out, code = run("")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "connector secret is required")
+}

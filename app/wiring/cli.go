@@ -37,6 +37,7 @@ Usage:
   guardian backfill stripe [--since 72h]  fetch Stripe events never delivered (needs GUARDIAN_STRIPE_API_KEY)
   guardian epoch show|rotate        the database's epoch, which scopes Redis marks (rotate after a restore or failover)
   guardian operators add|list|revoke|signout  named operator credentials (see guardian operators)
+  guardian connector test [--signed]  check the receiver: does it verify signatures, answer lookups
   guardian demo [--url URL]         send signed sample deliveries to a dev server
   guardian bench [flags]            load a running Guardian with signed deliveries (see --help)
   guardian help                     show this
@@ -79,6 +80,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return loadgen.Main(ctx, rest, defaultURL, "http://"+DefaultMetricsAddr, getenv, stdout, stderr)
 	case "fulfilments", "reconcile", "events":
 		return runOps(ctx, cmd, rest, getenv, stdout, stderr)
+	case "connector":
+		return runConnector(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK
@@ -98,6 +101,7 @@ var commandUsage = map[string]string{
 	"fulfilments": opsUsage,
 	"reconcile":   opsUsage,
 	"events":      opsUsage,
+	"connector":   connectorUsage,
 }
 
 func isHelp(arg string) bool {

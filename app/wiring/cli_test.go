@@ -14,7 +14,7 @@ func TestHelpNeedsNoConfiguration(t *testing.T) {
 	for _, args := range [][]string{
 		{"help"}, {"serve", "--help"}, {"migrate", "--help"}, {"epoch", "-h"}, {"operators", "--help"},
 		{"backfill", "--help"}, {"backfill", "stripe", "--help"}, {"config", "--help"}, {"demo", "--help"}, {"bench", "--help"},
-		{"reconcile", "--help"}, {"fulfilments", "--help"}, {"events", "help"}, {"reconcile", "resolve", "--help"}, {"operators", "revoke", "--help"},
+		{"reconcile", "--help"}, {"fulfilments", "--help"}, {"events", "help"}, {"connector", "--help"}, {"connector", "test", "--help"}, {"reconcile", "resolve", "--help"}, {"operators", "revoke", "--help"},
 	} {
 		var out, errOut bytes.Buffer
 		code := Main(context.Background(), args, func(string) string { return "" }, &out, &errOut)
