@@ -183,17 +183,26 @@ type Stats struct {
 	// OldestNeedsReconciliation is when the longest-waiting parked
 	// fulfilment was parked; nil when none waits.
 	OldestNeedsReconciliation *time.Time
+	// OldestPending is when the longest-waiting pending fulfilment entered
+	// pending; nil when none waits.
+	OldestPending *time.Time
 }
 
-// GetStats counts fulfilments per state and finds the oldest parked one.
+// GetStats counts fulfilments per state and finds the oldest parked and
+// the oldest pending one.
 func GetStats(ctx context.Context, q DBTX) (Stats, error) {
 	counts, err := CountByState(ctx, q)
 	if err != nil {
 		return Stats{}, err
 	}
 	st := Stats{ByState: counts}
-	err = q.QueryRow(ctx, `SELECT min(updated_at) FROM fulfilment WHERE state = 'needs_reconciliation'`).Scan(&st.OldestNeedsReconciliation)
-	return st, wrap("oldest needs_reconciliation", err)
+	// Two statements, so each min is one step down fulfilment_state_idx.
+	for s, dst := range map[state.State]**time.Time{state.NeedsReconciliation: &st.OldestNeedsReconciliation, state.Pending: &st.OldestPending} {
+		if err := q.QueryRow(ctx, `SELECT min(updated_at) FROM fulfilment WHERE state = $1`, s).Scan(dst); err != nil {
+			return Stats{}, wrap("oldest "+string(s), err)
+		}
+	}
+	return st, nil
 }
 
 // Check is one reconciliation lookup's answer.

@@ -227,6 +227,7 @@ var (
 	fulfilmentsDesc = prometheus.NewDesc("guardian_fulfilments", "Fulfilments by state, as of the last table read.", []string{"state"}, nil)
 	queueDesc       = prometheus.NewDesc("guardian_reconciliation_queue_depth", "Fulfilments waiting in needs_reconciliation, as of the last table read.", nil, nil)
 	oldestDesc      = prometheus.NewDesc("guardian_reconciliation_oldest_age_seconds", "How long the oldest needs_reconciliation fulfilment has waited; 0 when none waits.", nil, nil)
+	pendingAgeDesc  = prometheus.NewDesc("guardian_pending_oldest_age_seconds", "How long the oldest pending fulfilment has waited for dispatch since it entered pending; 0 when none waits. Above the sweep interval plus the job timeout, a payment may be stranded.", nil, nil)
 	scrapeErrDesc   = prometheus.NewDesc("guardian_table_scrape_error", "1 when the last read of the fulfilment table for metrics failed.", nil, nil)
 	readAgeDesc     = prometheus.NewDesc("guardian_table_read_age_seconds", "Seconds since the fulfilment table was last read for these gauges.", nil, nil)
 )
@@ -267,6 +268,7 @@ func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- fulfilmentsDesc
 	ch <- queueDesc
 	ch <- oldestDesc
+	ch <- pendingAgeDesc
 	ch <- scrapeErrDesc
 	ch <- readAgeDesc
 }
@@ -288,9 +290,14 @@ func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(fulfilmentsDesc, prometheus.GaugeValue, float64(st.ByState[s]), string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(st.ByState[state.NeedsReconciliation]))
-	age := 0.0
-	if st.OldestNeedsReconciliation != nil {
-		age = time.Since(*st.OldestNeedsReconciliation).Seconds()
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, ageOf(st.OldestNeedsReconciliation))
+	ch <- prometheus.MustNewConstMetric(pendingAgeDesc, prometheus.GaugeValue, ageOf(st.OldestPending))
+}
+
+// ageOf is the seconds since t, or 0 for none.
+func ageOf(t *time.Time) float64 {
+	if t == nil {
+		return 0
 	}
-	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age)
+	return time.Since(*t).Seconds()
 }

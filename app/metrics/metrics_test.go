@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -49,6 +50,13 @@ func TestScrapesNeverQueryTheTable(t *testing.T) {
 	}
 	require.NoError(t, m.RefreshTable(context.Background()))
 	require.Equal(t, 5.0, gauge(t, reg, "guardian_fulfilments", string(state.Pending)))
+	require.Less(t, gauge(t, reg, "guardian_pending_oldest_age_seconds", ""), 60.0)
+	require.Zero(t, gauge(t, reg, "guardian_reconciliation_oldest_age_seconds", ""), "none parked")
+	var oldest string
+	require.NoError(t, d.Pool.QueryRow(context.Background(), `SELECT id FROM fulfilment LIMIT 1`).Scan(&oldest))
+	d.Backdate(t, oldest, time.Now().Add(-time.Hour))
+	require.NoError(t, m.RefreshTable(context.Background()))
+	require.InDelta(t, 3600, gauge(t, reg, "guardian_pending_oldest_age_seconds", ""), 60, "the oldest pending row's wait")
 
 	// A failed read keeps the snapshot and says so.
 	d.Pool.Close()
