@@ -66,6 +66,9 @@ type fakeConnector struct {
 	// reject, when set, makes calls whose body holds it answer 422, a
 	// business refusal. Set and cleared under mu.
 	reject string
+	// deny, when set, makes calls whose body holds it answer 401, as a
+	// receiver with a rotated secret does: not delivered.
+	deny string
 
 	mu      sync.Mutex
 	calls   map[string]int // by Idempotency-Key
@@ -98,6 +101,10 @@ func newFakeConnector(t *testing.T) *fakeConnector {
 		}
 		if reject {
 			http.Error(w, "card_declined", http.StatusUnprocessableEntity)
+			return
+		}
+		if c.deny != "" && bytes.Contains(body, []byte(c.deny)) {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
 		if c.fail != "" && bytes.Contains(body, []byte(c.fail)) {
