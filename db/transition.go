@@ -261,6 +261,8 @@ func StrandedPending(ctx context.Context, q DBTX, after time.Duration, limit int
 		  AND NOT EXISTS (
 			SELECT 1 FROM river_job j
 			WHERE j.kind = 'guardian_dispatch' AND j.args ->> 'fulfilment_id' = f.id::text
+			  -- the partial index's predicate, so the planner uses it
+			  AND j.state IN ('available', 'scheduled', 'retryable', 'pending', 'running')
 			  AND (j.state IN ('available', 'scheduled', 'retryable', 'pending')
 			       OR (j.state = 'running' AND j.attempted_at > now() - make_interval(secs => $1))))
 		ORDER BY f.updated_at

@@ -49,7 +49,25 @@ func TestSweepWorker(t *testing.T) {
 		require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM single_use_token`))
 		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM single_use_token WHERE hash = $1`, tokens.Hash("old")))
 	})
+
+	t.Run("PrunesRefusalsOlderThanTheRetention", func(t *testing.T) {
+		t.Parallel()
+		pruner := &laterStore{}
+		b := setup(t, &connectortest.Recorder{}, false, options{Jobs: func(c *jobs.Config) { c.Refusals = pruner }})
+		pruner.Store = db.New(b.db.Pool)
+		require.NoError(t, db.InsertRefusals(b.ctx, b.db.Pool, []db.Refusal{
+			{At: time.Now().Add(-jobs.RefusalRetention - time.Hour), Provider: "stripe", Reason: "signature"},
+			{At: time.Now().Add(-time.Hour), Provider: "stripe", Reason: "timestamp"},
+		}))
+		b.start(t)
+		b.waitJobs(t, `kind = 'guardian_sweep' AND state = 'completed'`, 1)
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM refused_delivery`))
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM refused_delivery WHERE reason = 'timestamp'`), "the recent one stays")
+	})
 }
+
+// laterStore is a db.Store set once the test's database exists.
+type laterStore struct{ *db.Store }
 
 func TestReconcileWorker(t *testing.T) {
 	t.Parallel()

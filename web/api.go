@@ -136,6 +136,9 @@ func (s *Server) apiListEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.QueryParam("format") == "csv" {
+		return writeEventsCSV(c, list)
+	}
 	return c.JSON(http.StatusOK, list)
 }
 

@@ -132,6 +132,7 @@ func (s *Server) mountDashboard() error {
 	e.POST("/fulfilments/bulk", s.handleBulkAsk, s.requireSession)
 	e.POST("/fulfilments/bulk/confirm", s.handleBulkConfirm, s.requireSession)
 	e.GET("/events", s.handleEventsPage, s.requireSession)
+	e.GET("/events.csv", s.handleEventsCSV, s.requireSession)
 	e.GET("/fulfilments/:id", s.handleFulfilmentPage, s.requireSession)
 	e.POST("/fulfilments/:id/resolve", s.handleResolveAsk, s.requireSession)
 	e.POST("/fulfilments/:id/resolve/confirm", s.handleResolveConfirm, s.requireSession)
@@ -399,6 +400,14 @@ func (s *Server) handleListPage(c echo.Context) error {
 		}
 	}
 	return s.render(c, http.StatusOK, "list", page{Title: "Fulfilments", Data: d})
+}
+
+func (s *Server) handleEventsCSV(c echo.Context) error {
+	list, err := s.listEvents(c)
+	if err != nil {
+		return err
+	}
+	return writeEventsCSV(c, list)
 }
 
 // handleEventsPage lists stored events newest first, filtered like the

@@ -399,4 +399,16 @@ func TestDashboardSearchesByPrefix(t *testing.T) {
 	require.NotContains(t, page, "pi_demo")
 	code, _, _ = op.get("/events?since=yesterday")
 	require.Equal(t, http.StatusBadRequest, code)
+
+	code, csvBody, h := op.get("/events.csv?event_prefix=evt_demo")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "text/csv; charset=utf-8", h.Get("Content-Type"))
+	rows, err := csv.NewReader(strings.NewReader(csvBody)).ReadAll()
+	require.NoError(t, err)
+	require.Equal(t, [][]string{{"provider", "event_id", "event_type", "payment_id", "deliveries", "first_seen_at", "last_seen_at"}}, rows[:1])
+	require.Len(t, rows, 2)
+	require.Equal(t, []string{"stripe", "evt_demo_1", "checkout.session.completed", "pi_demo_0622f7f2", "1"}, rows[1][:5])
+	code, raw := b.api(t, "GET", "/api/v1/events?format=csv&limit=1", b.token, nil)
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, strings.HasPrefix(string(raw), "provider,event_id,"), string(raw))
 }
