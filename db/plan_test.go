@@ -1,0 +1,68 @@
+package db_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/db/dbtest"
+)
+
+// TestLookupsUseIndexes: on 20,000 events and their fulfilments, the
+// lookups intake, the operators' pages and search make read through
+// indexes, never by scanning a table. An index in another collation than the
+// comparison silently turned every duplicate's count into a full scan once
+// (a 15x slower Postgres-only duplicate path in `just bench`).
+func TestLookupsUseIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tx := dbtest.Tx(t)
+	_, err := tx.Exec(ctx, `
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
+		SELECT 'stripe', 'evt_' || md5(g::text), 'checkout.session.completed', 'pi_' || md5(g::text), '\x7b7d'::bytea
+		FROM generate_series(1, 20000) g`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO fulfilment (event_pk, provider, payment_id) SELECT id, provider, payment_id FROM webhook_event`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `ANALYZE webhook_event; ANALYZE fulfilment`)
+	require.NoError(t, err)
+	var known string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT event_id FROM webhook_event LIMIT 1`).Scan(&known))
+
+	var knownPK int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM webhook_event WHERE event_id = $1`, known).Scan(&knownPK))
+	seqScans := func() int {
+		var n int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT sum(seq_scan) FROM pg_stat_xact_user_tables WHERE relname IN ('webhook_event', 'fulfilment')`).Scan(&n))
+		return n
+	}
+	before := seqScans()
+	for name, run := range map[string]func() error{
+		"get event": func() error { _, err := db.GetEvent(ctx, tx, "stripe", known); return err },
+		"count a duplicate": func() error {
+			_, err := db.InsertEvents(ctx, tx, []db.BatchEvent{{EventParams: db.EventParams{Provider: "stripe", EventID: known, Type: "t", Payload: []byte(`{}`)}, Deliveries: 1}})
+			return err
+		},
+		"events by payment prefix": func() error {
+			_, _, err := db.ListEvents(ctx, tx, db.EventListParams{PaymentPrefix: "pi_ab"})
+			return err
+		},
+		"events by id prefix": func() error {
+			_, _, err := db.ListEvents(ctx, tx, db.EventListParams{EventPrefix: "evt_ab"})
+			return err
+		},
+		"fulfilments of an event": func() error {
+			_, err := db.FulfilmentsByEvent(ctx, tx, knownPK)
+			return err
+		},
+		"fulfilments by payment prefix": func() error {
+			_, _, err := db.ListFulfilments(ctx, tx, db.ListParams{PaymentPrefix: "pi_ab"})
+			return err
+		},
+	} {
+		require.NoError(t, run(), name)
+		require.Equal(t, before, seqScans(), "%s scanned a table", name)
+	}
+}
