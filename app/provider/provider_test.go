@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -232,7 +233,16 @@ func TestParseStrict(t *testing.T) {
 		{`{"a":1} {"b":2}`, false},
 		{`{"a":`, false},
 		{strings.Repeat("[", 100) + strings.Repeat("]", 100), false},
+		{strings.Repeat("[", 64) + strings.Repeat("]", 64), true},
+		{strings.Repeat("[", 65) + strings.Repeat("]", 65), false},
 		{``, false},
+		{`{"a":1,"\u0061":2}`, false},
+		{"{\"a\":\"\xff\"}", false},
+		{`{"a":"\u00e9","n":-1.5e3,"t":true,"f":false,"z":null,"s":[]}`, true},
+		{`{"a":1,}`, false},
+		{`{"a" 1}`, false},
+		{`[1,]`, false},
+		{`nul`, false},
 	}
 	for _, tt := range tests {
 		v, err := parseStrict([]byte(tt.in))
@@ -316,8 +326,19 @@ func FuzzParseStrict(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if _, err := parseStrict(data); err == nil && !json.Valid(data) {
+		v, err := parseStrict(data)
+		if err != nil {
+			return
+		}
+		if !json.Valid(data) {
 			t.Fatalf("accepted invalid JSON %q", data)
+		}
+		// What it reads is what encoding/json reads.
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		var want any
+		if err := dec.Decode(&want); err != nil || !reflect.DeepEqual(v, want) {
+			t.Fatalf("parseStrict(%q) = %#v, encoding/json reads %#v (%v)", data, v, want, err)
 		}
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // maxDepth bounds nesting so a hostile body cannot exhaust the stack.
@@ -27,21 +29,22 @@ func hasNUL(ss ...string) bool {
 	return false
 }
 
-// parseStrict parses data as exactly one JSON value, in one pass, checking
-// that no object repeats a key at any depth and that the nesting stays
-// within maxDepth. Duplicate keys are rejected because two parsers may pick
-// different values for them: what Guardian reads must be what every
-// downstream reader reads. Objects come back as map[string]any, arrays as
-// []any, numbers as json.Number; keys match exactly (encoding/json's
-// case-insensitive field matching does not apply).
+// parseStrict parses data as exactly one JSON value, in one pass, refusing
+// an object that repeats a name at any depth (after unescaping: "a" and
+// "\u0061" are one name), invalid UTF-8, and nesting deeper than maxDepth.
+// Duplicate names are refused because two parsers may pick different
+// values for them: what Guardian reads must be what every downstream reader
+// reads. Objects come back as map[string]any, arrays as []any, numbers as
+// json.Number; names match exactly (encoding/json's case-insensitive field
+// matching does not apply). The tokenizer is jsontext, which checks names
+// and UTF-8 as it reads, without the allocations of encoding/json's Token.
 func parseStrict(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := parseValue(dec, 0)
+	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	v, err := parseValue(dec)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if _, err := dec.ReadToken(); err != io.EOF {
 		return nil, errors.New("trailing data after JSON value")
 	}
 	return v, nil
@@ -60,56 +63,67 @@ func parseObject(data []byte) (map[string]any, error) {
 	return m, nil
 }
 
-func parseValue(dec *json.Decoder, depth int) (any, error) {
-	if depth > maxDepth {
+func parseValue(dec *jsontext.Decoder) (any, error) {
+	if dec.StackDepth() >= maxDepth {
 		return nil, fmt.Errorf("nesting deeper than %d", maxDepth)
 	}
-	tok, err := dec.Token()
+	tok, err := dec.ReadToken()
 	if err != nil {
-		return nil, fmt.Errorf("invalid JSON: %w", err)
+		return nil, invalid(err)
 	}
-	delim, ok := tok.(json.Delim)
-	if !ok {
-		return tok, nil
-	}
-	var v any
-	switch delim {
+	switch tok.Kind() {
 	case '{':
 		m := map[string]any{}
-		for dec.More() {
-			tok, err := dec.Token()
+		for dec.PeekKind() != '}' {
+			name, err := dec.ReadToken()
 			if err != nil {
-				return nil, fmt.Errorf("invalid JSON: %w", err)
+				return nil, invalid(err)
 			}
-			key, ok := tok.(string)
-			if !ok {
-				return nil, errors.New("invalid JSON: object key is not a string")
-			}
-			if _, dup := m[key]; dup {
+			key := name.String()
+			if _, dup := m[key]; dup { // jsontext refuses it first; kept as the rule's statement
 				return nil, fmt.Errorf("duplicate key %q", truncate(key, 40))
 			}
-			if m[key], err = parseValue(dec, depth+1); err != nil {
+			if m[key], err = parseValue(dec); err != nil {
 				return nil, err
 			}
 		}
-		v = m
+		return m, closing(dec)
 	case '[':
 		a := []any{}
-		for dec.More() {
-			item, err := parseValue(dec, depth+1)
+		for dec.PeekKind() != ']' {
+			item, err := parseValue(dec)
 			if err != nil {
 				return nil, err
 			}
 			a = append(a, item)
 		}
-		v = a
-	default:
-		return nil, errors.New("invalid JSON: unexpected delimiter")
+		return a, closing(dec)
+	case '"':
+		return tok.String(), nil
+	case '0':
+		return json.Number(tok.String()), nil
+	case 't', 'f':
+		return tok.Bool(), nil
+	default: // 'n'
+		return nil, nil
 	}
-	if _, err := dec.Token(); err != nil { // the closing delimiter
-		return nil, fmt.Errorf("invalid JSON: %w", err)
+}
+
+// closing reads an object's or array's closing delimiter.
+func closing(dec *jsontext.Decoder) error {
+	if _, err := dec.ReadToken(); err != nil {
+		return invalid(err)
 	}
-	return v, nil
+	return nil
+}
+
+// invalid words a tokenizer error; it names offsets and kinds, never values
+// beyond a name.
+func invalid(err error) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("invalid JSON: %w", err)
 }
 
 func truncate(s string, n int) string {

@@ -500,12 +500,23 @@ func startGuardian(bin, dbURL, connURL string, extra map[string]string) *guardia
 	}
 }
 
-// freePort returns a loopback address nothing listens on now.
+// given holds the addresses freePort has returned: a closed probe's port
+// may be offered again at once, and a process's two listeners must differ.
+var given = map[string]bool{}
+
+// freePort returns a loopback address nothing listens on now, never one it
+// returned before. The bench starts processes from one goroutine.
 func freePort() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	check(err)
-	defer ln.Close()
-	return ln.Addr().String()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		check(err)
+		addr := ln.Addr().String()
+		check(ln.Close())
+		if !given[addr] {
+			given[addr] = true
+			return addr
+		}
+	}
 }
 
 // peakRSS is the process's high-water resident set, in MiB.
