@@ -44,6 +44,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	d := dbtest.NewDB(t)
 	conn := newFakeConnector(t)
 	conn.fail = "pi_dash"
+	conn.reject = "pi_refused_4"
 	g := start(t, baseEnv(t, d, conn))
 
 	now := time.Now()
@@ -51,11 +52,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		`{"id":"evt_dash_1","type":"checkout.session.completed","data":{"object":{"id":"cs_dash_1","payment_status":"paid","payment_intent":"pi_dash_1","customer_details":{"name":"<script>window.__xss=1</script>"}}}}`,
 		`{"id":"evt_dash_2","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_dash_2","payment_status":"paid","payment_intent":"pi_dash_2"}}}`,
 		`{"id":"evt_ok_3","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_ok_3","payment_status":"paid","payment_intent":"pi_ok_3"}}}`,
+		`{"id":"evt_refused_4","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_refused_4","payment_status":"paid","payment_intent":"pi_refused_4"}}}`,
 	} {
 		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe([]byte(body), stripeSecret, now), []byte(body)))
 	}
 	require.Eventually(t, func() bool {
-		return stateCount(t, d, "needs_reconciliation") == 2 && stateCount(t, d, "fulfilled") == 1
+		return stateCount(t, d, "needs_reconciliation") == 2 && stateCount(t, d, "fulfilled") == 1 && stateCount(t, d, "failed") == 1
 	},
 		15*time.Second, 20*time.Millisecond)
 
@@ -169,6 +171,35 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.Contains(t, timeline, "receiver log: order 8812 at 10:04")
 	require.Equal(t, 1, stateCount(t, d, "needs_reconciliation"))
 	require.Equal(t, 2, stateCount(t, d, "fulfilled"))
+
+	// Events found by a payment id's beginning; the failed payment retried
+	// from its list, after one confirmation.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(g.url+"/events?payment_prefix=pi_refused"),
+		chromedp.WaitVisible(chromedp.CSS(`main table`)),
+	))
+	events := text(`main table`)
+	require.Contains(t, events, "evt_refused_4")
+	require.NotContains(t, events, "evt_ok_3")
+	conn.mu.Lock()
+	conn.reject = ""
+	conn.mu.Unlock()
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(g.url+"/fulfilments?state=failed"),
+		chromedp.WaitVisible(chromedp.CSS(`form.bulk button`)),
+		chromedp.Click(chromedp.CSS(`form.bulk button`)),
+		chromedp.WaitVisible(chromedp.CSS(`form[action="/fulfilments/bulk/confirm"]`)),
+	))
+	require.Contains(t, text(`main h1`), "Retry 1 failed fulfilment")
+	require.Equal(t, 1, stateCount(t, d, "failed"))
+	require.Equal(t, 2, stateCount(t, d, "fulfilled"), "nothing changes before the confirmation")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`main button.primary`)),
+		chromedp.WaitVisible(chromedp.CSS(`main table`)),
+	))
+	require.Contains(t, text(`main table`), "retried")
+	require.Eventually(t, func() bool { return stateCount(t, d, "fulfilled") == 3 }, 15*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1, stateCount(t, d, "failed"), "the failed row stays as the record")
 
 	// River UI, on the same session, renders under its Content-Security-
 	// Policy: its scripts are its own, and React renders its navigation.

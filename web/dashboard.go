@@ -395,6 +395,9 @@ func (s *Server) handleListPage(c echo.Context) error {
 	d["List"], d["States"] = list, state.All
 	st := state.State(c.QueryParam("state"))
 	for _, a := range bulkActions {
+		if a.Name == "recheck" && !s.cfg.Service.Reconciles() {
+			continue // no lookup to re-check with
+		}
 		if a.Of == st && len(list.Fulfilments) > 0 && len(list.Fulfilments) <= fulfilment.MaxBulk {
 			d["Bulk"] = a
 		}

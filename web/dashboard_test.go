@@ -278,6 +278,7 @@ func TestDashboardBrowsesAndExports(t *testing.T) {
 	code, page, _ := op.get("/fulfilments?state=needs_reconciliation")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, page, "/fulfilments/"+parked)
+	require.NotContains(t, page, `action="/fulfilments/bulk"`, "no re-check is offered without a connector lookup")
 	require.Contains(t, page, "pi_2")
 	code, page, _ = op.get("/fulfilments?state=fulfilled")
 	require.Equal(t, http.StatusOK, code)
