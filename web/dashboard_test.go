@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"context"
 	"encoding/csv"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/web"
 )
@@ -412,4 +414,67 @@ func TestDashboardSearchesByPrefix(t *testing.T) {
 	code, raw := b.api(t, "GET", "/api/v1/events?format=csv&limit=1", b.token, nil)
 	require.Equal(t, http.StatusOK, code)
 	require.True(t, strings.HasPrefix(string(raw), "provider,event_id,"), string(raw))
+}
+
+// TestDashboardBulkRecheck: with a connector lookup, a page of parked
+// fulfilments is looked up at once, past its backoff, after one
+// confirmation; each answer is applied and audited under the operator.
+func TestDashboardBulkRecheck(t *testing.T) {
+	t.Parallel()
+	looker := &lookupAnswers{answers: map[string]connector.Answer{}}
+	b := setup(t, setupOpts{answer: unknownFirst(), fulfilment: func(c *fulfilment.Config) {
+		// The reconciler's own round runs at start, before any row is
+		// parked, and then a minute later: the re-check is alone.
+		c.ReconcileGrace, c.ReconcileBackoff = time.Minute, time.Hour
+		c.Looker = looker
+	}})
+	done, notDone := b.parked(t, "evt_1", "pi_1"), b.parked(t, "evt_2", "pi_2")
+	looker.set(map[string]connector.Answer{done: connector.Performed, notDone: connector.NotPerformed})
+	op := newBrowser(t, b)
+	op.signIn(b.token)
+	_, page, _ := op.get("/fulfilments?state=needs_reconciliation")
+	require.Contains(t, page, "Re-check the 2 on this page")
+	// Within the grace a call could still be running: not asked.
+	code, confirm, _ := op.post("/fulfilments/bulk", url.Values{"_csrf": {field(csrfRE, page)}, "action": {"recheck"}, "id": {done}})
+	require.Equal(t, http.StatusOK, code)
+	_, results, _ := op.post("/fulfilments/bulk/confirm", url.Values{"_csrf": {field(csrfRE, confirm)}, "token": {field(tokenRE, confirm)}})
+	require.Contains(t, results, ">within_grace<")
+	require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, done).State)
+	for _, id := range []string{done, notDone} {
+		b.db.Backdate(t, id, time.Now().Add(-2*time.Minute))
+	}
+	form := url.Values{"_csrf": {field(csrfRE, page)}, "action": {"recheck"}, "id": {done, notDone}}
+	code, confirm, _ = op.post("/fulfilments/bulk", form)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, confirm, "Confirm: Re-check 2 needs_reconciliation fulfilments")
+	code, results, _ = op.post("/fulfilments/bulk/confirm", url.Values{"_csrf": {field(csrfRE, confirm)}, "token": {field(tokenRE, confirm)}})
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, results, ">fulfilled<")
+	require.Contains(t, results, ">redispatched<")
+	require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, done).State)
+	b.waitFulfilled(t, "pi_2") // dispatched again under the same key, and done
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment_check WHERE fulfilment_id = $1 AND actor = 'operator ana'`, done))
+}
+
+// lookupAnswers is a connector lookup answering from a table, cannot tell
+// for anything else.
+type lookupAnswers struct {
+	mu      sync.Mutex
+	answers map[string]connector.Answer
+}
+
+func (l *lookupAnswers) set(answers map[string]connector.Answer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.answers = answers
+}
+
+func (l *lookupAnswers) Lookup(_ context.Context, key string) (connector.Answer, map[string]any, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok := l.answers[key]
+	if !ok {
+		a = connector.CannotTell
+	}
+	return a, map[string]any{"lookup": "table"}, nil
 }

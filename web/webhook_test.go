@@ -78,6 +78,8 @@ type setupOpts struct {
 	trustedProxies []string
 	// logs, when set, receives the server's debug log.
 	logs io.Writer
+	// fulfilment, when set, adjusts the domain's configuration.
+	fulfilment func(*fulfilment.Config)
 }
 
 func setup(t *testing.T, opts setupOpts) *testBundle {
@@ -118,6 +120,9 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	}
 	st := jobstest.New(t, d, rec, jobstest.Options{Fulfilment: func(c *fulfilment.Config) {
 		c.Store, c.Filter = db.New(pool), f
+		if opts.fulfilment != nil {
+			opts.fulfilment(c)
+		}
 	}})
 	st.Start(t)
 	service, client := st.Service, st.Client
