@@ -23,12 +23,14 @@ import (
 // its key, takes a while to decide on what it saw, then resolves, cancels,
 // replays a cancelled payment's event, or reopens a cancel. Its view is
 // stale by the time it acts; the service must refuse what no longer holds.
+// Now and then it re-checks a whole page at once, from its stale list, and
+// retries whatever failed.
 type operator struct {
 	h      *chaosHarness
 	client *http.Client
 	base   string
 
-	resolved, cancelled, replayed, reopened, conflicts atomic.Int64
+	resolved, cancelled, replayed, reopened, conflicts, rechecked, retried atomic.Int64
 }
 
 func (o *operator) api(method, path string, body, out any) int {
@@ -69,6 +71,7 @@ func (o *operator) round() {
 	if o.api(http.MethodGet, "/api/v1/fulfilments?state=needs_reconciliation&limit=50", nil, &list) != http.StatusOK {
 		return
 	}
+	o.bulk(list)
 	for _, f := range list.Fulfilments {
 		var d web.FulfilmentDetail
 		if o.api(http.MethodGet, "/api/v1/fulfilments/"+f.ID, nil, &d) != http.StatusOK {
@@ -107,6 +110,37 @@ func (o *operator) round() {
 	}
 }
 
+// bulk re-checks the page it listed, some time after listing it, racing
+// the reconciler and the other operator; and retries the failed ones.
+func (o *operator) bulk(parked web.FulfilmentList) {
+	if len(parked.Fulfilments) > 0 && rand.IntN(3) == 0 {
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+		ids := make([]string, len(parked.Fulfilments))
+		for i, f := range parked.Fulfilments {
+			ids[i] = f.ID
+		}
+		var a web.BulkAnswer
+		if o.api(http.MethodPost, "/api/v1/fulfilments/recheck", web.BulkRequest{IDs: ids}, &a) == http.StatusOK {
+			o.rechecked.Add(int64(len(a.Results)))
+		}
+	}
+	var failed web.FulfilmentList
+	if rand.IntN(3) == 0 && o.api(http.MethodGet, "/api/v1/fulfilments?state=failed&limit=100", nil, &failed) == http.StatusOK && len(failed.Fulfilments) > 0 {
+		ids := make([]string, len(failed.Fulfilments))
+		for i, f := range failed.Fulfilments {
+			ids[i] = f.ID
+		}
+		var a web.BulkAnswer
+		if o.api(http.MethodPost, "/api/v1/fulfilments/retry", web.BulkRequest{IDs: ids}, &a) == http.StatusOK {
+			for _, r := range a.Results {
+				if r.Result == "retried" {
+					o.retried.Add(1)
+				}
+			}
+		}
+	}
+}
+
 // TestChaosOperatorsAndAHostileReceiver: two processes, a receiver behind a
 // flaky edge (ingress 404s on calls and lookups, 401s, acts-then-fails),
 // connections cut mid-call, and two operators working the queue at once
@@ -137,13 +171,15 @@ func TestChaosOperatorsAndAHostileReceiver(t *testing.T) {
 	r := h.check(payments) // the operators keep working the queue until it is empty
 	close(stop)
 	wg.Wait()
-	var resolved, cancelled, replayed, reopened, conflicts int64
+	var resolved, cancelled, replayed, reopened, conflicts, rechecked, retried int64
 	for _, o := range ops {
 		resolved += o.resolved.Load()
 		cancelled += o.cancelled.Load()
 		replayed += o.replayed.Load()
 		reopened += o.reopened.Load()
 		conflicts += o.conflicts.Load()
+		rechecked += o.rechecked.Load()
+		retried += o.retried.Load()
 	}
 	notDelivered := 0
 	for _, e := range h.conn.entries(t) {
@@ -169,8 +205,8 @@ func TestChaosOperatorsAndAHostileReceiver(t *testing.T) {
 	}
 	require.Zero(t, r.fivexx)
 	logReport(t, "operators-hostile-receiver", fmt.Sprintf("%d payments x2 types x3 copies, 2 processes, 2 operators", payments), r,
-		fmt.Sprintf(", not delivered %d, failed by a business 4xx %d, operator resolutions %d, cancels %d, replays %d, reopens %d, 409s %d",
-			notDelivered, failed, resolved, cancelled, replayed, reopened, conflicts))
+		fmt.Sprintf(", not delivered %d, failed by a business 4xx %d, operator resolutions %d, cancels %d, replays %d, reopens %d, 409s %d, re-checked %d, retried %d",
+			notDelivered, failed, resolved, cancelled, replayed, reopened, conflicts, rechecked, retried))
 }
 
 // TestChaosPostgresBlipStrandsNoPayment acknowledges payments and takes
