@@ -45,8 +45,10 @@ type ledgerEntry struct {
 // 200; "ambiguous" acts on every call but answers 200, 500, resets the
 // connection, or answers late (past Guardian's timeout), at random;
 // "hostile" is ambiguous behind a flaky edge, as real receivers are: some
-// calls never reach it (an ingress's bare 404, a 401 from a drifted clock)
-// and some lookups get the ingress's 404 instead of an answer.
+// calls never reach it (an ingress's bare 404, a 401 from a drifted clock),
+// some are declined without acting (422, out of stock for now: the
+// operators retry them), and some lookups get the ingress's 404 instead of
+// an answer.
 // GET /lookup/{key} answers from the ledger with a lookup answer signed
 // with the connector secret: "done" if any call for the key acted, else
 // "not_done".
@@ -124,8 +126,13 @@ func runLedgerConnector(addr string) int {
 				write(e)
 				http.Error(w, "stale signature", http.StatusUnauthorized)
 				return
+			case roll < 0.15: // the receiver declines, doing nothing: out of stock for now
+				e.Acted, e.Answer = false, "422"
+				write(e)
+				http.Error(w, "out_of_stock", http.StatusUnprocessableEntity)
+				return
 			}
-			roll = (roll - 0.12) / 0.88
+			roll = (roll - 0.15) / 0.85
 		}
 		if mode == "ambiguous" || mode == "hostile" {
 			switch {
