@@ -395,12 +395,14 @@ func (s *Server) handleListPage(c echo.Context) error {
 	d["List"], d["States"] = list, state.All
 	st := state.State(c.QueryParam("state"))
 	for _, a := range bulkActions {
-		if a.Name == "recheck" && !s.cfg.Service.Reconciles() {
-			continue // no lookup to re-check with
+		if a.Of != st || len(list.Fulfilments) == 0 || a.Name == "recheck" && !s.cfg.Service.Reconciles() {
+			continue // nothing to act on, or no lookup to re-check with
 		}
-		if a.Of == st && len(list.Fulfilments) > 0 && len(list.Fulfilments) <= fulfilment.MaxBulk {
-			d["Bulk"] = a
+		if len(list.Fulfilments) > fulfilment.MaxBulk {
+			d["BulkTooMany"] = fmt.Sprintf("%s acts on at most %d fulfilments at a time: list %d or fewer per page (limit=%d).", a.Verb, fulfilment.MaxBulk, fulfilment.MaxBulk, fulfilment.MaxBulk)
+			continue
 		}
+		d["Bulk"] = a
 	}
 	return s.render(c, http.StatusOK, "list", page{Title: "Fulfilments", Data: d})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/web"
 )
 
@@ -477,4 +478,36 @@ func (l *lookupAnswers) Lookup(_ context.Context, key string) (connector.Answer,
 		a = connector.CannotTell
 	}
 	return a, map[string]any{"lookup": "table"}, nil
+}
+
+// TestDashboardBulkCapsThePage: a page longer than a bulk action takes
+// offers no action, and says why.
+func TestDashboardBulkCapsThePage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	events := make([]db.BatchEvent, fulfilment.MaxBulk+1)
+	for i := range events {
+		events[i] = db.BatchEvent{Deliveries: 1, EventParams: db.EventParams{Provider: "stripe", EventID: fmt.Sprintf("evt_%03d", i),
+			Type: "checkout.session.completed", PaymentID: fmt.Sprintf("pi_%03d", i), Payload: []byte(`{}`)}}
+	}
+	stored, err := db.InsertEvents(b.ctx, b.db.Pool, events)
+	require.NoError(t, err)
+	items := make([]db.BatchFulfilment, len(stored))
+	for i, e := range stored {
+		items[i] = db.BatchFulfilment{EventPK: e.ID, Actor: "test"}
+	}
+	_, err = db.InsertFulfilments(b.ctx, b.db.Pool, items, "test")
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(b.ctx, `UPDATE fulfilment SET state = 'dispatching', attempt = 1`)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(b.ctx, `UPDATE fulfilment SET state = 'failed'`)
+	require.NoError(t, err)
+
+	op := newBrowser(t, b)
+	op.signIn(b.token)
+	_, page, _ := op.get(fmt.Sprintf("/fulfilments?state=failed&limit=%d", fulfilment.MaxBulk+1))
+	require.NotContains(t, page, `action="/fulfilments/bulk"`)
+	require.Contains(t, page, "Retry acts on at most 100 fulfilments at a time")
+	_, page, _ = op.get(fmt.Sprintf("/fulfilments?state=failed&limit=%d", fulfilment.MaxBulk))
+	require.Contains(t, page, "Retry the 100 on this page")
 }
