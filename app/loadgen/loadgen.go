@@ -87,7 +87,7 @@ func Main(ctx context.Context, args []string, defaultURL, defaultMetricsURL stri
 	target := strings.TrimRight(*base, "/") + "/webhooks/stripe"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *concurrency * 2, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}, Timeout: 30 * time.Second}
 
-	startFulfilled, _ := scrapeFulfilled(ctx, client, *metricsURL)
+	startFulfilled, _ := ScrapeFulfilled(ctx, client, *metricsURL)
 
 	var (
 		seq       atomic.Int64 // events sent under this prefix so far
@@ -191,7 +191,7 @@ func Main(ctx context.Context, args []string, defaultURL, defaultMetricsURL stri
 		deadline := time.Now().Add(*wait)
 		last, lastAt := startFulfilled, start
 		for time.Now().Before(deadline) {
-			cur, err := scrapeFulfilled(bg, client, *metricsURL)
+			cur, err := ScrapeFulfilled(bg, client, *metricsURL)
 			if err != nil {
 				break
 			}
@@ -241,9 +241,9 @@ func benchEvent(run string, id int64, fulfils bool) []byte {
 	return fmt.Appendf(nil, `{"id":"evt_b%s_%d","object":"event","type":"customer.updated","data":{"object":{"id":"cus_b%s_%d","object":"customer"}}}`, run, id, run, id)
 }
 
-// scrapeFulfilled reads guardian_transitions_total{to="fulfilled"} summed
+// ScrapeFulfilled reads guardian_transitions_total{to="fulfilled"} summed
 // over its series from /metrics.
-func scrapeFulfilled(ctx context.Context, client *http.Client, base string) (float64, error) {
+func ScrapeFulfilled(ctx context.Context, client *http.Client, base string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/metrics", nil)
 	if err != nil {
 		return 0, err
