@@ -325,21 +325,23 @@ func (s *Server) handleSearch(c echo.Context) error {
 	ctx, pool := c.Request().Context(), s.cfg.Store.Pool()
 	var fs []db.Fulfilment
 	var es []db.Event
+	more := false
 	for _, by := range []struct{ payment, event string }{{payment: q}, {event: q}} {
-		f, _, err := db.ListFulfilments(ctx, pool, db.ListParams{PaymentPrefix: by.payment, EventPrefix: by.event, Limit: searchLimit})
+		f, nextF, err := db.ListFulfilments(ctx, pool, db.ListParams{PaymentPrefix: by.payment, EventPrefix: by.event, Limit: searchLimit})
 		if err != nil {
 			return storageError(err)
 		}
-		e, _, err := db.ListEvents(ctx, pool, db.EventListParams{PaymentPrefix: by.payment, EventPrefix: by.event, Limit: searchLimit})
+		e, nextE, err := db.ListEvents(ctx, pool, db.EventListParams{PaymentPrefix: by.payment, EventPrefix: by.event, Limit: searchLimit})
 		if err != nil {
 			return storageError(err)
 		}
 		fs, es = append(fs, f...), append(es, e...)
+		more = more || nextF != "" || nextE != ""
 	}
 	return s.render(c, http.StatusOK, "search", page{Title: "Search", Data: map[string]any{
 		"Q": q, "Fulfilments": uniqueBy(fs, func(f db.Fulfilment) string { return f.ID }),
 		"Events": uniqueBy(es, func(e db.Event) string { return e.Provider + "\x00" + e.EventID }),
-		"More":   len(fs) >= searchLimit || len(es) >= searchLimit,
+		"More":   more,
 	}})
 }
 

@@ -387,8 +387,21 @@ func TestDashboardSearchesByPrefix(t *testing.T) {
 		require.Contains(t, page, "pi_demo_0622f7f2", q)
 		require.NotContains(t, page, "pi_other", q)
 	}
+	_, page, _ := op.get("/search?q=pi_demo")
+	require.NotContains(t, page, "Showing the first matches only")
+	many := make([]db.BatchEvent, 51)
+	for i := range many {
+		many[i] = db.BatchEvent{Deliveries: 1, EventParams: db.EventParams{Provider: "stripe", EventID: fmt.Sprintf("evt_many_%02d", i),
+			Type: "checkout.session.completed", PaymentID: fmt.Sprintf("pi_many_%02d", i), Payload: []byte(`{}`)}}
+	}
+	_, err := db.InsertEvents(b.ctx, b.db.Pool, many)
+	require.NoError(t, err)
+	_, page, _ = op.get("/search?q=pi_many")
+	require.Contains(t, page, "Showing the first matches only")
+	require.Equal(t, 50, strings.Count(page, "/events/stripe/evt_many_"), "the first 50 events")
+
 	// Underscore and percent are not wildcards.
-	_, page, _ := op.get("/search?q=pi%25demo")
+	_, page, _ = op.get("/search?q=pi%25demo")
 	require.NotContains(t, page, "pi_demo_0622f7f2")
 	_, page, _ = op.get("/search?q=pi_d_mo")
 	require.NotContains(t, page, "pi_demo_0622f7f2")
