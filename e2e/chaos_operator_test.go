@@ -84,7 +84,6 @@ func (o *operator) round() {
 	if o.api(http.MethodGet, "/api/v1/fulfilments?state=needs_reconciliation&limit=50", nil, &list) != http.StatusOK {
 		return
 	}
-	o.bulk(list)
 	for _, f := range list.Fulfilments {
 		var d web.FulfilmentDetail
 		if o.api(http.MethodGet, "/api/v1/fulfilments/"+f.ID, nil, &d) != http.StatusOK {
@@ -123,10 +122,12 @@ func (o *operator) round() {
 	}
 }
 
-// bulk re-checks the page it listed, some time after listing it, racing
-// the reconciler and the other operator; and retries the failed ones.
-func (o *operator) bulk(parked web.FulfilmentList) {
-	if len(parked.Fulfilments) > 0 && rand.IntN(3) == 0 {
+// bulk re-checks a page of parked fulfilments some time after listing it,
+// racing the reconciler, the other operator and its own one-by-one round;
+// and retries the failed ones.
+func (o *operator) bulk() {
+	var parked web.FulfilmentList
+	if o.api(http.MethodGet, "/api/v1/fulfilments?state=needs_reconciliation&limit=100", nil, &parked) == http.StatusOK && len(parked.Fulfilments) > 0 && rand.IntN(2) == 0 {
 		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
 		ids := make([]string, len(parked.Fulfilments))
 		for i, f := range parked.Fulfilments {
@@ -140,7 +141,7 @@ func (o *operator) bulk(parked web.FulfilmentList) {
 	o.retrying.Lock()
 	defer o.retrying.Unlock()
 	var failed web.FulfilmentList
-	if !o.noRetry.Load() && rand.IntN(3) == 0 && o.api(http.MethodGet, "/api/v1/fulfilments?state=failed&limit=100", nil, &failed) == http.StatusOK && len(failed.Fulfilments) > 0 {
+	if !o.noRetry.Load() && rand.IntN(2) == 0 && o.api(http.MethodGet, "/api/v1/fulfilments?state=failed&limit=100", nil, &failed) == http.StatusOK && len(failed.Fulfilments) > 0 {
 		ids := make([]string, len(failed.Fulfilments))
 		for i, f := range failed.Fulfilments {
 			ids[i] = f.ID
@@ -170,16 +171,18 @@ func TestChaosOperatorsAndAHostileReceiver(t *testing.T) {
 	ops := make([]*operator, 2)
 	for i := range ops {
 		ops[i] = &operator{h: h, client: &http.Client{Timeout: 5 * time.Second}, base: "http://" + h.addrs[i%len(h.addrs)]}
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(200 * time.Millisecond):
-					ops[i].round()
+		for _, work := range []func(){ops[i].round, ops[i].bulk} {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(200 * time.Millisecond):
+						work()
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 	h.deliver(payments, 3, 16, 90*time.Second)
 	in.finish()
