@@ -68,8 +68,18 @@ func FulfilmentsByPayment(ctx context.Context, q DBTX, provider, paymentID strin
 }
 
 // CountByState returns how many fulfilments are in each state.
-func CountByState(ctx context.Context, q DBTX) (map[state.State]int, error) {
-	rows, err := q.Query(ctx, `SELECT state, count(*) FROM fulfilment GROUP BY state`)
+//
+// With no states named it counts every state, reading the whole table; with
+// states named it counts only those, through fulfilment_state_idx, in time
+// proportional to the rows counted.
+func CountByState(ctx context.Context, q DBTX, states ...state.State) (map[state.State]int, error) {
+	var rows pgx.Rows
+	var err error
+	if len(states) == 0 {
+		rows, err = q.Query(ctx, `SELECT state, count(*) FROM fulfilment GROUP BY state`)
+	} else {
+		rows, err = q.Query(ctx, `SELECT state, count(*) FROM fulfilment WHERE state = ANY($1::text[]) GROUP BY state`, states)
+	}
 	if err != nil {
 		return nil, wrap("count by state", err)
 	}

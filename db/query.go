@@ -188,10 +188,10 @@ type Stats struct {
 	OldestPending *time.Time
 }
 
-// GetStats counts fulfilments per state and finds the oldest parked and
-// the oldest pending one.
-func GetStats(ctx context.Context, q DBTX) (Stats, error) {
-	counts, err := CountByState(ctx, q)
+// GetStats counts fulfilments per state (every state, or only those named:
+// see CountByState) and finds the oldest parked and the oldest pending one.
+func GetStats(ctx context.Context, q DBTX, states ...state.State) (Stats, error) {
+	counts, err := CountByState(ctx, q, states...)
 	if err != nil {
 		return Stats{}, err
 	}

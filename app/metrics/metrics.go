@@ -221,10 +221,35 @@ type tableCollector struct {
 	stats  db.Stats
 	readAt time.Time // zero until the first successful read
 	failed bool      // the last read failed
+	// countedAllAt is when every state was last counted (zero: never).
+	countedAllAt time.Time
 }
 
+// FullRecount is how often a table read counts fulfilled rows, the state
+// that grows with all history, which only a scan of the table can count.
+// Every other read counts the other states through fulfilment_state_idx,
+// in time proportional to their rows, and keeps the last fulfilled count.
+const FullRecount = 5 * time.Minute
+
+// Time a table read may take: the full recount reads the whole table.
+const (
+	tableReadTimeout = 5 * time.Second
+	fullReadTimeout  = time.Minute
+)
+
+// notFulfilled are the states a regular table read counts.
+var notFulfilled = func() []state.State {
+	var out []state.State
+	for _, s := range state.All {
+		if s != state.Fulfilled {
+			out = append(out, s)
+		}
+	}
+	return out
+}()
+
 var (
-	fulfilmentsDesc = prometheus.NewDesc("guardian_fulfilments", "Fulfilments by state, as of the last table read.", []string{"state"}, nil)
+	fulfilmentsDesc = prometheus.NewDesc("guardian_fulfilments", "Fulfilments by state, as of the last table read; fulfilled as of the last full count, every 5 minutes.", []string{"state"}, nil)
 	queueDesc       = prometheus.NewDesc("guardian_reconciliation_queue_depth", "Fulfilments waiting in needs_reconciliation, as of the last table read.", nil, nil)
 	oldestDesc      = prometheus.NewDesc("guardian_reconciliation_oldest_age_seconds", "How long the oldest needs_reconciliation fulfilment has waited; 0 when none waits.", nil, nil)
 	pendingAgeDesc  = prometheus.NewDesc("guardian_pending_oldest_age_seconds", "How long the oldest pending fulfilment has waited for dispatch since it entered pending; 0 when none waits. Above the sweep interval plus the job timeout, a payment may be stranded.", nil, nil)
@@ -232,19 +257,33 @@ var (
 	readAgeDesc     = prometheus.NewDesc("guardian_table_read_age_seconds", "Seconds since the fulfilment table was last read for these gauges.", nil, nil)
 )
 
-// RefreshTable reads the fulfilment table once for the gauges. A failed
+// RefreshTable reads the fulfilment table once for the gauges: every state
+// but fulfilled each time, fulfilled too once every FullRecount. A failed
 // read keeps the previous snapshot and sets guardian_table_scrape_error.
 func (m *Metrics) RefreshTable(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	m.table.mu.Lock()
+	all := m.table.countedAllAt.IsZero() || time.Since(m.table.countedAllAt) >= FullRecount
+	m.table.mu.Unlock()
+	states, timeout := notFulfilled, tableReadTimeout
+	if all {
+		states, timeout = nil, fullReadTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	st, err := db.GetStats(ctx, m.table.store.Pool())
+	st, err := db.GetStats(ctx, m.table.store.Pool(), states...)
 	m.table.mu.Lock()
 	defer m.table.mu.Unlock()
 	m.table.failed = err != nil
 	if err != nil {
 		return err
 	}
-	m.table.stats, m.table.readAt = st, time.Now()
+	now := time.Now()
+	if all {
+		m.table.countedAllAt = now
+	} else {
+		st.ByState[state.Fulfilled] = m.table.stats.ByState[state.Fulfilled]
+	}
+	m.table.stats, m.table.readAt = st, now
 	return nil
 }
 

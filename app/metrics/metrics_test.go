@@ -65,6 +65,38 @@ func TestScrapesNeverQueryTheTable(t *testing.T) {
 	require.Equal(t, 1.0, gauge(t, reg, "guardian_table_scrape_error", ""))
 }
 
+// TestFulfilledIsRecountedRarely: the states that stay small are counted at
+// every read; fulfilled, which grows with all history and only a scan can
+// count, at the first read and every FullRecount after.
+func TestFulfilledIsRecountedRarely(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := dbtest.NewDB(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, db.New(d.Pool), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	pending(t, d, 3, "a")
+	require.NoError(t, m.RefreshTable(ctx))
+	require.Equal(t, 3.0, gauge(t, reg, "guardian_fulfilments", string(state.Pending)))
+	require.Equal(t, 0.0, gauge(t, reg, "guardian_fulfilments", string(state.Fulfilled)))
+
+	var id string
+	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT id FROM fulfilment LIMIT 1`).Scan(&id))
+	_, err = db.ClaimForDispatch(ctx, d.Pool, id, "test", nil)
+	require.NoError(t, err)
+	_, err = db.Transit(ctx, d.Pool, db.TransitionParams{ID: id, From: state.Dispatching, To: state.Fulfilled, Attempt: 1, Actor: "test", Reason: "done"})
+	require.NoError(t, err)
+	pending(t, d, 2, "b")
+	require.NoError(t, m.RefreshTable(ctx))
+	require.Equal(t, 4.0, gauge(t, reg, "guardian_fulfilments", string(state.Pending)), "pending is counted at every read")
+	require.Equal(t, 0.0, gauge(t, reg, "guardian_fulfilments", string(state.Fulfilled)), "fulfilled waits for its recount")
+
+	m.ForgetFullCount()
+	require.NoError(t, m.RefreshTable(ctx))
+	require.Equal(t, 1.0, gauge(t, reg, "guardian_fulfilments", string(state.Fulfilled)))
+	require.Equal(t, 4.0, gauge(t, reg, "guardian_fulfilments", string(state.Pending)))
+}
+
 // TestConnectorErrorClassesAreClosed: whatever a connector puts in its
 // evidence, the label set stays the known classes.
 func TestConnectorErrorClassesAreClosed(t *testing.T) {
