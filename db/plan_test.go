@@ -3,6 +3,7 @@ package db_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -27,7 +28,14 @@ func TestLookupsUseIndexes(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `INSERT INTO fulfilment (event_pk, provider, payment_id, state) SELECT id, provider, payment_id, 'fulfilled' FROM webhook_event`)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `ANALYZE webhook_event; ANALYZE fulfilment`)
+	// A long history of transitions, one a minute: the overview reads the
+	// last hour's.
+	_, err = tx.Exec(ctx, `
+		INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, created_at)
+		SELECT f.id, 'dispatching', 'fulfilled', 1, 'test', 'test', now() - (row_number() OVER ()) * interval '1 minute'
+		FROM fulfilment f`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `ANALYZE webhook_event; ANALYZE fulfilment; ANALYZE fulfilment_transition`)
 	require.NoError(t, err)
 	var known string
 	require.NoError(t, tx.QueryRow(ctx, `SELECT event_id FROM webhook_event LIMIT 1`).Scan(&known))
@@ -36,7 +44,7 @@ func TestLookupsUseIndexes(t *testing.T) {
 	require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM webhook_event WHERE event_id = $1`, known).Scan(&knownPK))
 	seqScans := func() int {
 		var n int
-		require.NoError(t, tx.QueryRow(ctx, `SELECT sum(seq_scan) FROM pg_stat_xact_user_tables WHERE relname IN ('webhook_event', 'fulfilment')`).Scan(&n))
+		require.NoError(t, tx.QueryRow(ctx, `SELECT sum(seq_scan) FROM pg_stat_xact_user_tables WHERE relname IN ('webhook_event', 'fulfilment', 'fulfilment_transition')`).Scan(&n))
 		return n
 	}
 	before := seqScans()
@@ -56,6 +64,10 @@ func TestLookupsUseIndexes(t *testing.T) {
 		},
 		"counts of the states but fulfilled (the metrics' regular read)": func() error {
 			_, err := db.GetStats(ctx, tx, state.Pending, state.Dispatching, state.NeedsReconciliation, state.Failed, state.Cancelled)
+			return err
+		},
+		"the last hour's dispatch outcomes (the overview)": func() error {
+			_, err := db.DispatchOutcomesSince(ctx, tx, time.Now().Add(-time.Hour))
 			return err
 		},
 		"fulfilments of an event": func() error {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -186,6 +187,82 @@ type Stats struct {
 	// OldestPending is when the longest-waiting pending fulfilment entered
 	// pending; nil when none waits.
 	OldestPending *time.Time
+	// FulfilledCountedAt is when ByState's fulfilled count was taken, when
+	// a StatsReader gives an earlier count; zero when counted with the rest.
+	FulfilledCountedAt time.Time
+}
+
+// StatsReader reads Stats for a reader that asks often (the metrics'
+// periodic read, the dashboard's overview): every read counts the states
+// that stay small through fulfilment_state_idx, and fulfilled, the state
+// that grows with all history and that only a scan of the table can count,
+// once every Recount; between, it gives the last count, with its time in
+// Stats.FulfilledCountedAt. Safe for concurrent use.
+type StatsReader struct {
+	q DBTX
+	// Recount is how often fulfilled rows are counted.
+	Recount time.Duration
+
+	mu        sync.Mutex
+	fulfilled int
+	countedAt time.Time // zero: count at the next read
+}
+
+// DefaultRecount is StatsReader's default Recount.
+const DefaultRecount = 5 * time.Minute
+
+// Time a statistics read may take: a full count reads the whole table.
+const (
+	statsTimeout     = 5 * time.Second
+	fullStatsTimeout = time.Minute
+)
+
+// NewStatsReader returns a StatsReader over q that recounts fulfilled rows
+// every DefaultRecount.
+func NewStatsReader(q DBTX) *StatsReader {
+	return &StatsReader{q: q, Recount: DefaultRecount}
+}
+
+// notFulfilled are the states a regular read counts.
+var notFulfilled = func() []state.State {
+	var out []state.State
+	for _, s := range state.All {
+		if s != state.Fulfilled {
+			out = append(out, s)
+		}
+	}
+	return out
+}()
+
+// Read returns the table's shape now, fulfilled as of its last count.
+func (r *StatsReader) Read(ctx context.Context) (Stats, error) {
+	r.mu.Lock()
+	all := r.countedAt.IsZero() || time.Since(r.countedAt) >= r.Recount
+	r.mu.Unlock()
+	states, timeout := notFulfilled, statsTimeout
+	if all {
+		states, timeout = nil, fullStatsTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := GetStats(ctx, r.q, states...)
+	if err != nil {
+		return Stats{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if all {
+		r.fulfilled, r.countedAt = st.ByState[state.Fulfilled], time.Now()
+	}
+	st.ByState[state.Fulfilled], st.FulfilledCountedAt = r.fulfilled, r.countedAt
+	return st, nil
+}
+
+// Forget makes the next read count every state.
+func (r *StatsReader) Forget() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.countedAt = time.Time{}
 }
 
 // GetStats counts fulfilments per state (every state, or only those named:

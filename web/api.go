@@ -405,6 +405,10 @@ type StatsAnswer struct {
 	// seconds; both absent when none waits.
 	OldestNeedsReconciliation    *time.Time `json:"oldest_needs_reconciliation,omitempty"`
 	OldestNeedsReconciliationAge *float64   `json:"oldest_needs_reconciliation_age_seconds,omitempty"`
+	// FulfilledCountedAt is when the fulfilled count was taken: it needs a
+	// scan of the whole table, so it is retaken every 5 minutes, and the
+	// other states at every request.
+	FulfilledCountedAt time.Time `json:"fulfilled_counted_at"`
 }
 
 func (s *Server) apiStats(c echo.Context) error {
@@ -416,11 +420,11 @@ func (s *Server) apiStats(c echo.Context) error {
 }
 
 func (s *Server) stats(c echo.Context) (StatsAnswer, error) {
-	st, err := db.GetStats(c.Request().Context(), s.cfg.Store.Pool())
+	st, err := s.counts.Read(c.Request().Context())
 	if err != nil {
 		return StatsAnswer{}, storageError(err)
 	}
-	a := StatsAnswer{ByState: map[string]int{}, OldestNeedsReconciliation: st.OldestNeedsReconciliation}
+	a := StatsAnswer{ByState: map[string]int{}, OldestNeedsReconciliation: st.OldestNeedsReconciliation, FulfilledCountedAt: st.FulfilledCountedAt}
 	for _, name := range state.All {
 		a.ByState[string(name)] = st.ByState[name]
 	}

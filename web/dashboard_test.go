@@ -277,6 +277,7 @@ func TestDashboardBrowsesAndExports(t *testing.T) {
 	op.signIn(b.token)
 	_, overview, _ := op.get("/")
 	require.Contains(t, overview, `href="/fulfilments?state=needs_reconciliation"`)
+	require.Contains(t, overview, "Fulfilled counted "+time.Now().UTC().Format("2006-01-02"), "the fulfilled count says when it was taken")
 
 	code, page, _ := op.get("/fulfilments?state=needs_reconciliation")
 	require.Equal(t, http.StatusOK, code)

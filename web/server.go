@@ -102,6 +102,8 @@ type Server struct {
 	// refusals records refused webhook requests.
 	refusals *refusalLog
 
+	// counts reads the counts the overview and /api/v1/stats show.
+	counts    *db.StatsReader
 	pages     map[string]*template.Template
 	activity  activity
 	providers map[string]provider.Provider
@@ -128,6 +130,9 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, providers: map[string]provider.Provider{}, now: cfg.Now, metrics: cfg.Metrics}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if cfg.Store != nil {
+		s.counts = db.NewStatsReader(cfg.Store.Pool())
 	}
 	if s.cfg.Tracer == nil {
 		s.cfg.Tracer = noop.NewTracerProvider().Tracer("guardian")

@@ -1,11 +1,5 @@
 package metrics
 
-import "time"
-
-// ForgetFullCount makes the next table read count every state, as if
-// FullRecount had passed.
-func (m *Metrics) ForgetFullCount() {
-	m.table.mu.Lock()
-	defer m.table.mu.Unlock()
-	m.table.countedAllAt = time.Time{}
-}
+// ForgetFullCount makes the next table read count every state, as if the
+// recount interval had passed.
+func (m *Metrics) ForgetFullCount() { m.table.reader.Forget() }

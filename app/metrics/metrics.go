@@ -39,8 +39,12 @@ type Metrics struct {
 // New registers Guardian's metrics, Go and process collectors, and the
 // fulfilment-table collector on reg.
 func New(reg prometheus.Registerer, store *db.Store, logger *slog.Logger) (*Metrics, error) {
+	table := &tableCollector{logger: logger}
+	if store != nil {
+		table.reader = db.NewStatsReader(store.Pool())
+	}
 	m := &Metrics{
-		table: &tableCollector{store: store, logger: logger},
+		table: table,
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guardian_deliveries_total",
 			Help: "Webhook deliveries by provider and outcome: new, duplicate_filter, duplicate_postgres, rejected_<reason>, unavailable.",
@@ -214,39 +218,15 @@ const DefaultTableRefresh = 15 * time.Second
 // depth and its oldest row's age. A scrape never queries the database, so
 // scrapes, however many, cannot hold the pool that webhooks need.
 type tableCollector struct {
-	store  *db.Store
 	logger *slog.Logger
+
+	reader *db.StatsReader
 
 	mu     sync.Mutex
 	stats  db.Stats
 	readAt time.Time // zero until the first successful read
 	failed bool      // the last read failed
-	// countedAllAt is when every state was last counted (zero: never).
-	countedAllAt time.Time
 }
-
-// FullRecount is how often a table read counts fulfilled rows, the state
-// that grows with all history, which only a scan of the table can count.
-// Every other read counts the other states through fulfilment_state_idx,
-// in time proportional to their rows, and keeps the last fulfilled count.
-const FullRecount = 5 * time.Minute
-
-// Time a table read may take: the full recount reads the whole table.
-const (
-	tableReadTimeout = 5 * time.Second
-	fullReadTimeout  = time.Minute
-)
-
-// notFulfilled are the states a regular table read counts.
-var notFulfilled = func() []state.State {
-	var out []state.State
-	for _, s := range state.All {
-		if s != state.Fulfilled {
-			out = append(out, s)
-		}
-	}
-	return out
-}()
 
 var (
 	fulfilmentsDesc = prometheus.NewDesc("guardian_fulfilments", "Fulfilments by state, as of the last table read; fulfilled as of the last full count, every 5 minutes.", []string{"state"}, nil)
@@ -257,33 +237,19 @@ var (
 	readAgeDesc     = prometheus.NewDesc("guardian_table_read_age_seconds", "Seconds since the fulfilment table was last read for these gauges.", nil, nil)
 )
 
-// RefreshTable reads the fulfilment table once for the gauges: every state
-// but fulfilled each time, fulfilled too once every FullRecount. A failed
-// read keeps the previous snapshot and sets guardian_table_scrape_error.
+// RefreshTable reads the fulfilment table once for the gauges, through a
+// db.StatsReader: every state but fulfilled each time, fulfilled every
+// db.DefaultRecount. A failed read keeps the previous snapshot and sets
+// guardian_table_scrape_error.
 func (m *Metrics) RefreshTable(ctx context.Context) error {
-	m.table.mu.Lock()
-	all := m.table.countedAllAt.IsZero() || time.Since(m.table.countedAllAt) >= FullRecount
-	m.table.mu.Unlock()
-	states, timeout := notFulfilled, tableReadTimeout
-	if all {
-		states, timeout = nil, fullReadTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	st, err := db.GetStats(ctx, m.table.store.Pool(), states...)
+	st, err := m.table.reader.Read(ctx)
 	m.table.mu.Lock()
 	defer m.table.mu.Unlock()
 	m.table.failed = err != nil
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	if all {
-		m.table.countedAllAt = now
-	} else {
-		st.ByState[state.Fulfilled] = m.table.stats.ByState[state.Fulfilled]
-	}
-	m.table.stats, m.table.readAt = st, now
+	m.table.stats, m.table.readAt = st, time.Now()
 	return nil
 }
 
