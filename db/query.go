@@ -196,19 +196,19 @@ type Stats struct {
 // periodic read, the dashboard's overview): every read counts the states
 // that stay small through fulfilment_state_idx, and fulfilled, the state
 // that grows with all history and that only a scan of the table can count,
-// once every Recount; between, it gives the last count, with its time in
+// once every recount (DefaultRecount); between, it gives the last count, with its time in
 // Stats.FulfilledCountedAt. Safe for concurrent use.
 type StatsReader struct {
 	q DBTX
-	// Recount is how often fulfilled rows are counted.
-	Recount time.Duration
 
 	mu        sync.Mutex
+	recount   time.Duration
 	fulfilled int
 	countedAt time.Time // zero: count at the next read
 }
 
-// DefaultRecount is StatsReader's default Recount.
+// DefaultRecount is how often a StatsReader counts fulfilled rows unless
+// told otherwise (SetRecount).
 const DefaultRecount = 5 * time.Minute
 
 // Time a statistics read may take: a full count reads the whole table.
@@ -220,7 +220,14 @@ const (
 // NewStatsReader returns a StatsReader over q that recounts fulfilled rows
 // every DefaultRecount.
 func NewStatsReader(q DBTX) *StatsReader {
-	return &StatsReader{q: q, Recount: DefaultRecount}
+	return &StatsReader{q: q, recount: DefaultRecount}
+}
+
+// SetRecount sets how often fulfilled rows are counted.
+func (r *StatsReader) SetRecount(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recount = d
 }
 
 // notFulfilled are the states a regular read counts.
@@ -237,7 +244,7 @@ var notFulfilled = func() []state.State {
 // Read returns the table's shape now, fulfilled as of its last count.
 func (r *StatsReader) Read(ctx context.Context) (Stats, error) {
 	r.mu.Lock()
-	all := r.countedAt.IsZero() || time.Since(r.countedAt) >= r.Recount
+	all := r.countedAt.IsZero() || time.Since(r.countedAt) >= r.recount
 	r.mu.Unlock()
 	states, timeout := notFulfilled, statsTimeout
 	if all {

@@ -229,7 +229,7 @@ type tableCollector struct {
 }
 
 var (
-	fulfilmentsDesc = prometheus.NewDesc("guardian_fulfilments", "Fulfilments by state, as of the last table read; fulfilled as of the last full count, every 5 minutes.", []string{"state"}, nil)
+	fulfilmentsDesc = prometheus.NewDesc("guardian_fulfilments", "Fulfilments by state, as of the last table read; fulfilled as of its last count, every 20th read (5 minutes by default).", []string{"state"}, nil)
 	queueDesc       = prometheus.NewDesc("guardian_reconciliation_queue_depth", "Fulfilments waiting in needs_reconciliation, as of the last table read.", nil, nil)
 	oldestDesc      = prometheus.NewDesc("guardian_reconciliation_oldest_age_seconds", "How long the oldest needs_reconciliation fulfilment has waited; 0 when none waits.", nil, nil)
 	pendingAgeDesc  = prometheus.NewDesc("guardian_pending_oldest_age_seconds", "How long the oldest pending fulfilment has waited for dispatch since it entered pending; 0 when none waits. Above the sweep interval plus the job timeout, a payment may be stranded.", nil, nil)
@@ -237,9 +237,13 @@ var (
 	readAgeDesc     = prometheus.NewDesc("guardian_table_read_age_seconds", "Seconds since the fulfilment table was last read for these gauges.", nil, nil)
 )
 
+// recountReads is how many table reads make one recount of fulfilled rows.
+const recountReads = 20
+
 // RefreshTable reads the fulfilment table once for the gauges, through a
 // db.StatsReader: every state but fulfilled each time, fulfilled every
-// db.DefaultRecount. A failed read keeps the previous snapshot and sets
+// recountReads reads when run by RunTableRefresh (db.DefaultRecount
+// otherwise). A failed read keeps the previous snapshot and sets
 // guardian_table_scrape_error.
 func (m *Metrics) RefreshTable(ctx context.Context) error {
 	st, err := m.table.reader.Read(ctx)
@@ -254,7 +258,11 @@ func (m *Metrics) RefreshTable(ctx context.Context) error {
 }
 
 // RunTableRefresh refreshes the gauges every interval until ctx ends.
+//
+// Fulfilled rows are recounted every recountReads reads (every 5 minutes at
+// the default interval): that count needs a scan of the whole table.
 func (m *Metrics) RunTableRefresh(ctx context.Context, interval time.Duration) {
+	m.table.reader.SetRecount(recountReads * interval)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
