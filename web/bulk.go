@@ -45,7 +45,10 @@ type bulkAction struct {
 	Of state.State
 	// Verb and Effect describe it to the operator who confirms it.
 	Verb, Effect string
-	apply        func(*fulfilment.Service, context.Context, []string, string) ([]fulfilment.BulkResult, error)
+	// NeedsLookup: the action asks the connector's lookup, so it is offered
+	// only where one is configured.
+	NeedsLookup bool
+	apply       func(*fulfilment.Service, context.Context, []string, string) ([]fulfilment.BulkResult, error)
 }
 
 var bulkActions = map[string]bulkAction{
@@ -55,7 +58,7 @@ var bulkActions = map[string]bulkAction{
 		apply:  (*fulfilment.Service).Retry,
 	},
 	"recheck": {
-		Name: "recheck", Of: state.NeedsReconciliation, Verb: "Re-check",
+		Name: "recheck", Of: state.NeedsReconciliation, Verb: "Re-check", NeedsLookup: true,
 		Effect: "Each parked fulfilment is looked up at the receiver now, whatever its backoff: done resolves it to fulfilled, not done dispatches it again under the same key, cannot tell leaves it parked. Rows parked within the grace are left alone.",
 		apply:  (*fulfilment.Service).Recheck,
 	},
@@ -96,7 +99,7 @@ func (s *Server) bulk(c echo.Context, a bulkAction, ids []string) (BulkAnswer, e
 	}
 	out := BulkAnswer{Results: make([]BulkItem, len(rs))}
 	for i, r := range rs {
-		out.Results[i] = BulkItem{ID: r.ID, Result: r.Result, FulfilmentID: r.FulfilmentID}
+		out.Results[i] = BulkItem{ID: r.ID, Result: string(r.Result), FulfilmentID: r.FulfilmentID}
 	}
 	return out, nil
 }

@@ -397,7 +397,7 @@ func (s *Server) handleListPage(c echo.Context) error {
 	d["List"], d["States"] = list, state.All
 	st := state.State(c.QueryParam("state"))
 	for _, a := range bulkActions {
-		if a.Of != st || len(list.Fulfilments) == 0 || a.Name == "recheck" && !s.cfg.Service.Reconciles() {
+		if a.Of != st || len(list.Fulfilments) == 0 || a.NeedsLookup && !s.cfg.Service.Reconciles() {
 			continue // nothing to act on, or no lookup to re-check with
 		}
 		if len(list.Fulfilments) > fulfilment.MaxBulk {

@@ -18,8 +18,8 @@ const MaxBulk = 100
 // BulkResult is what a bulk action did to one fulfilment it named.
 type BulkResult struct {
 	ID string
-	// Result is one of the Retry… or Check… constants.
-	Result string
+	// Result is one of the Retry… or Check… results, or BulkNotFound.
+	Result Result
 	// FulfilmentID is the fulfilment a retry created.
 	FulfilmentID string
 }
@@ -27,26 +27,26 @@ type BulkResult struct {
 // What a retry did to one failed fulfilment.
 const (
 	// RetryCreated: a new pending fulfilment for the payment, dispatched.
-	RetryCreated = "retried"
+	RetryCreated Result = "retried"
 	// RetryPaymentHeld: another fulfilment already holds the payment
 	// (pending, in flight, fulfilled, parked or cancelled); nothing created.
-	RetryPaymentHeld = "payment_held"
+	RetryPaymentHeld Result = "payment_held"
 	// RetryNotFailed: the fulfilment is not failed; nothing done.
-	RetryNotFailed = "not_failed"
+	RetryNotFailed Result = "not_failed"
 	// BulkNotFound: no fulfilment has the id.
-	BulkNotFound = "not_found"
+	BulkNotFound Result = "not_found"
 )
 
-// What a re-check did besides a lookup's own results (CheckResult).
+// What a re-check did besides a lookup's own results.
 const (
 	// CheckNotParked: the fulfilment is not needs_reconciliation.
-	CheckNotParked = "not_parked"
+	CheckNotParked Result = "not_parked"
 	// CheckWithinGrace: parked less than the reconcile grace ago, so its
 	// call could still be running at the receiver: not looked up.
-	CheckWithinGrace = "within_grace"
+	CheckWithinGrace Result = "within_grace"
 	// CheckNotReached: the request's time ran out first; the reconciler
 	// will look it up in its own time.
-	CheckNotReached = "not_reached"
+	CheckNotReached Result = "not_reached"
 )
 
 // ErrTooMany means a bulk action named more than MaxBulk fulfilments, or
@@ -186,13 +186,13 @@ func (s *Service) Recheck(ctx context.Context, ids []string, operator string) ([
 	for range min(recheckWorkers, len(due)) {
 		wg.Go(func() {
 			for i := range work {
-				res := CheckResult(CheckNotReached)
+				res := CheckNotReached
 				var err error
 				if ctx.Err() == nil && s.lookupFits(ctx) {
 					res, err = s.check(ctx, byID[ids[i]].Fulfilment, actor)
 				}
 				mu.Lock()
-				out[i].Result = string(res)
+				out[i].Result = res
 				if err != nil && firstErr == nil {
 					firstErr = err
 				}

@@ -162,13 +162,13 @@ func TestRecheckParked(t *testing.T) {
 
 	out, err := b.svc.Recheck(b.ctx, []string{done2, notDone2, unsure, fresh, live, done}, "carol")
 	require.NoError(t, err)
-	got := map[string]string{}
+	got := map[string]fulfilment.Result{}
 	for _, r := range out {
 		got[r.ID] = r.Result
 	}
-	require.Equal(t, map[string]string{
-		done2: string(fulfilment.CheckFulfilled), notDone2: string(fulfilment.CheckRedispatched),
-		unsure: string(fulfilment.CheckUndecided), fresh: fulfilment.CheckWithinGrace,
+	require.Equal(t, map[string]fulfilment.Result{
+		done2: fulfilment.CheckFulfilled, notDone2: fulfilment.CheckRedispatched,
+		unsure: fulfilment.CheckUndecided, fresh: fulfilment.CheckWithinGrace,
 		live: fulfilment.CheckNotParked, done: fulfilment.CheckNotParked,
 	}, got)
 	require.ElementsMatch(t, []string{done2, notDone2, unsure}, asked, "only parked rows past the grace are looked up")

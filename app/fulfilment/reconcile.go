@@ -71,27 +71,28 @@ func (s *Service) lookupFits(ctx context.Context) bool {
 	return !ok || time.Until(d) >= s.cfg.LookupTimeout+RecordMargin/5
 }
 
-// CheckResult is what one lookup of a parked fulfilment led to.
-type CheckResult string
+// Result is what an operator's bulk action, or one lookup of a parked
+// fulfilment, did to one fulfilment.
+type Result string
 
 // What a lookup led to.
 const (
 	// CheckFulfilled: the connector said done; the fulfilment is fulfilled.
-	CheckFulfilled CheckResult = "fulfilled"
+	CheckFulfilled Result = "fulfilled"
 	// CheckRedispatched: the connector said not done; the fulfilment is pending
 	// with a new dispatch under the same Idempotency-Key.
-	CheckRedispatched CheckResult = "redispatched"
+	CheckRedispatched Result = "redispatched"
 	// CheckUndecided: the connector could not tell; the answer is recorded and
 	// the fulfilment stays parked.
-	CheckUndecided CheckResult = "cannot_tell"
+	CheckUndecided Result = "cannot_tell"
 	// CheckMoved: the fulfilment moved while the lookup ran; its answer was
 	// neither applied nor recorded.
-	CheckMoved CheckResult = "moved"
+	CheckMoved Result = "moved"
 )
 
 // check looks up one parked fulfilment and applies the answer, with actor
 // in its check row and in any transition it makes.
-func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (CheckResult, error) {
+func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Result, error) {
 	answer, evidence := s.lookup(ctx, f.ID)
 	log := s.cfg.Logger.With("fulfilment_id", f.ID, "payment_id", f.PaymentID, "answer", answer.String(), "actor", actor)
 	record := func(tx pgx.Tx) error {
@@ -143,7 +144,7 @@ func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Che
 
 // settled logs a resolution's result; a conflict (someone resolved it
 // first) is not an error.
-func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to state.State, result CheckResult) (CheckResult, error) {
+func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to state.State, result Result) (Result, error) {
 	if errors.Is(err, db.ErrConflict) {
 		log.InfoContext(ctx, "reconcile: fulfilment moved before the lookup's answer was applied")
 		return CheckMoved, nil

@@ -67,7 +67,8 @@ func TestScrapesNeverQueryTheTable(t *testing.T) {
 
 // TestFulfilledIsRecountedRarely: the states that stay small are counted at
 // every read; fulfilled, which grows with all history and only a scan can
-// count, at the first read and every FullRecount after.
+// count, at the first read and at every recount after (ForgetFullCount
+// stands in for the time passing).
 func TestFulfilledIsRecountedRarely(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
