@@ -128,10 +128,8 @@ func (s *Service) Check(ctx context.Context, credential string, begun time.Time)
 	kind, ref, _ := strings.Cut(credential, ":")
 	switch kind {
 	case "env":
-		for _, d := range s.env {
-			if subtle.ConstantTimeCompare([]byte(envRef(d)), []byte(credential)) == 1 {
-				return Principal{Name: EnvActor, Credential: credential}, nil
-			}
+		if ref, ok := s.findEnv(func(d [sha256.Size]byte) []byte { return []byte(envRef(d)) }, []byte(credential)); ok {
+			return Principal{Name: EnvActor, Credential: ref}, nil
 		}
 		return Principal{}, ErrUnknown
 	case "db":
@@ -158,13 +156,21 @@ func (s *Service) SessionKey(ctx context.Context) ([]byte, error) {
 }
 
 func (s *Service) envPrincipal(digest [sha256.Size]byte) (Principal, bool) {
-	match, ref := 0, ""
+	ref, ok := s.findEnv(func(d [sha256.Size]byte) []byte { return d[:] }, digest[:])
+	return Principal{Name: EnvActor, Credential: ref}, ok
+}
+
+// findEnv compares want with key of every environment token's digest, in
+// constant time and without stopping at a match, and returns the matching
+// token's reference.
+func (s *Service) findEnv(key func([sha256.Size]byte) []byte, want []byte) (string, bool) {
+	ref := ""
 	for _, d := range s.env {
-		if subtle.ConstantTimeCompare(d[:], digest[:]) == 1 {
-			match, ref = 1, envRef(d)
+		if subtle.ConstantTimeCompare(key(d), want) == 1 {
+			ref = envRef(d)
 		}
 	}
-	return Principal{Name: EnvActor, Credential: ref}, match == 1
+	return ref, ref != ""
 }
 
 // envRef names an environment token by a prefix of its digest: enough to
