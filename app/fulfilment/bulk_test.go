@@ -211,3 +211,34 @@ func TestRecheckRespectsTheDeadline(t *testing.T) {
 	require.Zero(t, asked.Load())
 	require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State)
 }
+
+// TestRetryRacesTheProvider: while operators retry a failed payment, the
+// provider delivers the payment's other event (Stripe sends
+// payment_intent.succeeded beside checkout.session.completed, in any
+// order): one live fulfilment, whoever wins.
+func TestRetryRacesTheProvider(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var failed []string
+	for i := range 8 {
+		failed = append(failed, b.fail(t, fmt.Sprintf("evt_cs_%d", i), fmt.Sprintf("pi_race_%d", i)))
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			_, err := b.svc.Retry(context.Background(), failed, "racer")
+			require.NoError(t, err)
+		})
+	}
+	for i := range 8 {
+		wg.Go(func() {
+			_, err := b.svc.Accept(context.Background(), paymentEvent(fmt.Sprintf("evt_pi_%d", i), fmt.Sprintf("pi_race_%d", i)))
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	for i := range 8 {
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state <> 'failed'`, fmt.Sprintf("pi_race_%d", i)),
+			"pi_race_%d has one live fulfilment", i)
+	}
+}
