@@ -112,6 +112,10 @@ type BatchFulfilment struct {
 // (provider, payment_id) order, so concurrent batches take the payment index
 // in one order and cannot deadlock. It returns the created fulfilments' ids
 // by event.
+//
+// Each row's Idempotency-Key derives from its payment and the number of the
+// payment's failed (declined) fulfilments, so the same payment names the
+// same key in a restored database or a second deployment.
 func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, reason string) (map[int64]string, error) {
 	n := len(items)
 	pks, actors := make([]int64, n), make([]string, n)
@@ -122,11 +126,13 @@ func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, rea
 		WITH u AS (
 			SELECT * FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(event_pk, actor, ord)
 		), created AS (
-			INSERT INTO fulfilment (event_pk, provider, payment_id)
-			SELECT e.id, e.provider, e.payment_id FROM u JOIN webhook_event e ON e.id = u.event_pk
+			INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key)
+			SELECT e.id, e.provider, e.payment_id, guardian_idempotency_key(e.provider, e.payment_id,
+				(SELECT count(*) FROM fulfilment p WHERE p.provider = e.provider AND p.payment_id = e.payment_id AND p.state = 'failed'))
+			FROM u JOIN webhook_event e ON e.id = u.event_pk
 			WHERE e.id = ANY($1) AND e.payment_id IS NOT NULL
 			ORDER BY e.provider, e.payment_id, u.ord
-			ON CONFLICT DO NOTHING
+			ON CONFLICT (provider, payment_id) WHERE state <> 'failed' DO NOTHING
 			RETURNING id, event_pk
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)

@@ -84,7 +84,7 @@ func TestInsertEvent(t *testing.T) {
 // failAt claims a pending fulfilment and records the connector's refusal.
 func failAt(t *testing.T, b *testBundle, id string) {
 	t.Helper()
-	_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "t", nil)
+	_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "t", nil, 30*time.Second)
 	require.NoError(t, err)
 	_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "failed", Attempt: 1, Actor: "t", Reason: "r"})
 	require.NoError(t, err)
@@ -164,7 +164,7 @@ func TestTransit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
-		in, err := db.ClaimForDispatch(b.ctx, b.tx, id, "worker", map[string]int{"river_attempt": 1})
+		in, err := db.ClaimForDispatch(b.ctx, b.tx, id, "worker", map[string]int{"river_attempt": 1}, 30*time.Second)
 		f := in.Fulfilment
 		require.NoError(t, err)
 		require.Equal(t, 1, f.Attempt)
@@ -186,7 +186,7 @@ func TestTransit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
-		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil)
+		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil, 30*time.Second)
 		require.NoError(t, err)
 		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "fulfilled", Attempt: 2, Actor: "w", Reason: "r"})
 		require.ErrorIs(t, err, db.ErrConflict)
@@ -250,7 +250,7 @@ func TestDatabaseGuardMatchesStateMachine(t *testing.T) {
 
 	_, err := b.tx.Exec(b.ctx, `SAVEPOINT bad`)
 	require.NoError(t, err)
-	_, err = b.tx.Exec(b.ctx, `INSERT INTO fulfilment (event_pk, provider, payment_id, state) SELECT event_pk, provider, 'pi_2', 'shipped' FROM fulfilment WHERE id = $1`, id)
+	_, err = b.tx.Exec(b.ctx, `INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key) SELECT event_pk, provider, 'pi_2', 'shipped', 'k2' FROM fulfilment WHERE id = $1`, id)
 	require.ErrorContains(t, err, "fulfilment_state_check")
 }
 
@@ -261,7 +261,7 @@ func TestParking(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
-		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil)
+		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil, 30*time.Second)
 		require.NoError(t, err)
 		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "needs_reconciliation", Attempt: 1, Actor: "w", Reason: "unknown"})
 		require.NoError(t, err)
@@ -274,7 +274,7 @@ func TestParking(t *testing.T) {
 		// Dispatched again and parked again: the new parking starts afresh.
 		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "needs_reconciliation", To: "pending", Attempt: 1, Actor: "r", Reason: "not done"})
 		require.NoError(t, err)
-		_, err = db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil)
+		_, err = db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil, 30*time.Second)
 		require.NoError(t, err)
 		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "needs_reconciliation", Attempt: 2, Actor: "w", Reason: "unknown"})
 		require.NoError(t, err)
@@ -299,17 +299,17 @@ func TestSweepStale(t *testing.T) {
 	old := newFulfilment(t, b.ctx, b.tx, "evt_old", "pi_old")
 	fresh := newFulfilment(t, b.ctx, b.tx, "evt_new", "pi_new")
 	for _, id := range []string{old, fresh} {
-		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil)
+		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil, 30*time.Second)
 		require.NoError(t, err)
 	}
 	_, err := b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`)
 	require.NoError(t, err)
-	_, err = b.tx.Exec(b.ctx, `UPDATE fulfilment SET dispatched_at = now() - interval '10 minutes' WHERE id = $1`, old)
+	_, err = b.tx.Exec(b.ctx, `UPDATE fulfilment SET dispatched_at = now() - interval '10 minutes', deadline = now() - interval '9 minutes' WHERE id = $1`, old)
 	require.NoError(t, err)
 	_, err = b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = origin`)
 	require.NoError(t, err)
 
-	moved, err := db.SweepStale(b.ctx, b.tx, 5*time.Minute, "sweeper", nil)
+	moved, err := db.SweepStale(b.ctx, b.tx, 5*time.Minute, 15*time.Second, "sweeper", nil)
 	require.NoError(t, err)
 	require.Len(t, moved, 1)
 	require.Equal(t, old, moved[0].ID)
@@ -318,6 +318,84 @@ func TestSweepStale(t *testing.T) {
 	f, err := db.GetFulfilment(b.ctx, b.tx, fresh)
 	require.NoError(t, err)
 	require.Equal(t, state.State("dispatching"), f.State)
+}
+
+// A claim made by a process with a longer connector timeout is judged by
+// its own deadline: a reader whose lease has passed (an older process in a
+// rollout, configured with a shorter timeout) must not park it while its
+// call may still be running.
+func TestSweepReadsTheClaimsOwnDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	slow := newFulfilment(t, b.ctx, b.tx, "evt_slow", "pi_slow")
+	_, err := db.ClaimForDispatch(b.ctx, b.tx, slow, "new process", nil, 20*time.Minute)
+	require.NoError(t, err)
+	_, err = b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`)
+	require.NoError(t, err)
+	_, err = b.tx.Exec(b.ctx, `UPDATE fulfilment SET dispatched_at = now() - interval '10 minutes', deadline = now() + interval '10 minutes' WHERE id = $1`, slow)
+	require.NoError(t, err)
+	_, err = b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = origin`)
+	require.NoError(t, err)
+
+	moved, err := db.SweepStale(b.ctx, b.tx, 5*time.Minute, 15*time.Second, "old process", nil)
+	require.NoError(t, err)
+	require.Empty(t, moved, "the claim's own deadline has not passed")
+	claim, err := db.Claim(b.ctx, b.tx, slow, 15*time.Second, 30*time.Second)
+	require.NoError(t, err)
+	require.True(t, claim.Live, "a reader with a 30 s window still sees the 20 min claim live")
+
+	later := time.Now().Add(11 * time.Minute)
+	moved, err = db.SweepStale(b.ctx, b.tx, 5*time.Minute, 15*time.Second, "old process", &later)
+	require.NoError(t, err)
+	require.Len(t, moved, 1, "past its deadline and margin, the claim is parked")
+}
+
+// TestKeysDeriveFromThePayment: two databases that know nothing of each
+// other (a restored one and the original, two deployments) name the same
+// key for the same payment; a payment whose key was declined goes out
+// under its next key, and only then.
+func TestKeysDeriveFromThePayment(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t), setup(t)
+	idA := newFulfilment(t, a.ctx, a.tx, "evt_a", "pi_same")
+	idB := newFulfilment(t, b.ctx, b.tx, "evt_b", "pi_same") // another event of the purchase
+	fa, err := db.GetFulfilment(a.ctx, a.tx, idA)
+	require.NoError(t, err)
+	fb, err := db.GetFulfilment(b.ctx, b.tx, idB)
+	require.NoError(t, err)
+	require.NotEqual(t, fa.ID, fb.ID)
+	require.Equal(t, fa.Key, fb.Key, "one key per payment, whichever database holds the row")
+	want, err := db.IdempotencyKey(a.ctx, a.tx, "stripe", "pi_same", 0)
+	require.NoError(t, err)
+	require.Equal(t, want, fa.Key)
+	require.Regexp(t, `^gk1_[0-9a-f]{40}$`, fa.Key)
+
+	other := newFulfilment(t, a.ctx, a.tx, "evt_c", "pi_other")
+	fo, err := db.GetFulfilment(a.ctx, a.tx, other)
+	require.NoError(t, err)
+	require.NotEqual(t, fa.Key, fo.Key)
+
+	// The receiver declines the key: the payment's next fulfilment counts
+	// one decline and takes the next key.
+	_, err = db.ClaimForDispatch(a.ctx, a.tx, idA, "w", nil, 30*time.Second)
+	require.NoError(t, err)
+	_, err = db.Transit(a.ctx, a.tx, db.TransitionParams{ID: idA, From: "dispatching", To: "failed", Attempt: 1, Actor: "w", Reason: "declined"})
+	require.NoError(t, err)
+	pk, _, err := db.InsertEvent(a.ctx, a.tx, db.EventParams{Provider: "stripe", EventID: "evt_d", Type: "payment_intent.succeeded", PaymentID: "pi_same", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	next, inserted, err := db.InsertFulfilment(a.ctx, a.tx, pk, "test", "retry")
+	require.NoError(t, err)
+	require.True(t, inserted)
+	fn, err := db.GetFulfilment(a.ctx, a.tx, next)
+	require.NoError(t, err)
+	want, err = db.IdempotencyKey(a.ctx, a.tx, "stripe", "pi_same", 1)
+	require.NoError(t, err)
+	require.Equal(t, want, fn.Key)
+	require.NotEqual(t, fa.Key, fn.Key)
+
+	// The key is part of the row's identity.
+	_, err = a.tx.Exec(a.ctx, `UPDATE fulfilment SET idempotency_key = 'k' WHERE id = $1`, next)
+	require.ErrorContains(t, err, "immutable")
 }
 
 func TestMigrations(t *testing.T) {

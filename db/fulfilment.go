@@ -25,16 +25,29 @@ type Fulfilment struct {
 	// NextCheckAt is when the next is due (nil: once the grace has passed).
 	Checks      int
 	NextCheckAt *time.Time
+	// Key is the Idempotency-Key every attempt is sent under: derived from
+	// the payment (guardian_idempotency_key in the migrations), or, for rows
+	// made before keys were derived, the row's id.
+	Key string
+	// Deadline is when the current attempt's call can no longer be in
+	// flight, by the claimant's connector timeout (nil before the first
+	// claim, and for claims made before deadlines were stored).
+	Deadline *time.Time
 }
 
-const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at`
+const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at, idempotency_key, deadline`
 
 // scanFulfilment reads fulfilmentColumns, then any columns after them into
 // extra.
 func scanFulfilment(row pgx.Row, extra ...any) (Fulfilment, error) {
 	var f Fulfilment
-	err := row.Scan(append([]any{&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt}, extra...)...)
+	err := row.Scan(append(f.fields(), extra...)...)
 	return f, err
+}
+
+// fields are the scan targets of fulfilmentColumns, in order.
+func (f *Fulfilment) fields() []any {
+	return []any{&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt, &f.Key, &f.Deadline}
 }
 
 // InsertFulfilment records a pending fulfilment for a newly stored event,
@@ -128,4 +141,13 @@ func FulfilmentsByID(ctx context.Context, q DBTX, ids []string, grace time.Durat
 		return g, err
 	})
 	return gs, wrap("fulfilments by id", err)
+}
+
+// IdempotencyKey returns the key a payment's fulfilment is sent under when
+// declined of its earlier keys were declined: guardian_idempotency_key in
+// the migrations, the one place the derivation lives.
+func IdempotencyKey(ctx context.Context, q DBTX, provider, paymentID string, declined int) (string, error) {
+	var key string
+	err := q.QueryRow(ctx, `SELECT guardian_idempotency_key($1, $2, $3)`, provider, paymentID, declined).Scan(&key)
+	return key, wrap("derive idempotency key", err)
 }

@@ -26,7 +26,7 @@ func TestLookupsUseIndexes(t *testing.T) {
 		SELECT 'stripe', 'evt_' || md5(g::text), 'checkout.session.completed', 'pi_' || md5(g::text), '\x7b7d'::bytea
 		FROM generate_series(1, 20000) g`)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO fulfilment (event_pk, provider, payment_id, state) SELECT id, provider, payment_id, 'fulfilled' FROM webhook_event`)
+	_, err = tx.Exec(ctx, `INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key) SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0) FROM webhook_event`)
 	require.NoError(t, err)
 	// A long history of transitions, one a minute: the overview reads the
 	// last hour's.

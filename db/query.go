@@ -301,13 +301,15 @@ type Check struct {
 }
 
 // DueForCheck returns parked fulfilments whose next lookup is due: parked
-// for at least grace (so a call still in flight at the receiver can finish)
-// and past their backoff, oldest first.
+// for at least grace and past the parked claim's own deadline (so a call
+// still in flight at the receiver can finish), and past their backoff,
+// oldest first.
 func DueForCheck(ctx context.Context, q DBTX, grace time.Duration, limit int) ([]Fulfilment, error) {
 	rows, err := q.Query(ctx, `
 		SELECT `+fulfilmentColumns+` FROM fulfilment
 		WHERE state = 'needs_reconciliation'
 		  AND updated_at <= now() - make_interval(secs => $1)
+		  AND (deadline IS NULL OR deadline <= now())
 		  AND (next_check_at IS NULL OR next_check_at <= now())
 		ORDER BY updated_at, id
 		LIMIT $2`, grace.Seconds(), limit)

@@ -126,23 +126,25 @@ func Transitions(ctx context.Context, q DBTX, fulfilmentIDs ...string) ([]Transi
 }
 
 // SweepStale moves every fulfilment that has been dispatching for longer
-// than lease to needs_reconciliation, logging each move, and returns the
+// than lease, and whose claim's own deadline is more than margin past, to
+// needs_reconciliation, logging each move, and returns the
 // rows it moved. Rows are locked with SKIP LOCKED so a dispatcher finishing
 // at the same moment wins or loses cleanly, never both. The lease is
 // measured against the database's clock, the one that stamped
 // dispatched_at, unless asOf is given (tests pin the clock with it).
-func SweepStale(ctx context.Context, q DBTX, lease time.Duration, actor string, asOf *time.Time) ([]Fulfilment, error) {
+func SweepStale(ctx context.Context, q DBTX, lease, margin time.Duration, actor string, asOf *time.Time) ([]Fulfilment, error) {
 	rows, err := q.Query(ctx, `
 		WITH stale AS (
 			SELECT id FROM fulfilment
 			WHERE state = 'dispatching' AND dispatched_at < coalesce($3::timestamptz, now()) - make_interval(secs => $1)
+			  AND (deadline IS NULL OR deadline < coalesce($3::timestamptz, now()) - make_interval(secs => $4))
 			ORDER BY dispatched_at
 			LIMIT 1000
 			FOR UPDATE SKIP LOCKED
 		), moved AS (
 			UPDATE fulfilment f SET state = 'needs_reconciliation'
 			FROM stale WHERE f.id = stale.id AND f.state = 'dispatching'
-			RETURNING f.id, f.event_pk, f.provider, f.payment_id, f.state, f.attempt, f.created_at, f.updated_at, f.dispatched_at, f.checks, f.next_check_at
+			RETURNING `+prefixed("f.", fulfilmentColumns)+`
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
 			SELECT id, 'dispatching', 'needs_reconciliation', attempt, $2,
@@ -151,7 +153,7 @@ func SweepStale(ctx context.Context, q DBTX, lease time.Duration, actor string, 
 			FROM moved
 		)
 		SELECT `+fulfilmentColumns+` FROM moved`,
-		lease.Seconds(), actor, asOf)
+		lease.Seconds(), actor, asOf, margin.Seconds())
 	if err != nil {
 		return nil, wrap("sweep stale dispatching", err)
 	}
@@ -164,13 +166,16 @@ type ClaimParams struct {
 	ID       string
 	Actor    string
 	Evidence any
+	// Timeout is the claimant's connector timeout: the claim's deadline is
+	// the database's now plus Timeout, stored on the row.
+	Timeout time.Duration
 }
 
 // ClaimForDispatch moves a pending fulfilment to dispatching with its next
 // attempt number, logs the move, and returns it with its event, all in one
 // statement. ErrConflict means it was not pending.
-func ClaimForDispatch(ctx context.Context, q DBTX, id, actor string, evidence any) (DispatchInput, error) {
-	claimed, err := ClaimManyForDispatch(ctx, q, []ClaimParams{{ID: id, Actor: actor, Evidence: evidence}})
+func ClaimForDispatch(ctx context.Context, q DBTX, id, actor string, evidence any, timeout time.Duration) (DispatchInput, error) {
+	claimed, err := ClaimManyForDispatch(ctx, q, []ClaimParams{{ID: id, Actor: actor, Evidence: evidence, Timeout: timeout}})
 	if err != nil {
 		return DispatchInput{}, err
 	}
@@ -186,18 +191,20 @@ func ClaimForDispatch(ctx context.Context, q DBTX, id, actor string, evidence an
 // id; one missing was not pending. The ids must be distinct.
 func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (map[string]DispatchInput, error) {
 	ids, actors, evidence := make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims))
+	timeouts := make([]float64, len(claims))
 	for i, c := range claims {
 		ev, err := json.Marshal(c.Evidence)
 		if err != nil {
 			return nil, wrap("marshal evidence", err)
 		}
-		ids[i], actors[i], evidence[i] = c.ID, c.Actor, string(ev)
+		ids[i], actors[i], evidence[i], timeouts[i] = c.ID, c.Actor, string(ev), c.Timeout.Seconds()
 	}
 	rows, err := q.Query(ctx, `
 		WITH u AS (
-			SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[]) AS u(id, actor, evidence)
+			SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::float8[]) AS u(id, actor, evidence, timeout)
 		), moved AS (
-			UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now()
+			UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now(),
+				deadline = now() + make_interval(secs => u.timeout)
 			FROM u WHERE f.id = u.id AND f.id = ANY ($1::uuid[]) AND f.state = 'pending'
 			RETURNING `+prefixed("f.", fulfilmentColumns)+`
 		), logged AS (
@@ -205,7 +212,7 @@ func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (ma
 			SELECT m.id, 'pending', 'dispatching', m.attempt, u.actor, 'dispatch claimed', u.evidence FROM moved m JOIN u ON u.id = m.id
 		)
 		SELECT `+prefixed("m.", fulfilmentColumns)+`, e.event_id, e.event_type, e.body
-		FROM moved m JOIN webhook_event e ON e.id = m.event_pk`, ids, actors, evidence)
+		FROM moved m JOIN webhook_event e ON e.id = m.event_pk`, ids, actors, evidence, timeouts)
 	if err != nil {
 		return nil, wrap("claim for dispatch", err)
 	}
@@ -214,8 +221,7 @@ func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (ma
 	for rows.Next() {
 		var in DispatchInput
 		var payload []byte
-		if err := rows.Scan(&in.ID, &in.EventPK, &in.Provider, &in.PaymentID, &in.State, &in.Attempt, &in.CreatedAt, &in.UpdatedAt, &in.DispatchedAt,
-			&in.Checks, &in.NextCheckAt, &in.EventID, &in.EventType, &payload); err != nil {
+		if err := rows.Scan(append(in.fields(), &in.EventID, &in.EventType, &payload)...); err != nil {
 			return nil, wrap("claim for dispatch", err)
 		}
 		in.Payload = payload
@@ -230,21 +236,25 @@ type ClaimOf struct {
 	// Claimant is what the claim recorded as its claimant ("" when it
 	// recorded none).
 	Claimant string
-	// Live is true while dispatched_at is within window of the database's
-	// clock: the claimant may still be calling.
+	// Live is true while the claimant may still be calling or recording:
+	// until the claim's stored deadline plus margin, by the database's
+	// clock (for a claim stored without a deadline, until dispatched_at
+	// plus fallback).
 	Live bool
 }
 
 // Claim reads who claimed a fulfilment's current attempt, from the claim's
-// transition, and whether its call could still be in flight within window.
-func Claim(ctx context.Context, q DBTX, id string, window time.Duration) (ClaimOf, error) {
+// transition, and whether its call could still be in flight: the row's own
+// deadline decides, not the reader's configuration.
+func Claim(ctx context.Context, q DBTX, id string, margin, fallback time.Duration) (ClaimOf, error) {
 	var c ClaimOf
 	err := q.QueryRow(ctx, `
 		SELECT coalesce((SELECT t.evidence ->> 'claimant' FROM fulfilment_transition t
 		                 WHERE t.fulfilment_id = f.id AND t.to_state = 'dispatching' AND t.attempt = f.attempt
 		                 ORDER BY t.id DESC LIMIT 1), ''),
-		       coalesce(f.dispatched_at > now() - make_interval(secs => $2), false)
-		FROM fulfilment f WHERE f.id = $1`, id, window.Seconds()).Scan(&c.Claimant, &c.Live)
+		       coalesce(CASE WHEN f.deadline IS NOT NULL THEN f.deadline + make_interval(secs => $2) > now()
+		                     ELSE f.dispatched_at > now() - make_interval(secs => $3) END, false)
+		FROM fulfilment f WHERE f.id = $1`, id, margin.Seconds(), fallback.Seconds()).Scan(&c.Claimant, &c.Live)
 	return c, wrap("read claim", err)
 }
 
@@ -273,4 +283,16 @@ func StrandedPending(ctx context.Context, q DBTX, after time.Duration, limit int
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return ids, wrap("find stranded pending", err)
+}
+
+// ParkedByRefusal reports whether a parked fulfilment was parked at attempt
+// because the receiver refused the request without its signed word (the
+// outcome "refused" in the parking transition's evidence).
+func ParkedByRefusal(ctx context.Context, q DBTX, id string, attempt int) (bool, error) {
+	var refused bool
+	err := q.QueryRow(ctx, `
+		SELECT coalesce((SELECT t.evidence ->> 'outcome' = 'refused' FROM fulfilment_transition t
+		                 WHERE t.fulfilment_id = $1 AND t.attempt = $2 AND t.to_state = 'needs_reconciliation'
+		                 ORDER BY t.id DESC LIMIT 1), false)`, id, attempt).Scan(&refused)
+	return refused, wrap("read parking", err)
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -650,4 +651,81 @@ func TestChaosRollingRestart(t *testing.T) {
 	require.Zero(t, r.fivexx, "a rolling restart answered 5xx")
 	logReport(t, "rolling-restart-x2", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent, 2 processes", payments), r,
 		fmt.Sprintf(", transport errors %d", h.transport.Load()))
+}
+
+// TestChaosIdempotencyLayer: two processes, one killed again and again,
+// in front of a receiver that is a real idempotency layer (409 while a key
+// is in progress, stored answers, 422 for another body, signed declines)
+// whose action is sometimes slower than Guardian's timeout and reconcile
+// grace, sometimes acts and loses its answer, sometimes fails doing
+// nothing. Nothing acts twice, nothing is recorded done that was not, and
+// every paid payment ends fulfilled or declined.
+func TestChaosIdempotencyLayer(t *testing.T) {
+	parallel(t)
+	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "idempotent"})
+	payments, cycles := pick(120, 600), pick(4, 100)
+	in := h.inject(cycles, func() time.Duration { return time.Duration(300+rand.IntN(500)) * time.Millisecond }, func(int) {
+		h.proc(0).kill(t)
+		h.restart(0)
+	})
+	h.deliver(payments, 3, 16, 120*time.Second)
+	in.finish()
+	r := h.check(payments)
+	answers := map[string]int{}
+	for _, e := range h.conn.entries(t) {
+		answers[e.Answer]++
+	}
+	require.Positive(t, answers["200-slow"], "some actions outlived the timeout and the grace")
+	require.Positive(t, answers["reset"], "some answers were lost after the act")
+	logReport(t, "idempotency-layer-kill-9", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent, 2 processes", payments), r,
+		fmt.Sprintf(", slow %d, lost answers %d, 409 %d, replays %d, declined %d, failed handlers %d",
+			answers["200-slow"], answers["reset"], answers["409"], answers["replay"], answers["declined"], answers["500-nothing-done"]))
+}
+
+// TestChaosRestore follows docs/operations.md's restore runbook: a dump,
+// more payments (fulfilled at the receiver), a restore of the dump that
+// forgets them, the epoch rotated, Guardian started again, and the
+// provider's redeliveries of every lost event. Keys derive from the
+// payment, so each lost payment comes back under the key the receiver
+// already finished: it replays its answer, and nothing acts twice.
+func TestChaosRestore(t *testing.T) {
+	parallel(t)
+	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "idempotent"})
+	before, after := pick(40, 300), pick(40, 300)
+	h.deliverRange(0, before)
+	h.check(before)
+
+	dump := t.TempDir() + "/guardian.dump"
+	h.proc(0).stop(t)
+	out, err := exec.Command("pg_dump", "--format=custom", "--file="+dump, h.d.URL).CombinedOutput()
+	require.NoError(t, err, "pg_dump: %s", out)
+	h.restart(0)
+	h.deliverRange(before, after)
+	h.check(before + after)
+	actedBefore := len(h.conn.entries(t))
+
+	// The runbook: stop, restore, rotate the epoch, start.
+	h.proc(0).stop(t)
+	out, err = exec.Command("pg_restore", "--clean", "--if-exists", "--single-transaction", "--dbname="+h.d.URL, dump).CombinedOutput()
+	require.NoError(t, err, "pg_restore: %s", out)
+	h.d.Pool.Reset() // its prepared statements name the dropped tables
+	require.Zero(t, h.d.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = $1`, fmt.Sprintf("pi_chaos_%d", before)), "the restore forgot the later payments")
+	rotate := exec.Command(binary, "epoch", "rotate")
+	rotate.Env = []string{"DATABASE_URL=" + h.d.URL}
+	out, err = rotate.CombinedOutput()
+	require.NoError(t, err, "epoch rotate: %s", out)
+	h.restart(0)
+	h.deliverRange(before, after) // the provider's retries, or the backfill
+	r := h.check(before + after)
+
+	replayed := 0
+	for _, e := range h.conn.entries(t)[actedBefore:] {
+		require.False(t, e.Acted, "payment %s acted again after the restore", e.Payment)
+		if e.Answer == "replay" || e.Answer == "409" {
+			replayed++
+		}
+	}
+	require.Positive(t, replayed, "the lost payments came back under the keys the receiver had finished")
+	logReport(t, "restore-runbook", fmt.Sprintf("%d payments, dump, %d more, restore, redeliveries", before, after), r,
+		fmt.Sprintf(", answers replayed after the restore %d", replayed))
 }

@@ -1,16 +1,20 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/receiver"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/web"
@@ -148,7 +152,7 @@ func TestOperatorCLI(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "operator name must be")
 
-	require.Equal(t, map[string]int{id: 1}, conn.snapshot(), "the connector was called once")
+	require.Equal(t, map[string]int{d.Fulfilment(t, id).Key: 1}, conn.snapshot(), "the connector was called once, under the payment's key")
 	m := g.scrape(t)
 	require.Equal(t, 1.0, m[`guardian_connector_errors_total{class="5xx"}`])
 	require.Equal(t, 1.0, m[`guardian_dispatches_total{outcome="unknown"}`])
@@ -219,15 +223,30 @@ func TestOperatorCLIBrowsesAndRetries(t *testing.T) {
 	g.stop(t)
 }
 
-// TestConnectorTestCLI: `guardian connector test` against a receiver that
-// verifies signatures; it sends nothing signed to the action URL unless
-// asked, and a wrong secret shows as a problem.
+// TestConnectorTestCLI: `guardian connector test` runs the conformance
+// against a receiver built on the receiver kit (every step passes, nothing
+// acted on), against a receiver that acts on every request and has no
+// lookup (problems reported, exit 1), and refuses a malformed secret.
 func TestConnectorTestCLI(t *testing.T) {
 	t.Parallel()
-	conn := newFakeConnector(t)
-	run := func(secret string, args ...string) (string, int) {
+	d := dbtest.NewDB(t)
+	ctx := t.Context()
+	require.NoError(t, receiver.Migrate(ctx, d.Pool))
+	kit, err := receiver.New(receiver.Config{Pool: d.Pool, Secrets: []string{connectorSecret}, Handler: func(context.Context, pgx.Tx, receiver.Delivery) error {
+		t.Error("the conformance run made the merchant's handler act")
+		return nil
+	}})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("POST /fulfil", kit.Action())
+	mux.Handle("GET /lookup/{key}", kit.Lookup())
+	good := httptest.NewServer(mux)
+	t.Cleanup(good.Close)
+
+	run := func(url, secret string, args ...string) (string, int) {
 		cmd := exec.Command(binary, append([]string{"connector", "test"}, args...)...)
-		cmd.Env = []string{"GUARDIAN_CONNECTOR_URL=" + conn.srv.URL, "GUARDIAN_CONNECTOR_SECRET=" + secret, "GUARDIAN_CONNECTOR_TIMEOUT=5s"}
+		cmd.Env = []string{"GUARDIAN_CONNECTOR_URL=" + url + "/fulfil", "GUARDIAN_CONNECTOR_LOOKUP_URL=" + url + "/lookup/{key}",
+			"GUARDIAN_CONNECTOR_SECRET=" + secret, "GUARDIAN_CONNECTOR_TIMEOUT=5s"}
 		out, err := cmd.CombinedOutput()
 		code := 0
 		if exit, ok := err.(*exec.ExitError); ok {
@@ -237,38 +256,29 @@ func TestConnectorTestCLI(t *testing.T) {
 		}
 		return string(out), code
 	}
-	out, code := run(connectorSecret)
-	require.Zero(t, code, out)
-	require.Contains(t, out, "refused: the receiver verifies signatures")
-	require.Empty(t, conn.snapshot(), "nothing the receiver accepted was sent")
-
-	out, code = run(connectorSecret, "--signed", "--json")
+	out, code := run(good.URL, connectorSecret, "--json")
 	require.Zero(t, code, out)
 	var report struct {
 		OK    bool `json:"ok"`
 		Steps []struct {
-			Status int  `json:"status"`
-			OK     bool `json:"ok"`
+			Name string `json:"name"`
+			OK   bool   `json:"ok"`
 		} `json:"steps"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &report), out)
 	require.True(t, report.OK)
-	require.Len(t, report.Steps, 2)
-	require.Equal(t, http.StatusUnauthorized, report.Steps[0].Status)
-	require.Equal(t, http.StatusOK, report.Steps[1].Status)
-	calls := conn.snapshot()
-	require.Len(t, calls, 1)
-	for key, n := range calls {
-		require.True(t, strings.HasPrefix(key, "guardian-test-"), key)
-		require.Equal(t, 1, n)
-	}
+	require.Len(t, report.Steps, 13)
 
-	out, code = run("whsec_"+"d3JvbmcgY29ubmVjdG9yIHNlY3JldCBmb3IgZTJl", "--signed")
+	naive := newFakeConnector(t)
+	out, code = run(naive.srv.URL, connectorSecret)
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "PROBLEM")
-	require.Contains(t, out, "refused before the receiver's logic (401)")
+	require.Contains(t, out, "ACTED TWICE")
+	for key := range naive.snapshot() {
+		require.True(t, strings.HasPrefix(key, "gtest_"), "only test keys were sent: %s", key)
+	}
 
-	out, code = run("")
+	out, code = run(good.URL, "whsec_")
 	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "connector secret is required")
 }

@@ -20,6 +20,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/db/dbtest/redistest"
 )
@@ -63,8 +64,8 @@ type fakeConnector struct {
 	hold string
 	// fail, when set, makes calls whose payment it names answer 500.
 	fail string
-	// reject, when set, makes calls whose body holds it answer 422, a
-	// business refusal. Set and cleared under mu.
+	// reject, when set, makes calls whose body holds it answer 422 with
+	// a signed decline. Set and cleared under mu.
 	reject string
 	// deny, when set, makes calls whose body holds it answer 401, as a
 	// receiver with a rotated secret does: not delivered.
@@ -100,7 +101,10 @@ func newFakeConnector(t *testing.T) *fakeConnector {
 			return
 		}
 		if reject {
-			http.Error(w, "card_declined", http.StatusUnprocessableEntity)
+			// A decline is the receiver's signed word (docs/receivers.md):
+			// an unsigned 422 would only park the payment.
+			_ = connector.WriteStatement(w, connectorSecret, http.StatusUnprocessableEntity,
+				connector.Statement{IdempotencyKey: key, Status: connector.StatusDeclined, Reason: "card_declined"}, time.Now())
 			return
 		}
 		if c.deny != "" && bytes.Contains(body, []byte(c.deny)) {

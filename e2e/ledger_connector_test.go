@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -49,9 +50,17 @@ type ledgerEntry struct {
 // some are declined without acting (422, out of stock for now: the
 // operators retry them), and some lookups get the ingress's 404 instead of
 // an answer.
-// GET /lookup/{key} answers from the ledger with a lookup answer signed
-// with the connector secret: "done" if any call for the key acted, else
-// "not_done".
+// "idempotent" is an idempotency layer as the IETF Idempotency-Key draft
+// and docs/receivers.md describe it, in front of a slow and faulty action:
+// a key in progress answers 409, a finished key replays its stored answer,
+// another body under a finished key is refused (422), a declined key stays
+// declined; one first call in ten acts slower than Guardian's timeout and
+// reconcile grace, some answers are lost after the act, some handlers fail
+// without acting, and a few payments are declined.
+// GET /lookup/{key} answers with a statement signed with the connector
+// secret: "done" if any call for the key acted, else "not_done"; in
+// "idempotent" mode, the key's state (in progress, done, declined, not
+// done).
 func runLedgerConnector(addr string) int {
 	f, err := os.OpenFile(os.Getenv(ledgerFileEnv), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -75,8 +84,20 @@ func runLedgerConnector(addr string) int {
 			acted[e.Key] = true
 		}
 	}
+	keys := map[string]*keyState{} // idempotent mode, under mu
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /lookup/{key}", func(w http.ResponseWriter, r *http.Request) {
+		if mode == "idempotent" {
+			key := r.PathValue("key")
+			mu.Lock()
+			status := connector.StatusNotDone
+			if k := keys[key]; k != nil {
+				status = k.status
+			}
+			mu.Unlock()
+			_ = connector.WriteStatement(w, connectorSecret, http.StatusOK, connector.Statement{IdempotencyKey: key, Status: status}, time.Now())
+			return
+		}
 		if mode == "hostile" && rand.Float64() < 0.2 {
 			http.NotFound(w, r) // the ingress, not the receiver
 			return
@@ -85,19 +106,11 @@ func runLedgerConnector(addr string) int {
 		mu.Lock()
 		done := acted[key]
 		mu.Unlock()
-		status := connector.LookupNotDone
+		status := connector.StatusNotDone
 		if done {
-			status = connector.LookupDone
+			status = connector.StatusDone
 		}
-		body, h, err := connector.SignLookupAnswer(connectorSecret, key, status, time.Now())
-		if err != nil {
-			w.WriteHeader(http.StatusInternalServerError)
-			return
-		}
-		for k, v := range h {
-			w.Header()[k] = v
-		}
-		_, _ = w.Write(body)
+		_ = connector.WriteStatement(w, connectorSecret, http.StatusOK, connector.Statement{IdempotencyKey: key, Status: status}, time.Now())
 	})
 	mux.HandleFunc("POST /", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -110,6 +123,10 @@ func runLedgerConnector(addr string) int {
 		}
 		_ = json.Unmarshal(body, &req)
 		e := ledgerEntry{Key: r.Header.Get("Idempotency-Key"), Payment: req.PaymentID, Attempt: r.Header.Get("Guardian-Attempt"), Acted: true, Answer: "200"}
+		if mode == "idempotent" {
+			serveIdempotent(w, r, body, e, &mu, keys, write)
+			return
+		}
 		roll := rand.Float64()
 		// The edge refuses a key's first call only: a transient misroute or
 		// clock drift, as a rotated route or a resynced clock would end it
@@ -179,6 +196,82 @@ func runLedgerConnector(addr string) int {
 		return 1
 	}
 	return 0
+}
+
+// keyState is what the idempotency layer keeps per key.
+type keyState struct {
+	status string // connector.StatusInProgress, StatusDone or StatusDeclined
+	hash   [32]byte
+	code   int // the stored answer's status
+}
+
+// serveIdempotent answers one action request as an idempotency layer in
+// front of a slow, faulty action (runLedgerConnector's "idempotent" mode).
+func serveIdempotent(w http.ResponseWriter, r *http.Request, body []byte, e ledgerEntry, mu *sync.Mutex, keys map[string]*keyState, write func(ledgerEntry)) {
+	state := func(code int, status string) {
+		_ = connector.WriteStatement(w, connectorSecret, code, connector.Statement{IdempotencyKey: e.Key, Status: status}, time.Now())
+	}
+	hash := sha256.Sum256(body)
+	mu.Lock()
+	k := keys[e.Key]
+	if k != nil {
+		mu.Unlock()
+		e.Acted = false
+		switch {
+		case k.status == connector.StatusInProgress:
+			e.Answer = "409"
+			write(e)
+			state(http.StatusConflict, connector.StatusInProgress)
+		case k.hash != hash:
+			e.Answer = "422-mismatch"
+			write(e)
+			state(http.StatusUnprocessableEntity, connector.StatusMismatch)
+		default:
+			e.Answer = "replay"
+			write(e)
+			state(k.code, k.status)
+		}
+		return
+	}
+	k = &keyState{status: connector.StatusInProgress, hash: hash}
+	keys[e.Key] = k
+	mu.Unlock()
+	finish := func(status string, code int) {
+		mu.Lock()
+		k.status, k.code = status, code
+		mu.Unlock()
+	}
+	switch roll := rand.Float64(); {
+	case roll < 0.03: // declined: nothing done, for good
+		e.Acted, e.Answer = false, "declined"
+		write(e)
+		finish(connector.StatusDeclined, http.StatusUnprocessableEntity)
+		state(http.StatusUnprocessableEntity, connector.StatusDeclined)
+		return
+	case roll < 0.08: // the handler failed: nothing done, the key is free again
+		e.Acted, e.Answer = false, "500-nothing-done"
+		write(e)
+		mu.Lock()
+		delete(keys, e.Key)
+		mu.Unlock()
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	case roll < 0.18: // slower than Guardian's timeout (500 ms) and grace (2 s)
+		time.Sleep(2500 * time.Millisecond)
+		e.Answer = "200-slow"
+	case roll < 0.26: // acts, then the answer is lost
+		e.Answer = "reset"
+	}
+	write(e) // durable before the key is done and before any answer
+	finish(connector.StatusDone, http.StatusOK)
+	if e.Answer == "reset" {
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			_ = conn.(*net.TCPConn).SetLinger(0)
+			_ = conn.Close()
+		}
+		return
+	}
+	state(http.StatusOK, connector.StatusDone)
 }
 
 // ledgerConnector is the test's handle on the connector process.

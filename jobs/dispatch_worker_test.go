@@ -69,8 +69,12 @@ func TestConnectorOutcomes(t *testing.T) {
 		want    state.State
 	}{
 		{"2xxFulfils", status(200), state.Fulfilled},
-		{"409Fulfils", status(409), state.Fulfilled},
-		{"4xxFails", status(422), state.Failed},
+		{"409InProgressParks", status(409), state.NeedsReconciliation},
+		{"Unsigned4xxParks", status(422), state.NeedsReconciliation},
+		{"SignedDeclineFails", func(w http.ResponseWriter, r *http.Request) {
+			_ = connector.WriteStatement(w, secret, http.StatusUnprocessableEntity,
+				connector.Statement{IdempotencyKey: r.Header.Get("Idempotency-Key"), Status: connector.StatusDeclined}, time.Now())
+		}, state.Failed},
 		{"5xxParks", status(503), state.NeedsReconciliation},
 		{"TimeoutParks", func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.ReadAll(r.Body) // lets net/http notice the client leaving
@@ -98,7 +102,7 @@ func TestConnectorOutcomes(t *testing.T) {
 			b := setup(t, conn, true, options{})
 			id := b.pay(t, "evt_1", "pi_1")
 			b.db.WaitState(t, id, tt.want)
-			require.Equal(t, id, <-calls)
+			require.Equal(t, b.db.Fulfilment(t, id).Key, <-calls)
 			require.Empty(t, calls, "exactly one call")
 		})
 	}

@@ -14,14 +14,21 @@ import (
 
 // Fulfilment is one payment's external action and where it stands.
 type Fulfilment struct {
-	ID           string      `json:"id"`
-	Provider     string      `json:"provider"`
-	PaymentID    string      `json:"payment_id"`
-	State        state.State `json:"state"`
-	Attempt      int         `json:"attempt"`
-	CreatedAt    time.Time   `json:"created_at"`
-	UpdatedAt    time.Time   `json:"updated_at"`
-	DispatchedAt *time.Time  `json:"dispatched_at,omitempty"`
+	ID        string      `json:"id"`
+	Provider  string      `json:"provider"`
+	PaymentID string      `json:"payment_id"`
+	State     state.State `json:"state"`
+	Attempt   int         `json:"attempt"`
+	// IdempotencyKey is the key every attempt is sent under (derived from
+	// the payment; the fulfilment id for fulfilments made before keys were
+	// derived): what to ask the receiver about.
+	IdempotencyKey string `json:"idempotency_key"`
+	// Deadline is when the current attempt's call can no longer be in
+	// flight, by its claimant's connector timeout.
+	Deadline     *time.Time `json:"deadline,omitempty"`
+	CreatedAt    time.Time  `json:"created_at"`
+	UpdatedAt    time.Time  `json:"updated_at"`
+	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
 	// Checks counts the reconciler's lookups since the row was last parked;
 	// NextCheckAt is when the next is due.
 	Checks      int        `json:"checks"`
@@ -64,7 +71,7 @@ type Check struct {
 func apiFulfilment(f db.Fulfilment) Fulfilment {
 	return Fulfilment{
 		ID: f.ID, Provider: f.Provider, PaymentID: f.PaymentID, State: f.State, Attempt: f.Attempt,
-		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, DispatchedAt: f.DispatchedAt, Checks: f.Checks, NextCheckAt: f.NextCheckAt,
+		IdempotencyKey: f.Key, Deadline: f.Deadline, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, DispatchedAt: f.DispatchedAt, Checks: f.Checks, NextCheckAt: f.NextCheckAt,
 	}
 }
 

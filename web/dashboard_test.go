@@ -314,7 +314,7 @@ func TestDashboardBrowsesAndExports(t *testing.T) {
 // each payment is dispatched again once, audited with their name.
 func TestDashboardBulkRetry(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{answer: firstPerPayment(connector.Result{Outcome: state.Rejected, Evidence: map[string]any{"status": 422}})})
+	b := setup(t, setupOpts{answer: firstPerPayment(connector.Result{Outcome: state.Declined, Evidence: map[string]any{"status": 422}})})
 	f1 := b.reach(t, "evt_1", "pi_1", state.Failed)
 	f2 := b.reach(t, "evt_2", "pi_2", state.Failed)
 	op := newBrowser(t, b)
@@ -444,7 +444,7 @@ func TestDashboardBulkRecheck(t *testing.T) {
 		c.Looker = looker
 	}})
 	done, notDone := b.parked(t, "evt_1", "pi_1"), b.parked(t, "evt_2", "pi_2")
-	looker.set(map[string]connector.Answer{done: connector.Performed, notDone: connector.NotPerformed})
+	looker.set(map[string]connector.Answer{b.db.Fulfilment(t, done).Key: connector.Performed, b.db.Fulfilment(t, notDone).Key: connector.NotPerformed})
 	op := newBrowser(t, b)
 	op.signIn(b.token)
 	_, page, _ := op.get("/fulfilments?state=needs_reconciliation")

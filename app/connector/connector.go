@@ -11,17 +11,26 @@ import (
 )
 
 // Request is one attempt at one fulfilment's action.
+//
+// Every attempt under one Key carries the same body: Key, Provider,
+// PaymentID, EventID, EventType and Payload. The fulfilment's row id and the
+// attempt number are not in the body (a restored database names the same
+// key under a new row id; an attempt is a retry of the same request); the
+// attempt travels in the Guardian-Attempt header.
 type Request struct {
-	// FulfilmentID is the fulfilment's id and the Idempotency-Key: the same
-	// for every attempt at the same fulfilment.
-	FulfilmentID string `json:"fulfilment_id"`
+	// Key is the Idempotency-Key, derived from the payment: the same for
+	// every attempt at the payment's fulfilment, in any database.
+	Key string
+	// FulfilmentID names the row in Guardian, for logs and evidence.
+	FulfilmentID string
 	// Attempt is the fencing number of this attempt; a later attempt always
 	// carries a larger one.
-	Attempt   int             `json:"attempt"`
-	PaymentID string          `json:"payment_id"`
-	EventID   string          `json:"event_id"`
-	EventType string          `json:"event_type"`
-	Payload   json.RawMessage `json:"payload"`
+	Attempt   int
+	Provider  string
+	PaymentID string
+	EventID   string
+	EventType string
+	Payload   json.RawMessage
 }
 
 // Result is what one call established, by fact.
@@ -36,41 +45,57 @@ type Result struct {
 //
 // Fulfil is called at most once per attempt, from many goroutines at once.
 // It must classify what happened by fact (see state.Outcome): Done only when
-// the receiver confirmed, NotSent only when nothing can have left, Rejected
-// only when the receiver definitively refused, and Unknown for everything
-// else, including ctx ending mid-call. It never retries on its own.
+// the receiver confirmed; NotSent only when nothing can have left;
+// NotDelivered only when the receiver refused the request before its
+// business logic (authentication, routing, transport); Declined only on the
+// receiver's authenticated word that it declined the key; Refused for any
+// other refusal (no proof that nothing was done); and Unknown for
+// everything else, including ctx ending mid-call. It never retries on its
+// own.
 type Connector interface {
 	Fulfil(ctx context.Context, req Request) Result
 }
 
-// Answer is a lookup's verdict on whether an idempotency key's action was done.
+// Answer is a lookup's verdict on what was done for an idempotency key.
 type Answer int
 
 const (
-	// CannotTell means the lookup could not decide; the fulfilment stays for
-	// a human.
+	// CannotTell means the lookup could not decide; the fulfilment stays
+	// parked, and a human or a later lookup settles it.
 	CannotTell Answer = iota
 	// Performed means the action for the key was done.
 	Performed
-	// NotPerformed means the receiver has no record of the key: nothing was done.
+	// NotPerformed means the receiver has no record of the key and nothing
+	// is running for it: nothing was done.
 	NotPerformed
+	// InProgress means a request with the key is being processed at the
+	// receiver right now: ask again later.
+	InProgress
+	// Declined means the receiver declined the key, for good: nothing was
+	// done and nothing will be for that key.
+	Declined
 )
 
-// String returns the answer as it appears in evidence.
+// String returns the answer as it appears in evidence and in the
+// fulfilment_check log.
 func (a Answer) String() string {
 	switch a {
 	case Performed:
-		return "done"
+		return StatusDone
 	case NotPerformed:
-		return "not_done"
+		return StatusNotDone
+	case InProgress:
+		return StatusInProgress
+	case Declined:
+		return StatusDeclined
 	default:
 		return "cannot_tell"
 	}
 }
 
-// Looker is implemented by connectors that can say whether the action for an
-// idempotency key was done. It must be safe for concurrent use; an error
-// counts as CannotTell.
+// Looker is implemented by connectors that can say what was done for an
+// idempotency key. It must be safe for concurrent use; an error counts as
+// CannotTell.
 type Looker interface {
 	Lookup(ctx context.Context, idempotencyKey string) (Answer, map[string]any, error)
 }

@@ -42,15 +42,19 @@ type HTTPConfig struct {
 	LookupURL string
 }
 
-// HTTP POSTs each fulfilment as JSON to a URL, with
-// Idempotency-Key: <fulfilment id> and Standard Webhooks signature headers.
+// HTTP POSTs each fulfilment as JSON to a URL, with the payment's
+// Idempotency-Key, the attempt in Guardian-Attempt, and Standard Webhooks
+// signature headers (webhook-id is the key: every attempt is the same
+// message). Every attempt under a key sends the same bytes.
 //
-// Outcomes by fact (ClassifyStatus holds the table): 2xx, or 409 (already
-// done for this key), is Done; a connection that was never established is
-// NotSent; a refusal before the receiver's business logic (401, 403, 404,
-// 405, 407, 413, 415, 421, 426, 431) is NotDelivered; any other 4xx but 408,
-// 425 and 429 is Rejected; everything else (timeout, reset, 5xx, a
-// connection lost mid-answer) is Unknown.
+// Outcomes by fact (docs/design.md, "The receiver's contract";
+// ClassifyStatus holds the status table): 2xx is Done; a connection that
+// was never established is NotSent; a refusal before the receiver's
+// business logic (401, 403, 404, 405, 407, 413, 415, 421, 426, 431) is
+// NotDelivered; a 4xx carrying the receiver's signed statement that it
+// declined the key is Declined; any other 4xx but 408, 409, 425 and 429 is
+// Refused (no proof that nothing was done); everything else (409 "in
+// progress", timeout, reset, 5xx, a connection lost mid-answer) is Unknown.
 //
 // One attempt is one request on the wire: the transport speaks HTTP/1.1
 // only (Go's HTTP/2 client may resend a request after some stream resets)
@@ -132,7 +136,7 @@ const maxEvidenceBody = 512
 // Fulfil sends one attempt and classifies its outcome.
 func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 	start := time.Now()
-	body, err := encodeRequest(r)
+	body, err := EncodeRequest(r)
 	if err != nil {
 		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "encode request: " + err.Error()}}
 	}
@@ -149,11 +153,11 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 	}
 	// Without GetBody no transport can rewind the body and send it again.
 	req.GetBody = nil
-	if err := c.sign(req, r.FulfilmentID+"."+strconv.Itoa(r.Attempt), r.FulfilmentID, body); err != nil {
+	if err := c.sign(req, r.Key, r.Key, body); err != nil {
 		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "sign request"}}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Guardian-Attempt", strconv.Itoa(r.Attempt))
+	req.Header.Set(HeaderAttempt, strconv.Itoa(r.Attempt))
 
 	if ctx.Err() != nil {
 		// The deadline passed before a byte left (a dispatcher that stalled
@@ -173,21 +177,49 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 		return Result{Outcome: state.Unknown, Evidence: evidence}
 	}
 	defer resp.Body.Close()
-	excerpt, readErr := io.ReadAll(io.LimitReader(resp.Body, maxEvidenceBody))
+	answer, readErr := io.ReadAll(io.LimitReader(resp.Body, maxStatement))
 	evidence["status"] = resp.StatusCode
-	if len(excerpt) > 0 {
-		evidence["body"] = string(excerpt)
+	if len(answer) > 0 {
+		evidence["body"] = string(answer[:min(len(answer), maxEvidenceBody)])
 	}
-	if readErr != nil && resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusConflict {
+	outcome := ClassifyStatus(resp.StatusCode)
+	if readErr != nil && outcome != state.Done {
 		errorEvidence(evidence, readErr)
 	}
-	return Result{Outcome: ClassifyStatus(resp.StatusCode), Evidence: evidence}
+	if outcome == state.Refused {
+		// A refusal frees the payment only on the receiver's signed word.
+		st, why := c.statement(answer, resp.Header, r.Key)
+		if st.Status == StatusDeclined {
+			outcome = state.Declined
+			evidence["declined_reason"] = st.Reason
+		} else if why != "" {
+			evidence["statement"] = why
+		} else {
+			evidence["statement"] = st.Status
+		}
+	}
+	return Result{Outcome: outcome, Evidence: evidence}
 }
 
-// encodeRequest writes a call's JSON body with the event's payload embedded
-// byte for byte, as the provider signed it: json.Marshal would compact and
-// HTML-escape a json.RawMessage.
-func encodeRequest(r Request) ([]byte, error) {
+// HeaderAttempt carries the attempt number. It is not in the body: every
+// attempt under a key sends the same bytes.
+const HeaderAttempt = "Guardian-Attempt"
+
+// Body is the JSON body of every request under one key.
+type Body struct {
+	IdempotencyKey string          `json:"idempotency_key"`
+	Provider       string          `json:"provider"`
+	PaymentID      string          `json:"payment_id"`
+	EventID        string          `json:"event_id"`
+	EventType      string          `json:"event_type"`
+	Payload        json.RawMessage `json:"payload"`
+}
+
+// EncodeRequest writes a call's JSON body (Body) with the event's payload
+// embedded byte for byte, as the provider signed it: json.Marshal would
+// compact and HTML-escape a json.RawMessage. The same request always gives
+// the same bytes.
+func EncodeRequest(r Request) ([]byte, error) {
 	payload := []byte(r.Payload)
 	if len(payload) == 0 {
 		payload = []byte("null")
@@ -195,19 +227,13 @@ func encodeRequest(r Request) ([]byte, error) {
 	if !json.Valid(payload) {
 		return nil, errors.New("payload is not JSON")
 	}
-	head, err := json.Marshal(struct {
-		FulfilmentID string `json:"fulfilment_id"`
-		Attempt      int    `json:"attempt"`
-		PaymentID    string `json:"payment_id"`
-		EventID      string `json:"event_id"`
-		EventType    string `json:"event_type"`
-	}{r.FulfilmentID, r.Attempt, r.PaymentID, r.EventID, r.EventType})
+	head, err := json.Marshal(Body{IdempotencyKey: r.Key, Provider: r.Provider, PaymentID: r.PaymentID, EventID: r.EventID, EventType: r.EventType, Payload: json.RawMessage("0")})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, len(head)+len(payload)+len(`,"payload":`))
-	out = append(out, head[:len(head)-1]...) // without its closing brace
-	out = append(out, `,"payload":`...)
+	head = head[:len(head)-len(`0}`)] // without the placeholder and the closing brace
+	out := make([]byte, 0, len(head)+len(payload)+1)
+	out = append(out, head...)
 	out = append(out, payload...)
 	return append(out, '}'), nil
 }
@@ -215,18 +241,13 @@ func encodeRequest(r Request) ([]byte, error) {
 // sign sets the Standard Webhooks headers for body under msgID, and the
 // Idempotency-Key, on req.
 func (c *HTTP) sign(req *http.Request, msgID, key string, body []byte) error {
-	// One reading of the clock for both the signature and its header: two
-	// readings straddling a second would sign one timestamp and send
-	// another, and the receiver would reject a good request (found by the
-	// chaos suite as a payment whose first fulfilment "failed").
-	signedAt := c.now()
-	sig, err := c.signer.Sign(msgID, signedAt, body)
+	h, err := signHeaders(c.signer, msgID, body, c.now())
 	if err != nil {
 		return err
 	}
-	req.Header.Set(standardwebhooks.HeaderWebhookID, msgID)
-	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(signedAt.Unix(), 10))
-	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	for k, v := range h {
+		req.Header[k] = v
+	}
 	// Set under a non-canonical map key on purpose: net/http treats a POST
 	// carrying "Idempotency-Key" as replayable and may resend it on a reused
 	// connection, which would break "at most once per attempt". Header names
@@ -247,25 +268,27 @@ var notDelivered = map[int]bool{
 	http.StatusUpgradeRequired: true, http.StatusRequestHeaderFieldsTooLarge: true,
 }
 
-// ClassifyStatus maps an HTTP answer to an outcome: the table in
-// docs/design.md ("Connector answers").
+// ClassifyStatus maps an HTTP status alone to an outcome: the table in
+// docs/design.md ("The receiver's contract").
 //
-//   - 2xx, 409: Done (409: already done for this key).
+//   - 2xx: Done.
 //   - 401, 403, 404, 405, 407, 413, 415, 421, 426, 431: NotDelivered, retried
 //     with backoff and never terminal.
-//   - 408, 425, 429: Unknown (the receiver may have started).
-//   - any other 4xx (400, 402, 410, 422, ...): Rejected, a business refusal.
+//   - 408, 409, 425, 429: Unknown (409: a request with this key is still
+//     being processed; the others: the receiver may have started).
+//   - any other 4xx (400, 402, 410, 422, ...): Refused. With the receiver's
+//     signed statement that it declined the key, Fulfil makes it Declined.
 //   - everything else (1xx, 3xx, 5xx): Unknown.
 func ClassifyStatus(code int) state.Outcome {
 	switch {
-	case code/100 == 2, code == http.StatusConflict:
+	case code/100 == 2:
 		return state.Done
 	case notDelivered[code]:
 		return state.NotDelivered
-	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests:
+	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooEarly, code == http.StatusTooManyRequests:
 		return state.Unknown
 	case code/100 == 4:
-		return state.Rejected
+		return state.Refused
 	default:
 		return state.Unknown
 	}
@@ -331,16 +354,16 @@ func classifyError(err error) string {
 // CanLookup reports whether a lookup URL is configured.
 func (c *HTTP) CanLookup() bool { return c.lookupURL != "" }
 
-// Lookup asks GET {lookup URL with {key} replaced} whether the action for
-// key was done. The request is signed like a fulfilment, over an empty body.
+// Lookup asks GET {lookup URL with {key} replaced} what was done for key.
+// The request is signed like a fulfilment, over an empty body.
 //
 // Only an explicit, authenticated answer decides: a 200 whose body is a
-// LookupAnswer naming this key, signed by the receiver with the connector
-// secret (Standard Webhooks headers, as SignLookupAnswer makes them).
-// "done" is Performed and "not_done" is NotPerformed. Anything else (a bare
-// 404 from an ingress or a mistyped path, an unsigned or stale answer,
-// another key, an error) is CannotTell: "not done" sends the payment again,
-// so it is never inferred.
+// Statement about this key, signed by the receiver with the connector
+// secret (SignStatement), and fresh. "done" is Performed, "not_done"
+// NotPerformed, "in_progress" InProgress and "declined" Declined. Anything
+// else (a bare 404 from an ingress or a mistyped path, an unsigned or stale
+// answer, another key, an error) is CannotTell: "not done" sends the
+// payment again, so it is never inferred.
 func (c *HTTP) Lookup(ctx context.Context, key string) (Answer, map[string]any, error) {
 	if c.lookupURL == "" {
 		return CannotTell, nil, errors.New("no lookup URL configured")
@@ -360,68 +383,31 @@ func (c *HTTP) Lookup(ctx context.Context, key string) (Answer, map[string]any, 
 		return CannotTell, map[string]any{"lookup_error": classifyError(err)}, nil
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxEvidenceBody))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxStatement))
 	evidence := map[string]any{"lookup_status": resp.StatusCode}
 	if len(body) > 0 {
-		evidence["lookup_body"] = string(body)
+		evidence["lookup_body"] = string(body[:min(len(body), maxEvidenceBody)])
 	}
 	if resp.StatusCode != http.StatusOK {
 		return CannotTell, evidence, nil
 	}
-	if err := c.signer.Verify(body, resp.Header); err != nil {
-		evidence["lookup_unverified"] = "answer not signed with the connector secret, or stale"
+	st, why := c.statement(body, resp.Header, key)
+	if why != "" {
+		evidence["lookup_unverified"] = why
 		return CannotTell, evidence, nil
 	}
-	var answer LookupAnswer
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&answer); err != nil || answer.IdempotencyKey != key {
-		evidence["lookup_unverified"] = "answer is not a lookup answer for this key"
-		return CannotTell, evidence, nil
-	}
-	switch answer.Status {
-	case LookupDone:
+	switch st.Status {
+	case StatusDone:
 		return Performed, evidence, nil
-	case LookupNotDone:
+	case StatusNotDone:
 		return NotPerformed, evidence, nil
+	case StatusInProgress:
+		return InProgress, evidence, nil
+	case StatusDeclined:
+		if st.Reason != "" {
+			evidence["declined_reason"] = st.Reason
+		}
+		return Declined, evidence, nil
 	}
 	return CannotTell, evidence, nil
-}
-
-// Lookup answers' statuses.
-const (
-	LookupDone    = "done"
-	LookupNotDone = "not_done"
-)
-
-// LookupAnswer is the body a receiver answers a lookup with.
-type LookupAnswer struct {
-	IdempotencyKey string `json:"idempotency_key"`
-	// Status is "done", "not_done", or anything else for "cannot tell".
-	Status string `json:"status"`
-}
-
-// SignLookupAnswer makes a receiver's answer to a lookup: the JSON body and
-// the Standard Webhooks headers that sign it with the connector secret. A
-// Go receiver writes the headers, then the body, with status 200.
-func SignLookupAnswer(secret, key, status string, now time.Time) ([]byte, http.Header, error) {
-	signer, err := standardwebhooks.NewWebhook(secret)
-	if err != nil {
-		return nil, nil, errors.New("connector secret must be whsec_ followed by base64")
-	}
-	body, err := json.Marshal(LookupAnswer{IdempotencyKey: key, Status: status})
-	if err != nil {
-		return nil, nil, err
-	}
-	msgID := key + ".lookup-answer"
-	sig, err := signer.Sign(msgID, now, body)
-	if err != nil {
-		return nil, nil, err
-	}
-	h := http.Header{}
-	h.Set(standardwebhooks.HeaderWebhookID, msgID)
-	h.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
-	h.Set(standardwebhooks.HeaderWebhookSignature, sig)
-	h.Set("Content-Type", "application/json")
-	return body, h, nil
 }

@@ -20,7 +20,17 @@ import (
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-var req = Request{FulfilmentID: "0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11", Attempt: 1, PaymentID: "pi_1", EventID: "evt_1", EventType: "payment_intent.succeeded", Payload: json.RawMessage(`{"id":"evt_1"}`)}
+var req = Request{Key: "gk1_0b6f3c388a7e4a579d0e2d1f4f6a4b11aa55", FulfilmentID: "0b6f3c38-8a7e-4a57-9d0e-2d1f4f6a4b11", Attempt: 1, Provider: "stripe", PaymentID: "pi_1", EventID: "evt_1", EventType: "payment_intent.succeeded", Payload: json.RawMessage(`{"id":"evt_1"}`)}
+
+// stating answers code with the statement st about key, signed with
+// withSecret at at.
+func stating(code int, st Statement, withSecret string, at time.Time) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_ = WriteStatement(w, withSecret, code, st, at)
+	}
+}
+
+const otherSecret = "whsec_b3RoZXIgc2VjcmV0IG9mIGFub3RoZXIgcmVjZWl2ZXI="
 
 func newHTTP(t *testing.T, url string, timeout time.Duration) *HTTP {
 	t.Helper()
@@ -42,11 +52,28 @@ func TestHTTPOutcomes(t *testing.T) {
 	}{
 		{"OK", status(200), state.Done},
 		{"Created", status(201), state.Done},
-		{"ConflictMeansAlreadyDone", status(409), state.Done},
-		{"BadRequestRejects", status(400), state.Rejected},
-		{"UnprocessableRejects", status(422), state.Rejected},
-		{"PaymentRequiredRejects", status(402), state.Rejected},
-		{"GoneRejects", status(410), state.Rejected},
+		// 409 is "a request with this key is still being processed" (the
+		// IETF Idempotency-Key draft): not known yet, never done.
+		{"ConflictIsInProgressNotDone", status(409), state.Unknown},
+		{"SignedInProgressConflictUnknown", stating(409, Statement{IdempotencyKey: req.Key, Status: StatusInProgress}, secret, time.Now()), state.Unknown},
+		// A status alone never frees a payment: a framework, a proxy or an
+		// idempotency layer (422: key reused with another body) answers
+		// these without saying anything about the key.
+		{"BadRequestRefused", status(400), state.Refused},
+		{"UnprocessableRefused", status(422), state.Refused},
+		{"PaymentRequiredRefused", status(402), state.Refused},
+		{"GoneRefused", status(410), state.Refused},
+		{"SignedDeclineDeclines", stating(422, Statement{IdempotencyKey: req.Key, Status: StatusDeclined, Reason: "card blocked"}, secret, time.Now()), state.Declined},
+		{"SignedDeclineWithBadRequestDeclines", stating(400, Statement{IdempotencyKey: req.Key, Status: StatusDeclined}, secret, time.Now()), state.Declined},
+		{"SignedMismatchRefused", stating(422, Statement{IdempotencyKey: req.Key, Status: StatusMismatch}, secret, time.Now()), state.Refused},
+		{"DeclineForAnotherKeyRefused", stating(422, Statement{IdempotencyKey: "gk1_other", Status: StatusDeclined}, secret, time.Now()), state.Refused},
+		{"DeclineSignedWithAnotherSecretRefused", stating(422, Statement{IdempotencyKey: req.Key, Status: StatusDeclined}, otherSecret, time.Now()), state.Refused},
+		{"StaleDeclineRefused", stating(422, Statement{IdempotencyKey: req.Key, Status: StatusDeclined}, secret, time.Now().Add(-time.Hour)), state.Refused},
+		{"UnsignedDeclineRefused", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(422)
+			_, _ = w.Write([]byte(`{"idempotency_key":"` + req.Key + `","status":"declined"}`))
+		}, state.Refused},
+		{"DeclineWithServerErrorUnknown", stating(500, Statement{IdempotencyKey: req.Key, Status: StatusDeclined}, secret, time.Now()), state.Unknown},
 		{"UnauthorizedNotDelivered", status(401), state.NotDelivered},
 		{"ForbiddenNotDelivered", status(403), state.NotDelivered},
 		{"NotFoundNotDelivered", status(404), state.NotDelivered},
@@ -124,15 +151,28 @@ func TestHTTPRequest(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	res := newHTTP(t, srv.URL, time.Second).Fulfil(context.Background(), req)
+	c := newHTTP(t, srv.URL, time.Second)
+	res := c.Fulfil(context.Background(), req)
 	require.Equal(t, state.Done, res.Outcome, "the receiver verifies the Standard Webhooks signature")
 	require.EqualValues(t, 1, calls.Load())
-	require.Equal(t, req.FulfilmentID, got.Get("Idempotency-Key"))
+	require.Equal(t, req.Key, got.Get("Idempotency-Key"))
+	require.Equal(t, req.Key, got.Get("Webhook-Id"), "every attempt is the same message")
 	require.Equal(t, "1", got.Get("Guardian-Attempt"))
-	var sent Request
+	var sent Body
 	require.NoError(t, json.Unmarshal(body, &sent))
-	require.Equal(t, req, sent)
+	require.Equal(t, Body{IdempotencyKey: req.Key, Provider: "stripe", PaymentID: "pi_1", EventID: "evt_1", EventType: "payment_intent.succeeded", Payload: json.RawMessage(`{"id":"evt_1"}`)}, sent)
 	require.NotContains(t, res.Evidence, "secret")
+
+	t.Run("EveryAttemptSendsTheSameBytes", func(t *testing.T) {
+		// An idempotency layer refuses a key reused with another body
+		// (422): attempt 2 must be attempt 1's request again.
+		first := body
+		again := req
+		again.Attempt, again.FulfilmentID = 2, "f8a1a4c2-0000-4000-8000-000000000002"
+		require.Equal(t, state.Done, c.Fulfil(context.Background(), again).Outcome)
+		require.Equal(t, string(first), string(body))
+		require.Equal(t, "2", got.Get("Guardian-Attempt"))
+	})
 }
 
 func TestHTTPHandsOnTheExactPayload(t *testing.T) {
@@ -149,9 +189,9 @@ func TestHTTPHandsOnTheExactPayload(t *testing.T) {
 	r.Payload = payload
 	require.Equal(t, state.Done, newHTTP(t, srv.URL, time.Second).Fulfil(context.Background(), r).Outcome)
 	require.True(t, bytes.Contains(got, append([]byte(`"payload":`), payload...)), "the payload left as signed: %s", got)
-	var sent Request
+	var sent Body
 	require.NoError(t, json.Unmarshal(got, &sent), "the body is still JSON")
-	require.Equal(t, r.FulfilmentID, sent.FulfilmentID)
+	require.Equal(t, r.Key, sent.IdempotencyKey)
 }
 
 func TestNewHTTPValidates(t *testing.T) {
@@ -172,35 +212,26 @@ func TestHTTPLookup(t *testing.T) {
 	t.Parallel()
 
 	signed := func(key, status, withSecret string, at time.Time) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			body, h, err := SignLookupAnswer(withSecret, key, status, at)
-			if err != nil {
-				w.WriteHeader(500)
-				return
-			}
-			for k, v := range h {
-				w.Header()[k] = v
-			}
-			_, _ = w.Write(body)
-		}
+		return stating(http.StatusOK, Statement{IdempotencyKey: key, Status: status}, withSecret, at)
 	}
-	const otherSecret = "whsec_b3RoZXIgc2VjcmV0IG9mIGFub3RoZXIgcmVjZWl2ZXI="
 	tests := []struct {
 		name    string
 		handler http.HandlerFunc
 		want    Answer
 	}{
-		{"SignedDone", signed(req.FulfilmentID, LookupDone, secret, time.Now()), Performed},
-		{"SignedNotDone", signed(req.FulfilmentID, LookupNotDone, secret, time.Now()), NotPerformed},
+		{"SignedDone", signed(req.FulfilmentID, StatusDone, secret, time.Now()), Performed},
+		{"SignedNotDone", signed(req.FulfilmentID, StatusNotDone, secret, time.Now()), NotPerformed},
+		{"SignedInProgress", signed(req.FulfilmentID, StatusInProgress, secret, time.Now()), InProgress},
+		{"SignedDeclined", signed(req.FulfilmentID, StatusDeclined, secret, time.Now()), Declined},
 		{"SignedOtherStatus", signed(req.FulfilmentID, "processing", secret, time.Now()), CannotTell},
 		{"BareNotFoundCannotTell", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, CannotTell},
 		{"UnsignedNotDoneCannotTell", func(w http.ResponseWriter, r *http.Request) {
 			_, _ = w.Write([]byte(`{"idempotency_key":"` + req.FulfilmentID + `","status":"not_done"}`))
 		}, CannotTell},
 		{"UnsignedDoneCannotTell", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{"status":"done"}`)) }, CannotTell},
-		{"OtherSecretCannotTell", signed(req.FulfilmentID, LookupNotDone, otherSecret, time.Now()), CannotTell},
-		{"StaleAnswerCannotTell", signed(req.FulfilmentID, LookupNotDone, secret, time.Now().Add(-time.Hour)), CannotTell},
-		{"AnotherKeysAnswerCannotTell", signed("another-key", LookupNotDone, secret, time.Now()), CannotTell},
+		{"OtherSecretCannotTell", signed(req.FulfilmentID, StatusNotDone, otherSecret, time.Now()), CannotTell},
+		{"StaleAnswerCannotTell", signed(req.FulfilmentID, StatusNotDone, secret, time.Now().Add(-time.Hour)), CannotTell},
+		{"AnotherKeysAnswerCannotTell", signed("another-key", StatusNotDone, secret, time.Now()), CannotTell},
 		{"ServerErrorCannotTell", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }, CannotTell},
 	}
 	for _, tt := range tests {

@@ -143,7 +143,7 @@ type claimCall struct {
 // its dispatcher, which then finds its deadline passed and sends nothing.
 func (s *Service) claim(ctx context.Context, p db.ClaimParams) (db.DispatchInput, error) {
 	if s.claims == nil {
-		return db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), p.ID, p.Actor, p.Evidence)
+		return db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), p.ID, p.Actor, p.Evidence, p.Timeout)
 	}
 	c := &claimCall{p: p}
 	<-s.claims.Submit(c)
@@ -166,7 +166,7 @@ func (s *Service) writeClaims(ctx context.Context, batch []*claimCall) {
 	claimed, err := db.ClaimManyForDispatch(ctx, s.cfg.Store.Pool(), params)
 	if err != nil && len(batch) > 1 {
 		for _, c := range batch {
-			c.in, c.err = db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), c.p.ID, c.p.Actor, c.p.Evidence)
+			c.in, c.err = db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), c.p.ID, c.p.Actor, c.p.Evidence, c.p.Timeout)
 		}
 		return
 	}

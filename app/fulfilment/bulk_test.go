@@ -19,7 +19,7 @@ import (
 // fail leaves a fulfilment failed: the connector refused it.
 func (b *testBundle) fail(t *testing.T, eventID, paymentID string) string {
 	t.Helper()
-	return b.settle(t, eventID, paymentID, state.Rejected, state.Failed)
+	return b.settle(t, eventID, paymentID, state.Declined, state.Failed)
 }
 
 func TestRetryFailed(t *testing.T) {
@@ -138,7 +138,8 @@ func TestRecheckParked(t *testing.T) {
 	for _, id := range []string{done, notDone, unsure} {
 		b.db.Backdate(t, id, time.Now().Add(-time.Minute))
 	}
-	answers[done], answers[notDone], answers[unsure] = connector.Performed, connector.NotPerformed, connector.CannotTell
+	key := func(id string) string { return b.db.Fulfilment(t, id).Key }
+	answers[key(done)], answers[key(notDone)], answers[key(unsure)] = connector.Performed, connector.NotPerformed, connector.CannotTell
 
 	// The unsure one was looked up before and is backed off for an hour:
 	// the reconciler would not ask again, a re-check does.
@@ -155,7 +156,7 @@ func TestRecheckParked(t *testing.T) {
 	for _, id := range []string{done2, notDone2} {
 		b.db.Backdate(t, id, time.Now().Add(-time.Minute))
 	}
-	answers[done2], answers[notDone2] = connector.Performed, connector.NotPerformed
+	answers[key(done2)], answers[key(notDone2)] = connector.Performed, connector.NotPerformed
 	mu.Lock()
 	asked = nil
 	mu.Unlock()
@@ -171,7 +172,7 @@ func TestRecheckParked(t *testing.T) {
 		unsure: fulfilment.CheckUndecided, fresh: fulfilment.CheckWithinGrace,
 		live: fulfilment.CheckNotParked, done: fulfilment.CheckNotParked,
 	}, got)
-	require.ElementsMatch(t, []string{done2, notDone2, unsure}, asked, "only parked rows past the grace are looked up")
+	require.ElementsMatch(t, []string{key(done2), key(notDone2), key(unsure)}, asked, "only parked rows past the grace are looked up, by their keys")
 	require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, done2).State)
 	require.Equal(t, state.Pending, b.db.Fulfilment(t, notDone2).State)
 	require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, unsure).State)

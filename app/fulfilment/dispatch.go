@@ -77,7 +77,7 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 
 	evidence := map[string]any{"claimant": req.Claimant}
 	maps.Copy(evidence, req.Evidence)
-	in, err := s.claim(ctx, db.ClaimParams{ID: id, Actor: req.Actor, Evidence: evidence})
+	in, err := s.claim(ctx, db.ClaimParams{ID: id, Actor: req.Actor, Evidence: evidence, Timeout: s.cfg.ConnectorTimeout})
 	if errors.Is(err, db.ErrConflict) {
 		return s.unclaimable(ctx, log, req)
 	}
@@ -92,8 +92,8 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 	defer cancel()
 	start := time.Now()
 	res := s.cfg.Connector.Fulfil(callCtx, connector.Request{
-		FulfilmentID: id, Attempt: claimed.Attempt, PaymentID: in.PaymentID,
-		EventID: in.EventID, EventType: in.EventType, Payload: in.Payload,
+		Key: claimed.Key, FulfilmentID: id, Attempt: claimed.Attempt, Provider: in.Provider,
+		PaymentID: in.PaymentID, EventID: in.EventID, EventType: in.EventType, Payload: in.Payload,
 	})
 	s.cfg.Metrics.Dispatch(res.Outcome, errorClass(res), time.Since(start).Seconds())
 	out := DispatchResult{Called: true, Attempt: claimed.Attempt, Outcome: res.Outcome}
@@ -112,7 +112,7 @@ func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, req Dispatc
 		log.InfoContext(ctx, "dispatch: nothing to do", "state", cur.State)
 		return DispatchResult{State: cur.State}, nil
 	}
-	claim, err := db.Claim(ctx, s.cfg.Store.Pool(), cur.ID, s.cfg.ConnectorTimeout+RecordMargin)
+	claim, err := db.Claim(ctx, s.cfg.Store.Pool(), cur.ID, RecordMargin, s.cfg.ConnectorTimeout+RecordMargin)
 	if err != nil {
 		return DispatchResult{}, err
 	}

@@ -25,7 +25,7 @@ func TestDispatch(t *testing.T) {
 			wantErr error
 		}{
 			{state.Done, state.Fulfilled, nil},
-			{state.Rejected, state.Failed, nil},
+			{state.Declined, state.Failed, nil},
 			{state.Unknown, state.NeedsReconciliation, nil},
 			{state.NotSent, state.Pending, fulfilment.ErrNotDelivered},
 			{state.NotDelivered, state.Pending, fulfilment.ErrNotDelivered},
@@ -66,7 +66,9 @@ func TestDispatch(t *testing.T) {
 		require.Len(t, calls, 1)
 		require.JSONEq(t, `{"id":"evt_1"}`, string(calls[0].Payload))
 		calls[0].Payload = nil
-		require.Equal(t, connector.Request{FulfilmentID: id, Attempt: 1, PaymentID: "pi_1", EventID: "evt_1", EventType: "payment_intent.succeeded"}, calls[0])
+		key, err := db.IdempotencyKey(b.ctx, b.db.Pool, "stripe", "pi_1", 0)
+		require.NoError(t, err)
+		require.Equal(t, connector.Request{Key: key, FulfilmentID: id, Attempt: 1, Provider: "stripe", PaymentID: "pi_1", EventID: "evt_1", EventType: "payment_intent.succeeded"}, calls[0])
 	})
 
 	t.Run("RowFoundDispatchingIsParkedWithoutACall", func(t *testing.T) {
@@ -90,7 +92,7 @@ func TestDispatch(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.pay(t, "evt_1", "pi_1")
-		_, err := db.ClaimForDispatch(b.ctx, b.db.Pool, id, "crashed", map[string]any{"claimant": "river job 7"})
+		_, err := db.ClaimForDispatch(b.ctx, b.db.Pool, id, "crashed", map[string]any{"claimant": "river job 7"}, 30*time.Second)
 		require.NoError(t, err)
 		res, err := b.svc.Dispatch(b.ctx, fulfilment.DispatchRequest{FulfilmentID: id, Actor: "retry", Claimant: "river job 7"})
 		require.NoError(t, err)
@@ -102,7 +104,7 @@ func TestDispatch(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.pay(t, "evt_1", "pi_1")
-		_, err := db.ClaimForDispatch(b.ctx, b.db.Pool, id, "first job", map[string]any{"claimant": "river job 7"})
+		_, err := db.ClaimForDispatch(b.ctx, b.db.Pool, id, "first job", map[string]any{"claimant": "river job 7"}, 30*time.Second)
 		require.NoError(t, err)
 		res, err := b.svc.Dispatch(b.ctx, fulfilment.DispatchRequest{FulfilmentID: id, Actor: "duplicate", Claimant: "river job 8"})
 		require.NoError(t, err)
@@ -196,7 +198,7 @@ func TestDispatch(t *testing.T) {
 
 	t.Run("LateFailureLeavesTheParkedRowParked", func(t *testing.T) {
 		t.Parallel()
-		b, id := lateAnswer(t, state.Rejected)
+		b, id := lateAnswer(t, state.Declined)
 		require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State, "only a success is a fact that settles a parked row")
 	})
 }

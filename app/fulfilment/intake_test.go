@@ -115,7 +115,7 @@ func TestReplay(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.pay(t, "evt_1", "pi_1")
-		b.rec.Answer = answer(state.Rejected)
+		b.rec.Answer = answer(state.Declined)
 		_, err := b.dispatch(t, id)
 		require.NoError(t, err)
 		require.Equal(t, state.Failed, b.db.Fulfilment(t, id).State)

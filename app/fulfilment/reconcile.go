@@ -15,17 +15,16 @@ import (
 
 // ReconcileResult counts what one Reconcile round did.
 type ReconcileResult struct {
-	Checked, Fulfilled, Redispatched, Undecided int
+	Checked, Fulfilled, Redispatched, Failed, Undecided int
 }
 
 // reconcileBatch caps the rows one round looks up.
 const reconcileBatch = 100
 
 // Reconcile asks the connector about every parked fulfilment whose lookup
-// is due: done resolves it to fulfilled, not done sends it back to pending
-// with a new dispatch (same Idempotency-Key), and cannot tell (or an error,
-// or a timeout) leaves it parked with the answer recorded and the next
-// lookup backed off. An answer about a row that moved meanwhile is neither
+// is due (see check for what each answer does); cannot tell, in progress,
+// an error or a timeout leave it parked with the answer recorded and the
+// next lookup backed off. An answer about a row that moved meanwhile is neither
 // applied nor recorded. Without a Looker it does nothing.
 //
 // Each lookup takes at most LookupTimeout; when ctx has a deadline, the
@@ -57,7 +56,9 @@ func (s *Service) Reconcile(ctx context.Context, actor string) (ReconcileResult,
 			sum.Fulfilled++
 		case CheckRedispatched:
 			sum.Redispatched++
-		case CheckUndecided:
+		case CheckFailed:
+			sum.Failed++
+		case CheckUndecided, CheckInProgress:
 			sum.Undecided++
 		}
 	}
@@ -82,6 +83,13 @@ const (
 	// CheckRedispatched: the connector said not done; the fulfilment is pending
 	// with a new dispatch under the same Idempotency-Key.
 	CheckRedispatched Result = "redispatched"
+	// CheckFailed: the receiver declined the key, or said nothing was done
+	// for a key it had refused; the fulfilment is failed and its payment
+	// free for its next key.
+	CheckFailed Result = "failed"
+	// CheckInProgress: the receiver is still processing the key; the answer
+	// is recorded and the fulfilment stays parked until a later lookup.
+	CheckInProgress Result = "in_progress"
 	// CheckUndecided: the connector could not tell; the answer is recorded and
 	// the fulfilment stays parked.
 	CheckUndecided Result = "cannot_tell"
@@ -91,40 +99,68 @@ const (
 )
 
 // check looks up one parked fulfilment and applies the answer, with actor
-// in its check row and in any transition it makes.
+// in its check row and in any transition it makes:
+//
+//   - done: fulfilled.
+//   - not done: pending again with a new dispatch, under the same key and
+//     body; but failed when the parked attempt was refused (a 4xx without
+//     the receiver's signed word): the receiver refused the request and
+//     says nothing was done, and the same bytes would be refused again.
+//   - declined: failed; the payment is free for its next key.
+//   - in progress: recorded; the row stays parked and is asked again after
+//     the grace.
+//   - cannot tell: recorded; the row stays parked, asked again after a
+//     growing backoff.
 func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Result, error) {
-	answer, evidence := s.lookup(ctx, f.ID)
+	answer, evidence := s.lookup(ctx, f.Key)
 	log := s.cfg.Logger.With("fulfilment_id", f.ID, "payment_id", f.PaymentID, "answer", answer.String(), "actor", actor)
+	// "In progress" means the receiver is working on the key now: ask again
+	// after the grace (the time a running call is given to finish), not
+	// after a backoff that grows as if the receiver could not tell.
+	next := s.backoff(f.Checks)
+	if answer == connector.InProgress {
+		next = s.cfg.ReconcileGrace
+	}
 	record := func(tx pgx.Tx) error {
-		return db.RecordCheck(ctx, tx, f.ID, f.Attempt, actor, answer.String(), evidence, s.backoff(f.Checks))
+		return db.RecordCheck(ctx, tx, f.ID, f.Attempt, actor, answer.String(), evidence, next)
 	}
 	// A decisive answer is recorded and applied in one transaction: if
 	// applying fails, nothing is recorded and the row stays due for the
 	// next round, instead of waiting out a backoff it never earned.
-	switch answer {
-	case connector.Performed:
-		err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
-			if err := record(tx); err != nil {
-				return err
-			}
-			_, err := db.Transit(ctx, tx, db.TransitionParams{
-				ID: f.ID, From: state.NeedsReconciliation, To: state.Fulfilled, Attempt: f.Attempt,
-				Actor: actor, Reason: "connector lookup: done", Evidence: evidence,
-			})
-			return err
-		})
-		return s.settled(ctx, log, err, state.Fulfilled, CheckFulfilled)
-	case connector.NotPerformed:
-		err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+	move := func(to state.State, reason string, after func(pgx.Tx) error) error {
+		return s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
 			if err := record(tx); err != nil {
 				return err
 			}
 			if _, err := db.Transit(ctx, tx, db.TransitionParams{
-				ID: f.ID, From: state.NeedsReconciliation, To: state.Pending, Attempt: f.Attempt,
-				Actor: actor, Reason: "connector lookup: not done; dispatching again", Evidence: evidence,
+				ID: f.ID, From: state.NeedsReconciliation, To: to, Attempt: f.Attempt,
+				Actor: actor, Reason: reason, Evidence: evidence,
 			}); err != nil {
 				return err
 			}
+			if after != nil {
+				return after(tx)
+			}
+			return nil
+		})
+	}
+	switch answer {
+	case connector.Performed:
+		err := move(state.Fulfilled, "connector lookup: done", nil)
+		return s.settled(ctx, log, err, state.Fulfilled, CheckFulfilled)
+	case connector.Declined:
+		err := move(state.Failed, "connector lookup: the receiver declined the key", nil)
+		return s.settled(ctx, log, err, state.Failed, CheckFailed)
+	case connector.NotPerformed:
+		refused, err := db.ParkedByRefusal(ctx, s.cfg.Store.Pool(), f.ID, f.Attempt)
+		if err != nil {
+			return "", err
+		}
+		if refused {
+			err := move(state.Failed, "connector lookup: not done, after the receiver refused the request", nil)
+			return s.settled(ctx, log, err, state.Failed, CheckFailed)
+		}
+		err = move(state.Pending, "connector lookup: not done; dispatching again under the same key", func(tx pgx.Tx) error {
 			return s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, f.ID)
 		})
 		return s.settled(ctx, log, err, state.Pending, CheckRedispatched)
@@ -136,6 +172,10 @@ func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Res
 		}
 		if err != nil {
 			return "", err
+		}
+		if answer == connector.InProgress {
+			log.InfoContext(ctx, "reconcile: the receiver is still processing the key; asking again later", "evidence", evidence)
+			return CheckInProgress, nil
 		}
 		log.InfoContext(ctx, "reconcile: lookup could not tell; left for an operator", "evidence", evidence)
 		return CheckUndecided, nil
@@ -157,11 +197,12 @@ func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to s
 	return result, nil
 }
 
-func (s *Service) lookup(ctx context.Context, id string) (connector.Answer, map[string]any) {
+// lookup asks the receiver about key, within LookupTimeout.
+func (s *Service) lookup(ctx context.Context, key string) (connector.Answer, map[string]any) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.LookupTimeout)
 	defer cancel()
 	start := time.Now()
-	answer, evidence, err := s.cfg.Looker.Lookup(ctx, id)
+	answer, evidence, err := s.cfg.Looker.Lookup(ctx, key)
 	if evidence == nil {
 		evidence = map[string]any{}
 	}

@@ -33,6 +33,7 @@ func TestReconcile(t *testing.T) {
 		{"CannotTellStays", connector.CannotTell, nil, false, state.NeedsReconciliation, "cannot_tell"},
 		{"ErrorStays", connector.Performed, errors.New("lookup exploded"), false, state.NeedsReconciliation, "cannot_tell"},
 		{"TimeoutStays", connector.Performed, nil, true, state.NeedsReconciliation, "cannot_tell"},
+		{"DeclinedFails", connector.Declined, nil, false, state.Failed, "declined"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,6 +85,54 @@ func TestReconcile(t *testing.T) {
 		})
 	}
 
+	t.Run("InProgressIsAskedAgainAfterTheGrace", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, func(c *fulfilment.Config) {
+			c.ReconcileGrace = 3 * time.Second
+			c.ReconcileBackoff = time.Hour
+			c.Looker = lookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
+				return connector.InProgress, nil, nil
+			})
+		})
+		id := b.park(t, "evt_1", "pi_1")
+		b.db.Backdate(t, id, time.Now().Add(-time.Minute))
+		sum, err := b.svc.Reconcile(b.ctx, "test reconciler")
+		require.NoError(t, err)
+		require.Equal(t, 1, sum.Checked)
+		f := b.db.Fulfilment(t, id)
+		require.Equal(t, state.NeedsReconciliation, f.State, "in progress is neither done nor not done")
+		require.NotNil(t, f.NextCheckAt)
+		require.WithinDuration(t, time.Now().Add(3*time.Second), *f.NextCheckAt, 2*time.Second, "asked again after the grace, not the hour's backoff")
+		require.Zero(t, b.enqueuer.count(id)-1, "nothing sent again while the receiver works")
+	})
+
+	// A refusal without the receiver's word (an idempotency layer's 422, a
+	// framework's 400) parks the row; only the receiver's signed "not done"
+	// then fails it, and frees the payment for its next key.
+	t.Run("NotDoneAfterARefusalFails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, func(c *fulfilment.Config) {
+			c.Looker = lookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
+				return connector.NotPerformed, nil, nil
+			})
+		})
+		id := b.settle(t, "evt_1", "pi_1", state.Refused, state.NeedsReconciliation)
+		b.db.Backdate(t, id, time.Now().Add(-time.Minute))
+		sum, err := b.svc.Reconcile(b.ctx, "test reconciler")
+		require.NoError(t, err)
+		require.Equal(t, 1, sum.Failed)
+		require.Equal(t, state.Failed, b.db.Fulfilment(t, id).State)
+		require.Equal(t, 1, b.enqueuer.count(id), "only the first dispatch: the same bytes would be refused again")
+
+		// The payment's next fulfilment goes out under its next key.
+		first := b.db.Fulfilment(t, id).Key
+		next := b.pay(t, "evt_2", "pi_1")
+		want, err := db.IdempotencyKey(b.ctx, b.db.Pool, "stripe", "pi_1", 1)
+		require.NoError(t, err)
+		require.Equal(t, want, b.db.Fulfilment(t, next).Key)
+		require.NotEqual(t, first, want)
+	})
+
 	t.Run("GraceDelaysTheFirstLookup", func(t *testing.T) {
 		t.Parallel()
 		var asked atomic.Int32
@@ -122,7 +171,7 @@ func TestReconcile(t *testing.T) {
 		b = setup(t, func(c *fulfilment.Config) {
 			c.Looker = lookerFunc(func(ctx context.Context, key string) (connector.Answer, map[string]any, error) {
 				// While the lookup is out, an operator cancels the row.
-				_, err := b.svc.Resolve(ctx, fulfilment.Resolution{FulfilmentID: key, Attempt: 1, To: state.Cancelled, Operator: "alice", Reason: "refunded"})
+				_, err := b.svc.Resolve(ctx, fulfilment.Resolution{FulfilmentID: id, Attempt: 1, To: state.Cancelled, Operator: "alice", Reason: "refunded"})
 				require.NoError(t, err)
 				return connector.CannotTell, nil, nil
 			})

@@ -92,7 +92,7 @@ func (s *Service) Resolve(ctx context.Context, r Resolution) (db.Fulfilment, err
 	var before, after func(pgx.Tx) error
 	if r.To == state.Pending {
 		before = func(tx pgx.Tx) error {
-			claim, err := db.Claim(ctx, tx, r.FulfilmentID, s.cfg.ConnectorTimeout+RecordMargin)
+			claim, err := db.Claim(ctx, tx, r.FulfilmentID, RecordMargin, s.cfg.ConnectorTimeout+RecordMargin)
 			if err == nil && claim.Live {
 				err = ErrInFlight
 			}

@@ -47,7 +47,7 @@ func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (Sw
 			return err
 		}
 		var err error
-		if moved, err = db.SweepStale(ctx, tx, s.cfg.DispatchLease, actor, s.dbNow()); err != nil {
+		if moved, err = db.SweepStale(ctx, tx, s.cfg.DispatchLease, RecordMargin, actor, s.dbNow()); err != nil {
 			return err
 		}
 		if requeued, err = db.StrandedPending(ctx, tx, s.cfg.ConnectorTimeout+RecordMargin, strandedBatch); err != nil {

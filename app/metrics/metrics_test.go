@@ -83,7 +83,7 @@ func TestFulfilledIsRecountedRarely(t *testing.T) {
 
 	var id string
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT id FROM fulfilment LIMIT 1`).Scan(&id))
-	_, err = db.ClaimForDispatch(ctx, d.Pool, id, "test", nil)
+	_, err = db.ClaimForDispatch(ctx, d.Pool, id, "test", nil, 30*time.Second)
 	require.NoError(t, err)
 	_, err = db.Transit(ctx, d.Pool, db.TransitionParams{ID: id, From: state.Dispatching, To: state.Fulfilled, Attempt: 1, Actor: "test", Reason: "done"})
 	require.NoError(t, err)
@@ -107,7 +107,7 @@ func TestConnectorErrorClassesAreClosed(t *testing.T) {
 	require.NoError(t, err)
 	m.Dispatch(state.Unknown, "dial tcp: lookup ledger.internal.corp: no such host", 0.1)
 	m.Dispatch(state.Unknown, "timeout", 0.1)
-	m.Dispatch(state.Rejected, "4xx", 0.1)
+	m.Dispatch(state.Declined, "4xx", 0.1)
 	require.Equal(t, map[string]float64{`class="4xx"`: 1, `class="other"`: 1, `class="timeout"`: 1}, series(t, reg, "guardian_connector_errors_total"))
 }
 

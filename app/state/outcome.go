@@ -7,19 +7,25 @@ const (
 	// Unknown means the call may or may not have taken effect: a timeout, a
 	// reset connection, a 5xx, a malformed answer, a crash.
 	Unknown Outcome = iota
-	// Done means the connector confirmed the action (2xx, or 409 "already
-	// done for this key").
+	// Done means the receiver confirmed the action (2xx).
 	Done
 	// NotSent means the request provably never left: the connection was
 	// refused or never established, so nothing can have happened.
 	NotSent
-	// Rejected means the connector definitively refused: nothing was done.
-	Rejected
+	// Declined means the receiver said, signed with the connector secret,
+	// that it declined the key: nothing was done, and nothing will be for
+	// that key. It is the one outcome that frees a payment for a new key.
+	Declined
 	// NotDelivered means the request was refused before it reached the
 	// receiver's business logic (authentication, routing, transport: 401,
 	// 403, 404, ...): nothing was done, and the call is retried with
 	// backoff, never given up on.
 	NotDelivered
+	// Refused means a 4xx that is not the receiver's signed word (400, 422
+	// from a framework, an idempotency layer or a proxy): it is no proof
+	// that nothing was done for the key, so the fulfilment is parked, and
+	// a signed lookup "not done" (or "declined") then fails it.
+	Refused
 )
 
 // String returns the outcome's name as it appears in evidence.
@@ -29,10 +35,12 @@ func (o Outcome) String() string {
 		return "done"
 	case NotSent:
 		return "not_sent"
-	case Rejected:
-		return "rejected"
+	case Declined:
+		return "declined"
 	case NotDelivered:
 		return "not_delivered"
+	case Refused:
+		return "refused"
 	default:
 		return "unknown"
 	}
@@ -46,9 +54,9 @@ func AfterDispatch(o Outcome) State {
 		return Fulfilled
 	case NotSent, NotDelivered:
 		return Pending
-	case Rejected:
+	case Declined:
 		return Failed
-	default:
+	default: // Unknown, Refused
 		return NeedsReconciliation
 	}
 }

@@ -17,8 +17,9 @@ const (
 	// NeedsReconciliation means the action may or may not have happened;
 	// only a fact (a lookup, a late answer, an operator) may move it on.
 	NeedsReconciliation State = "needs_reconciliation"
-	// Failed means the connector definitively rejected the action: nothing
-	// was done. The payment is free for a later event.
+	// Failed means the receiver declined the fulfilment's key, in its own
+	// signed word: nothing was done. The payment is free for a later event,
+	// which is sent under the payment's next key.
 	Failed State = "failed"
 	// Cancelled is an operator's final word on a payment whose parked call
 	// may have acted: the payment stays taken, so nothing sends it again
@@ -61,6 +62,7 @@ var Transitions = []Transition{
 	{NeedsReconciliation, Fulfilled},
 	{NeedsReconciliation, Pending},
 	{NeedsReconciliation, Cancelled},
+	{NeedsReconciliation, Failed},
 	{Cancelled, NeedsReconciliation},
 }
 

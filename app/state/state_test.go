@@ -12,11 +12,12 @@ func TestAllowed(t *testing.T) {
 		"pending->dispatching":              true, // claim
 		"dispatching->fulfilled":            true, // connector said done
 		"dispatching->needs_reconciliation": true, // outcome unknown
-		"dispatching->failed":               true, // rejected
+		"dispatching->failed":               true, // the receiver declined the key, signed
 		"dispatching->pending":              true, // provably not sent or not delivered
 		"needs_reconciliation->fulfilled":   true, // a fact: done
 		"needs_reconciliation->pending":     true, // a fact: not done
 		"needs_reconciliation->cancelled":   true, // an operator's final word
+		"needs_reconciliation->failed":      true, // the receiver's signed word: declined, or not done after a refusal
 		"cancelled->needs_reconciliation":   true, // an audited reopening
 	}
 	n := 0
@@ -48,7 +49,8 @@ func TestAfterDispatch(t *testing.T) {
 	}{
 		{Done, Fulfilled},
 		{NotSent, Pending},
-		{Rejected, Failed},
+		{Declined, Failed},
+		{Refused, NeedsReconciliation},
 		{NotDelivered, Pending},
 		{Unknown, NeedsReconciliation},
 	}

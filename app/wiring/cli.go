@@ -37,7 +37,7 @@ Usage:
   guardian backfill stripe [--since 72h]  fetch Stripe events never delivered (needs GUARDIAN_STRIPE_API_KEY)
   guardian epoch show|rotate        the database's epoch, which scopes Redis marks (rotate after a restore or failover)
   guardian operators add|list|revoke|signout  named operator credentials (see guardian operators)
-  guardian connector test [--signed]  check the receiver: does it verify signatures, answer lookups
+  guardian connector test [--json]    check the receiver against the contract (docs/receivers.md)
   guardian demo [--url URL]         send signed sample deliveries to a dev server
   guardian bench [flags]            load a running Guardian with signed deliveries (see --help)
   guardian help                     show this

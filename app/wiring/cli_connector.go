@@ -13,19 +13,17 @@ import (
 	"github.com/guardian-pay/guardian/app/fulfilment"
 )
 
-const connectorUsage = `usage: guardian connector test [--signed] [--json]
-  tests the receiver at GUARDIAN_CONNECTOR_URL (with GUARDIAN_CONNECTOR_SECRET,
-  GUARDIAN_CONNECTOR_TIMEOUT and GUARDIAN_CONNECTOR_LOOKUP_URL) without giving it
-  a reason to act:
-    - a test request signed with a random secret: a receiver that verifies
-      signatures refuses it with 401 or 403;
-    - with --signed, the same test request signed with the connector secret:
-      its answer, and how Guardian would classify it. Its event_type is
-      "` + connector.TestEventType + `" and it names no payment; send it only to
-      a receiver that answers such requests without acting;
-    - with a lookup URL, a signed lookup of the test key, which a correct
-      receiver answers "not_done", signed.
-  Exit 0 when every answer is what a correct receiver gives, 1 otherwise.
+const connectorUsage = `usage: guardian connector test [--json]
+  checks the receiver at GUARDIAN_CONNECTOR_URL (with GUARDIAN_CONNECTOR_SECRET,
+  GUARDIAN_CONNECTOR_TIMEOUT and GUARDIAN_CONNECTOR_LOOKUP_URL) against the
+  receiver's contract (docs/receivers.md): signatures and replays refused, one
+  key sent twice at once acts once, a finished key replays its answer, a key
+  reused with another body is refused, lookups of unknown, in-progress,
+  finished and declined keys, and declines that stay declined.
+  It sends test deliveries only (event type "` + connector.TestEventType + `", keys
+  starting "` + connector.TestKeyPrefix + `", payment "` + connector.TestPaymentID + `"): a
+  receiver that keeps the contract records their keys and never acts on them.
+  It takes a few seconds. Exit 0 when the receiver keeps the contract, 1 otherwise.
 `
 
 // runConnector runs `guardian connector test`.
@@ -36,7 +34,6 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 	}
 	fs := flag.NewFlagSet("connector test", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	signed := fs.Bool("signed", false, "also send a correctly signed test request to the action URL")
 	asJSON := fs.Bool("json", false, "print the steps as JSON")
 	if err := fs.Parse(args[1:]); err != nil {
 		return usageExit(err)
@@ -66,22 +63,21 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 		fmt.Fprintf(stderr, "guardian: %v\n", err)
 		return ExitUsage
 	}
-	steps := h.Probe(ctx, connector.ProbeOptions{Signed: *signed})
+	steps := h.Conform(ctx)
 	ok := true
 	for _, s := range steps {
 		ok = ok && s.OK
 	}
 	if *asJSON {
 		type step struct {
-			Name    string         `json:"name"`
-			Status  int            `json:"status,omitempty"`
-			OK      bool           `json:"ok"`
-			Verdict string         `json:"verdict"`
-			Detail  map[string]any `json:"detail,omitempty"`
+			Name    string `json:"name"`
+			Status  int    `json:"status,omitempty"`
+			OK      bool   `json:"ok"`
+			Verdict string `json:"verdict"`
 		}
 		out := make([]step, len(steps))
 		for i, s := range steps {
-			out[i] = step{s.Name, s.Status, s.OK, s.Verdict, s.Detail}
+			out[i] = step{s.Name, s.Status, s.OK, s.Verdict}
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -96,9 +92,6 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", mark, s.Name, s.Verdict)
 		}
 		_ = tw.Flush()
-		if !*signed {
-			fmt.Fprintln(stdout, "(no correctly signed request was sent to the action URL; --signed sends one)")
-		}
 	}
 	if !ok {
 		return ExitFailure

@@ -60,14 +60,15 @@ func (d *DB) Transitions(t testing.TB, id string) []db.Transition {
 
 // ForceDispatching leaves a pending fulfilment as a crashed dispatcher
 // would: claimed, attempt taken, dispatched at the given time, no outcome
-// recorded.
+// recorded. Its claim's deadline is at: the call it stands for could not
+// be in flight after that (the tests' connector timeouts are short).
 func (d *DB) ForceDispatching(t testing.TB, id string, at time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := db.ClaimForDispatch(ctx, d.Pool, id, "crashed dispatcher", nil); err != nil {
+	if _, err := db.ClaimForDispatch(ctx, d.Pool, id, "crashed dispatcher", nil, 30*time.Second); err != nil {
 		t.Fatalf("claim %s: %v", id, err)
 	}
-	d.backdate(t, `UPDATE fulfilment SET dispatched_at = $2 WHERE id = $1`, id, at)
+	d.backdate(t, `UPDATE fulfilment SET dispatched_at = $2, deadline = $2 WHERE id = $1`, id, at)
 }
 
 // Backdate moves a fulfilment's clocks back to at: when it last moved
@@ -76,7 +77,8 @@ func (d *DB) ForceDispatching(t testing.TB, id string, at time.Time) {
 // trigger that stamps updated_at is bypassed for this one statement.
 func (d *DB) Backdate(t testing.TB, id string, at time.Time) {
 	t.Helper()
-	d.backdate(t, `UPDATE fulfilment SET updated_at = $2, dispatched_at = least(dispatched_at, $2) WHERE id = $1`, id, at)
+	d.backdate(t, `UPDATE fulfilment SET updated_at = $2, dispatched_at = least(dispatched_at, $2),
+		deadline = least(deadline, $2::timestamptz + (deadline - dispatched_at)) WHERE id = $1`, id, at)
 }
 
 func (d *DB) backdate(t testing.TB, stmt, id string, at time.Time) {

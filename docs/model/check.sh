@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Model-checks Guardian's protocol with spin (docs/design.md, "The model").
 #
-#   check.sh           every rule in: no violation, safety and liveness
-#   check.sh holes     each rule out in turn: spin must find the hole it closes
-#   check.sh trail X   the counterexample spin prints with rule X out (FIX1 ...)
+#   check.sh              every rule in: no violation, safety and liveness
+#   check.sh holes        each rule out in turn: spin must find the hole it closes
+#   check.sh trail X...   the counterexample with rules X... out (FIX1, or
+#                         KEYED=1 FIXBODY FIXSIGNED: NAME=VALUE sets a value)
+#
+# The dispatch model runs against two receivers: one that honours no key
+# (KEYED=0, the worst case: Guardian's own rules FIX1-FIX5 and FIXC), and one
+# that keeps docs/receivers.md (KEYED=1: the receiver's-contract rules FIXKEY,
+# FIX409, FIXSIGNED, through a restore that loses fulfilment rows).
 #
 # Needs spin and a C compiler (`apt-get install -y spin`); .ci/run installs it.
 set -euo pipefail
@@ -36,25 +42,38 @@ run() {
 	[ "$errors" = 0 ]
 }
 
+# Keyed runs take one operator action: with two, the state space grows
+# fivefold (45 s for safety alone) and finds nothing more.
+KEYED="KEYED=1 MAXOPS=1"
+
 case ${1:-} in
 "")
-	build guardian.pml -DSAFETY -DNOCLAIM
-	run "dispatch: safety, quiescence" -m400000
-	build guardian.pml -DNFAIR=3
+	build guardian.pml -DSAFETY -DNOCLAIM $KEYED
+	run "dispatch, keyed receiver, restore: safety" -m400000
+	build guardian.pml -DSAFETY -DNOCLAIM KEYED=0
+	run "dispatch, keyless receiver: safety" -m400000
+	build guardian.pml -DNFAIR=4 $KEYED RESTORE=0
 	run "dispatch: liveness (weak fairness)" -a -f -m400000
 	build filter.pml -DSAFETY
 	run "filter: no 2xx for an event not in Postgres" -m100000
 	;;
 holes)
 	status=0
-	for fix in FIX1 FIX2 FIX3 FIX4 FIXC FIX5; do
-		build guardian.pml -DSAFETY -DNOCLAIM $fix=0
-		if run "dispatch without $fix" -m400000 >/dev/null; then
-			echo "dispatch without $fix: spin found nothing, but the rule is there to close a hole" >&2
+	hole() {
+		local label=$1; shift
+		build guardian.pml -DSAFETY -DNOCLAIM "$@"
+		if run "$label" -m400000 >/dev/null; then
+			echo "$label: spin found nothing, but the rule is there to close a hole" >&2
 			status=1
 		else
-			echo "dispatch without $fix: violation found, as it must be"
+			echo "$label: violation found, as it must be"
 		fi
+	}
+	for fix in FIX1 FIX2 FIX3 FIX4 FIXC FIX5; do
+		hole "dispatch (keyless receiver) without $fix" KEYED=0 $fix=0
+	done
+	for fix in FIXKEY FIX409 FIXSIGNED; do
+		hole "dispatch (keyed receiver) without $fix" $KEYED $fix=0
 	done
 	for fix in FIX7=0 MARKFIRST=1; do
 		build filter.pml -DSAFETY $fix
@@ -68,17 +87,27 @@ holes)
 	exit $status
 	;;
 trail)
-	model=guardian.pml
-	case ${2:?name a rule, e.g. FIX1} in FIX7|MARKFIRST) model=filter.pml ;; esac
-	val=0; [ "$2" = MARKFIRST ] && val=1
-	build "$model" -DSAFETY -DNOCLAIM "$2=$val"
+	shift
+	[ $# -gt 0 ] || { echo "name a rule, e.g. FIX1, or KEYED=1 FIXKEY" >&2; exit 2; }
+	model=guardian.pml defs=()
+	for a in "$@"; do
+		case $a in
+		FIX7) model=filter.pml; defs+=(FIX7=0) ;;
+		MARKFIRST) model=filter.pml; defs+=(MARKFIRST=1) ;;
+		*=*) defs+=("$a") ;;
+		*) defs+=("$a=0") ;;
+		esac
+	done
+	case " ${defs[*]} " in *" KEYED="*) ;; *) [ $model = guardian.pml ] && defs+=(KEYED=0) ;; esac
+	build "$model" -DSAFETY -DNOCLAIM "${defs[@]}"
 	./pan -m400000 >/dev/null 2>&1 || true
-	spin "-D$2=$val" -t -p "$model" | grep -E 'proc +[0-9]+ \((provider|worker|sweep|reconciler|operator|chaos|clock)' \
-		| grep -vE '\[(\(1\)|else|skip)\]|\[(r|a|out|n) = ' | sed -E 's/^ *[0-9]+:\s+proc +[0-9]+ //; s/ \(state [0-9]+\)//'
-	spin "-D$2=$val" -t "$model" | grep -E 'assertion violated|spin: trail ends' || true
+	dflags=(); for d in "${defs[@]}"; do dflags+=("-D$d"); done
+	spin "${dflags[@]}" -t -p "$model" | grep -E 'proc +[0-9]+ \((provider|worker|sweep|reconciler|operator|chaos|clock|receiver)' \
+		| grep -vE '\[(\(1\)|else|skip)\]|\[(r|a|out|n|k|body|i) = ' | sed -E 's/^ *[0-9]+:\s+proc +[0-9]+ //; s/ \(state [0-9]+\)//'
+	spin "${dflags[@]}" -t "$model" | grep -E 'assertion violated|spin: trail ends' || true
 	;;
 *)
-	echo "usage: check.sh [holes | trail FIXn]" >&2
+	echo "usage: check.sh [holes | trail RULE...]" >&2
 	exit 2
 	;;
 esac
