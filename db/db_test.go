@@ -411,6 +411,30 @@ func TestMigrations(t *testing.T) {
 		require.True(t, res.OK, "river migrations: %v", res.Messages)
 	})
 
+	// Fulfilments made before keys were derived keep the key they were
+	// sent under, their id: a receiver that saw it must see it again.
+	t.Run("UpgradeKeepsEachRowsKey", func(t *testing.T) {
+		t.Parallel()
+		d := dbtest.NewDB(t)
+		ctx := context.Background()
+		m, err := goose.NewMigrator(d.Pool)
+		require.NoError(t, err)
+		defer m.Close()
+		res, err := m.Down(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 19, res.Source.Version, "00019 is the latest migration; this test is about it")
+		var id string
+		require.NoError(t, d.Pool.QueryRow(ctx, `WITH e AS (
+			INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body) VALUES ('stripe', 'evt_old', 't', 'pi_old', '{}') RETURNING id)
+			INSERT INTO fulfilment (event_pk, provider, payment_id) SELECT id, 'stripe', 'pi_old' FROM e RETURNING id`).Scan(&id))
+		_, err = m.Up(ctx)
+		require.NoError(t, err)
+		f, err := db.GetFulfilment(ctx, d.Pool, id)
+		require.NoError(t, err)
+		require.Equal(t, id, f.Key)
+		require.Nil(t, f.Deadline)
+	})
+
 	t.Run("DownAndUpAgain", func(t *testing.T) {
 		t.Parallel()
 		d := dbtest.NewDB(t)

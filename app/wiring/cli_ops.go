@@ -290,8 +290,8 @@ func printEvents(w io.Writer, list web.EventList) {
 
 func printDetail(w io.Writer, d web.FulfilmentDetail) {
 	f := d.Fulfilment
-	fmt.Fprintf(w, "fulfilment %s\n  payment   %s %s\n  state     %s (attempt %d)\n  event     %s (%s), %d deliveries\n  created   %s\n\n",
-		f.ID, f.Provider, f.PaymentID, f.State, f.Attempt, d.Event.EventID, d.Event.Type, d.Event.Deliveries, f.CreatedAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "fulfilment %s\n  payment   %s %s\n  key       %s\n  state     %s (attempt %d)\n  event     %s (%s), %d deliveries\n  created   %s\n\n",
+		f.ID, f.Provider, f.PaymentID, f.IdempotencyKey, f.State, f.Attempt, d.Event.EventID, d.Event.Type, d.Event.Deliveries, f.CreatedAt.UTC().Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WHEN\tFROM\tTO\tATTEMPT\tACTOR\tREASON\tEVIDENCE")
 	for _, t := range d.Transitions {
