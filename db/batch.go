@@ -76,13 +76,18 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 			dp, de, dn = append(dp, providers[i]), append(de, ids[i]), append(dn, counts[i])
 		}
 	}
-	// Lock the known rows in key order before counting them.
+	// Lock the known rows in key order before counting them. FOR NO KEY
+	// UPDATE, the lock the counting UPDATE takes anyway: it does not
+	// conflict with the FOR KEY SHARE a foreign-key check takes on the
+	// event, so a batch counting a duplicate never waits on (or deadlocks
+	// with) a transaction creating a fulfilment for that event, such as an
+	// operator's retry (FOR UPDATE did: Postgres answered 40P01).
 	if err := collect("count duplicate deliveries", false, `
 		WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::int[]) AS u(p, e, n)),
 		locked AS (
 			SELECT w.id, u.n FROM webhook_event w JOIN u ON w.provider = u.p AND w.event_id = u.e
 			ORDER BY w.provider, w.event_id
-			FOR UPDATE OF w
+			FOR NO KEY UPDATE OF w
 		)
 		UPDATE webhook_event w SET deliveries = w.deliveries + locked.n, last_seen_at = now()
 		FROM locked WHERE w.id = locked.id

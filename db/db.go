@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,13 +39,34 @@ func New(pool *pgxpool.Pool) *Store {
 // Pool returns the pool the store runs on.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
+// txAttempts bounds how often InTx runs a transaction Postgres aborted to
+// break a deadlock or a serialization race.
+const txAttempts = 3
+
 // InTx runs fn in one transaction and commits if fn returns nil. Any error
 // rolls the transaction back; nothing fn wrote is visible unless the commit
 // succeeded.
+//
+// When Postgres aborts the transaction to break a deadlock or a
+// serialization race (Retryable), nothing of it was committed, and fn runs
+// again in a new transaction, up to three runs in all: a caller is never
+// told that a change failed because it lost a race it can win a moment
+// later. fn must therefore set what it reports afresh on every run.
 func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		return fn(tx)
-	})
+	for run := 1; ; run++ {
+		err := pgx.BeginFunc(ctx, s.pool, fn)
+		if err == nil || run == txAttempts || !Retryable(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// Retryable reports whether err is Postgres aborting a transaction to
+// break a deadlock (40P01) or a serialization race (40001): the
+// transaction did nothing, and the same work may simply run again.
+func Retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.DeadlockDetected || pgErr.Code == pgerrcode.SerializationFailure)
 }
 
 // translate turns pgx errors into the package's sentinels, leaving others

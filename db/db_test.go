@@ -3,6 +3,9 @@ package db_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -396,6 +399,47 @@ func TestKeysDeriveFromThePayment(t *testing.T) {
 	// The key is part of the row's identity.
 	_, err = a.tx.Exec(a.ctx, `UPDATE fulfilment SET idempotency_key = 'k' WHERE id = $1`, next)
 	require.ErrorContains(t, err, "immutable")
+}
+
+// TestInTxRunsAgainAfterADeadlock: two transactions that lock two rows in
+// opposite orders deadlock; Postgres aborts one (40P01), InTx runs it
+// again, and both callers see success with both writes made.
+func TestInTxRunsAgainAfterADeadlock(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `CREATE TABLE pair (id int PRIMARY KEY, n int NOT NULL); INSERT INTO pair VALUES (1, 0), (2, 0)`)
+	require.NoError(t, err)
+	store := db.New(d.Pool)
+	var runs atomic.Int32
+	firstLocks := make(chan struct{}, 2)
+	lockInOrder := func(a, b int) error {
+		return store.InTx(ctx, func(tx pgx.Tx) error {
+			run := runs.Add(1)
+			if _, err := tx.Exec(ctx, `UPDATE pair SET n = n + 1 WHERE id = $1`, a); err != nil {
+				return err
+			}
+			if run <= 2 { // the first run of each: hold the first lock until both have theirs
+				firstLocks <- struct{}{}
+				for len(firstLocks) < 2 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			_, err := tx.Exec(ctx, `UPDATE pair SET n = n + 1 WHERE id = $1`, b)
+			return err
+		})
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	wg.Go(func() { errs[0] = lockInOrder(1, 2) })
+	wg.Go(func() { errs[1] = lockInOrder(2, 1) })
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	require.EqualValues(t, 3, runs.Load(), "one transaction lost the deadlock and ran again")
+	require.Equal(t, 4, d.Count(t, `SELECT sum(n)::int FROM pair`), "both transactions' writes, once each")
+	require.True(t, db.Retryable(&pgconn.PgError{Code: "40P01"}))
+	require.True(t, db.Retryable(fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40001"})))
+	require.False(t, db.Retryable(&pgconn.PgError{Code: "23505"}))
 }
 
 func TestMigrations(t *testing.T) {

@@ -28,11 +28,15 @@ type BulkAnswer struct {
 
 // BulkItem is one fulfilment's result. Result is, for a retry, retried,
 // payment_held, not_failed or not_found; for a re-check, fulfilled,
-// redispatched, cannot_tell, moved, within_grace, not_parked, not_reached or
-// not_found.
+// redispatched, failed, in_progress, cannot_tell, moved, within_grace,
+// not_parked, not_reached or not_found; for either, error when that
+// fulfilment's change could not be written (nothing changed for it; the
+// others' results stand).
 type BulkItem struct {
 	ID     string `json:"id"`
 	Result string `json:"result"`
+	// Error says why, when Result is error.
+	Error string `json:"error,omitempty"`
 	// FulfilmentID is the fulfilment a retry created.
 	FulfilmentID string `json:"fulfilment_id,omitempty"`
 }
@@ -100,6 +104,9 @@ func (s *Server) bulk(c echo.Context, a bulkAction, ids []string) (BulkAnswer, e
 	out := BulkAnswer{Results: make([]BulkItem, len(rs))}
 	for i, r := range rs {
 		out.Results[i] = BulkItem{ID: r.ID, Result: string(r.Result), FulfilmentID: r.FulfilmentID}
+		if r.Result == fulfilment.BulkFailed {
+			out.Results[i].Error = "not changed: storage unavailable; try this one again"
+		}
 	}
 	return out, nil
 }

@@ -35,6 +35,9 @@ const (
 	RetryNotFailed Result = "not_failed"
 	// BulkNotFound: no fulfilment has the id.
 	BulkNotFound Result = "not_found"
+	// BulkFailed: the fulfilment's transaction could not be written
+	// (storage unavailable); nothing was changed for it.
+	BulkFailed Result = "error"
 )
 
 // What a re-check did besides a lookup's own results.
@@ -80,21 +83,42 @@ func bulkIDs(ids []string, operator string) ([]string, error) {
 // Retry gives each failed fulfilment among ids a new dispatch: its stored
 // event runs through the dedup path again, exactly as a replay does, so a
 // new fulfilment is created only if nothing else holds the payment (a failed
-// fulfilment is the connector's word that nothing was done, and frees the
-// payment: invariant 3 allows the new key). Each is its own transaction; the
+// fulfilment is the receiver's word that nothing was done, and frees the
+// payment for its next key: invariant 3). Each is its own transaction; the
 // new fulfilment's first transition names the operator and the failed one.
+//
+// Every id gets its own result: one whose transaction failed is BulkFailed
+// (nothing changed for it) beside the others' results, so a committed retry
+// is never reported as failed. Only when every id failed is the error
+// returned.
 func (s *Service) Retry(ctx context.Context, ids []string, operator string) ([]BulkResult, error) {
 	ids, err := bulkIDs(ids, operator)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]BulkResult, 0, len(ids))
-	for _, id := range ids {
-		r, err := s.retryOne(ctx, id, operator)
-		if err != nil {
-			return out, err
+	out := make([]BulkResult, len(ids))
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		out[i], errs[i] = s.retryOne(ctx, id, operator)
+	}
+	return s.perID(ctx, "retry", out, errs)
+}
+
+// perID reports a bulk action's results with each failed id as
+// BulkFailed, logging why; when every id failed, the first error is the
+// answer instead.
+func (s *Service) perID(ctx context.Context, action string, out []BulkResult, errs []error) ([]BulkResult, error) {
+	failed := 0
+	for i, err := range errs {
+		if err == nil {
+			continue
 		}
-		out = append(out, r)
+		failed++
+		out[i].Result = BulkFailed
+		s.cfg.Logger.WarnContext(ctx, action+": could not be written for one fulfilment; nothing changed for it", "fulfilment_id", out[i].ID, "error", err)
+	}
+	if failed > 0 && failed == len(out) {
+		return nil, errors.Join(errs...)
 	}
 	return out, nil
 }
@@ -125,7 +149,7 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 		return BulkResult{ID: id, Result: BulkNotFound}, nil
 	}
 	if err != nil {
-		return BulkResult{}, fmt.Errorf("retry %s: %w", id, err)
+		return BulkResult{ID: id}, fmt.Errorf("retry %s: %w", id, err)
 	}
 	if r.Result == RetryCreated {
 		s.cfg.Metrics.Transition("", state.Pending, 1)
@@ -143,7 +167,9 @@ const recheckWorkers = 8
 // as the actor of each check row and transition. The grace still holds: a
 // fulfilment parked less than the reconcile grace ago is not looked up (its
 // call could still be running). When ctx has a deadline, no lookup starts
-// that could not finish; those are reported not reached. A lookup racing
+// that could not finish; those are reported not reached. Each id gets its
+// own result, as for Retry (BulkFailed for one whose answer could not be
+// written). A lookup racing
 // the reconciler's own is harmless: an answer is recorded and applied only
 // while the row is still parked at the attempt it was asked about.
 func (s *Service) Recheck(ctx context.Context, ids []string, operator string) ([]BulkResult, error) {
@@ -180,23 +206,15 @@ func (s *Service) Recheck(ctx context.Context, ids []string, operator string) ([
 	}
 	actor := "operator " + operator
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
+	errs := make([]error, len(ids))
 	work := make(chan int)
 	for range min(recheckWorkers, len(due)) {
 		wg.Go(func() {
 			for i := range work {
-				res := CheckNotReached
-				var err error
+				out[i].Result = CheckNotReached
 				if ctx.Err() == nil && s.lookupFits(ctx) {
-					res, err = s.check(ctx, byID[ids[i]].Fulfilment, actor)
+					out[i].Result, errs[i] = s.check(ctx, byID[ids[i]].Fulfilment, actor)
 				}
-				mu.Lock()
-				out[i].Result = res
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
 			}
 		})
 	}
@@ -205,9 +223,6 @@ func (s *Service) Recheck(ctx context.Context, ids []string, operator string) ([
 	}
 	close(work)
 	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
 	s.cfg.Logger.InfoContext(ctx, "parked fulfilments re-checked by operator", "operator", operator, "named", len(ids), "looked_up", len(due))
-	return out, nil
+	return s.perID(ctx, "re-check", out, errs)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -242,4 +243,93 @@ func TestRetryRacesTheProvider(t *testing.T) {
 		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state <> 'failed'`, fmt.Sprintf("pi_race_%d", i)),
 			"pi_race_%d has one live fulfilment", i)
 	}
+}
+
+// TestRetryRacesRedeliveriesWithoutDeadlock: two operators retry the same
+// failed payments while the provider redelivers each payment's first event
+// (counted as a duplicate) and sends its other event, all at once, round
+// after round. Intake used to lock the duplicate's event row FOR UPDATE and
+// then wait on the retry's new fulfilment for the payment, while the
+// retry's foreign-key check waited on that row: Postgres broke the
+// deadlock (40P01) and the retry answered 503 for a request that had
+// committed. Now no deadlock happens, every retry that committed says
+// "retried", and each payment has one live fulfilment.
+func TestRetryRacesRedeliveriesWithoutDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	deadlocks := func() int {
+		var n int
+		_, err := b.db.Pool.Exec(b.ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT pg_stat_clear_snapshot(), deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(nil, &n))
+		return n
+	}
+	before := deadlocks()
+	const payments = 12
+	for round := range 4 {
+		var failed []string
+		for i := range payments {
+			failed = append(failed, b.fail(t, fmt.Sprintf("evt_cs_%d_%d", round, i), fmt.Sprintf("pi_dl_%d_%d", round, i)))
+		}
+		var wg sync.WaitGroup
+		var retried atomic.Int32
+		for range 2 {
+			wg.Go(func() {
+				out, err := b.svc.Retry(context.Background(), failed, "racer")
+				require.NoError(t, err)
+				for _, r := range out {
+					require.Contains(t, []fulfilment.Result{fulfilment.RetryCreated, fulfilment.RetryPaymentHeld}, r.Result, "%s", r.ID)
+					if r.Result == fulfilment.RetryCreated {
+						retried.Add(1)
+					}
+				}
+			})
+		}
+		for i := range payments {
+			for _, ev := range []provider.Event{
+				paymentEvent(fmt.Sprintf("evt_cs_%d_%d", round, i), fmt.Sprintf("pi_dl_%d_%d", round, i)), // a redelivery
+				paymentEvent(fmt.Sprintf("evt_pi_%d_%d", round, i), fmt.Sprintf("pi_dl_%d_%d", round, i)), // the other event
+			} {
+				wg.Go(func() {
+					_, err := b.svc.Accept(context.Background(), ev)
+					require.NoError(t, err)
+				})
+			}
+		}
+		wg.Wait()
+		for i := range payments {
+			require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state <> 'failed'`, fmt.Sprintf("pi_dl_%d_%d", round, i)))
+		}
+		require.EqualValues(t, b.db.Count(t, `SELECT count(*) FROM fulfilment f JOIN fulfilment_transition t ON t.fulfilment_id = f.id
+			WHERE f.payment_id LIKE $1 AND t.from_state IS NULL AND t.actor = 'operator racer'`, fmt.Sprintf("pi_dl_%d_%%", round)), retried.Load(),
+			"every retry that committed was reported as retried")
+	}
+	require.Equal(t, before, deadlocks(), "Postgres broke no deadlock")
+}
+
+// TestBulkAnswersPerID: a retry whose transaction fails for one fulfilment
+// reports that one as error and the others as what they did; the committed
+// ones are never reported failed. Only when every one failed is the whole
+// request an error.
+func TestBulkAnswersPerID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	good := b.fail(t, "evt_ok", "pi_ok")
+	poison := b.fail(t, "evt_poison", "pi_poison")
+	_, err := b.db.Pool.Exec(b.ctx, `
+		CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'disk full' USING ERRCODE = 'disk_full'; END $$;
+		CREATE TRIGGER refuse_poison BEFORE INSERT ON fulfilment FOR EACH ROW
+			WHEN (NEW.payment_id = 'pi_poison') EXECUTE FUNCTION refuse_poison();`)
+	require.NoError(t, err)
+
+	out, err := b.svc.Retry(b.ctx, []string{poison, good}, "alice")
+	require.NoError(t, err)
+	require.Equal(t, fulfilment.BulkFailed, out[0].Result)
+	require.Equal(t, fulfilment.RetryCreated, out[1].Result)
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = 'pi_ok' AND state = 'pending'`))
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = 'pi_poison' AND state <> 'failed'`))
+
+	_, err = b.svc.Retry(b.ctx, []string{poison}, "alice")
+	require.ErrorContains(t, err, "disk full", "nothing changed at all: the request failed")
 }
