@@ -20,12 +20,19 @@ run:
 demo:
     go run . demo
 
+# The packages with concurrency of their own (the domain's batching, the
+# filter's pipelines, group commit, tokens, locks, River's workers, the
+# receiver kit): `just test` runs them under the race detector.
+racy := "./app/fulfilment ./app/filter ./app/batch ./app/tokens ./app/lock ./jobs ./app/receiver"
+
 # Every suite: unit, storage, integration and black-box, against real Postgres
-# and Redis, then the protocol's model in spin. Installs Chromium and spin
-# first when they are missing (.ci/deps).
+# and Redis (the packages in `racy` under the race detector), then the
+# protocol's model in spin. Installs Chromium and spin first when they are
+# missing (.ci/deps).
 test: deps model
     go vet ./...
-    go test -count=1 -timeout 10m ./...
+    go test -count=1 -timeout 10m $(go list ./... | grep -v -x -F "$(go list {{racy}})")
+    go test -race -count=1 -timeout 10m {{racy}}
 
 # Install what the suites need beyond Go, Postgres and Redis (Chromium, spin).
 deps:

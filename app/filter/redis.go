@@ -122,7 +122,9 @@ func (r *Redis) MarkCommitted(ctx context.Context, provider, eventID string) err
 }
 
 // call submits one call to its pipeline and waits at most the filter's
-// timeout for it. Any failure pauses the filter.
+// timeout for it. Any failure pauses the filter. The call's fields belong
+// to the pipeline's writer until its batch is done: a caller that stops
+// waiting never touches them (the writer may still be filling them in).
 func (r *Redis) call(ctx context.Context, g *batch.Gatherer[*redisCall], provider, eventID string) (*redisCall, error) {
 	if r.paused() {
 		return nil, ErrPaused
@@ -130,16 +132,18 @@ func (r *Redis) call(ctx context.Context, g *batch.Gatherer[*redisCall], provide
 	c := &redisCall{key: r.key(provider, eventID)}
 	wait := time.NewTimer(r.timeout)
 	defer wait.Stop()
+	var err error
 	select {
 	case <-g.Submit(c):
+		err = c.err
 	case <-wait.C:
-		c.err = context.DeadlineExceeded
+		err = context.DeadlineExceeded
 	case <-ctx.Done():
-		c.err = ctx.Err()
+		err = ctx.Err()
 	}
-	if c.err != nil {
+	if err != nil {
 		r.pause()
-		return nil, c.err
+		return nil, err
 	}
 	return c, nil
 }

@@ -2,6 +2,7 @@ package filter_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -83,5 +84,38 @@ func TestRedis(t *testing.T) {
 		_, err = f.Committed(ctx, "stripe", "evt_1")
 		require.ErrorIs(t, err, filter.ErrPaused, "after an error the filter steps aside")
 		require.ErrorIs(t, f.MarkCommitted(ctx, "stripe", "evt_1"), filter.ErrPaused)
+	})
+
+	// A caller that stops waiting before its pipeline answers leaves the
+	// call to the pipeline's writer, which fills it in later: with the race
+	// detector on (`just test` runs this package with -race), a caller
+	// that wrote the call's error itself shows up here.
+	t.Run("ACallerThatGivesUpLeavesTheCallToItsWriter", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		closed := make(chan struct{})
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c) // never answers; returns when the client hangs up
+			close(closed)
+		}()
+		t.Cleanup(func() { _ = ln.Close() })
+		rc, err := filter.NewRedisClient("redis://" + ln.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = rc.Close() })
+		f, err := filter.NewRedis(filter.RedisConfig{Client: rc, Epoch: "e1", Timeout: 5 * time.Millisecond})
+		require.NoError(t, err)
+		_, err = f.Committed(ctx, "stripe", "evt_1")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		select {
+		case <-closed: // the writer's read timed out: it is filling in the call now
+		case <-time.After(5 * time.Second):
+			t.Fatal("the pipeline never gave up on the hanging Redis")
+		}
 	})
 }
