@@ -22,7 +22,7 @@ type minuteCounts struct {
 	Failed   int // 5xx: storage unavailable
 }
 
-func (a *activity) record(at time.Time, outcome string) {
+func (a *activity) record(at time.Time, kind outcomeKind) {
 	m := at.Unix() / 60
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -30,18 +30,19 @@ func (a *activity) record(at time.Time, outcome string) {
 	if b.minute != m {
 		*b = minuteCounts{minute: m}
 	}
-	switch {
-	case outcome == "new":
+	switch kind {
+	case kindStored:
 		b.New++
-	case outcome == "duplicate_filter":
+	case kindDuplicateFilter:
 		b.DupRedis++
-	case outcome == "duplicate_postgres":
+	case kindDuplicatePostgres:
 		b.DupPG++
-	case outcome == "unavailable":
+	case kindUnavailable:
 		b.Failed++
-	default:
+	case kindRefused:
 		b.Rejected++
 	}
+	// A sender that left before the answer is none of these: it retries.
 }
 
 // lastHour returns 60 buckets, oldest first, ending at now's minute.

@@ -2,7 +2,6 @@ package web
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -104,14 +103,39 @@ func (l *refusalLog) close() {
 }
 
 // refuse records a refused webhook request: never its body, headers or ids.
-func (s *Server) refuse(c echo.Context, providerName, reason string, err error) {
-	detail := ""
-	var he *HTTPError
-	if errors.As(err, &he) {
-		detail = he.Msg
-	}
-	s.refusals.record(db.Refusal{At: s.now(), Provider: providerName, Reason: reason, Detail: detail,
+func (s *Server) refuse(c echo.Context, providerName string, o deliveryOutcome) {
+	s.refusals.record(db.Refusal{At: s.now(), Provider: providerName, Reason: o.reason, Detail: o.answer,
 		Client: c.RealIP(), BodyBytes: int(max(c.Request().ContentLength, 0))})
+	if n, ok := s.refusalLines.allow(providerName+"/"+o.reason, s.now()); ok {
+		s.cfg.Logger.Warn("webhook refused", "provider", providerName, "reason", o.reason, "detail", o.detail,
+			"client", c.RealIP(), "refused_since_last_line", n)
+	}
+}
+
+// lineLimiter lets one log line a second through per key (a provider and
+// a refusal reason), so a merchant wiring up a provider sees why each kind
+// of request is refused, and a flood of forgeries cannot flood the log.
+type lineLimiter struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+	held map[string]int
+}
+
+// allow reports whether a line for key may be written at now, and how many
+// were held back since the last one.
+func (l *lineLimiter) allow(key string, now time.Time) (held int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last, l.held = map[string]time.Time{}, map[string]int{}
+	}
+	if now.Sub(l.last[key]) < time.Second {
+		l.held[key]++
+		return 0, false
+	}
+	held = l.held[key]
+	l.last[key], l.held[key] = now, 0
+	return held, true
 }
 
 // RefusalList is the answer to GET /api/v1/refused.

@@ -101,6 +101,8 @@ type Server struct {
 	redeems *failureLimiter
 	// refusals records refused webhook requests.
 	refusals *refusalLog
+	// refusalLines rate-limits the server log's line per refused webhook.
+	refusalLines lineLimiter
 
 	// counts reads the counts the overview and /api/v1/stats show.
 	counts    *db.StatsReader

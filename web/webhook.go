@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -33,35 +33,37 @@ func (s *Server) handleWebhook(c echo.Context) error {
 	p, ok := s.providers[name]
 	if !ok {
 		err := &HTTPError{Code: http.StatusNotFound, Msg: "unknown provider"}
-		s.refuse(c, "unknown", "unknown_provider", err)
+		s.refuse(c, "unknown", refused("unknown_provider", err.Msg, "no provider is served at "+c.Request().URL.Path))
 		return err
 	}
 	ctx, span := s.cfg.Tracer.Start(c.Request().Context(), "guardian.intake", trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("guardian.provider", name)))
 	c.SetRequest(c.Request().WithContext(ctx))
 	outcome, err := s.receive(c, p)
-	span.SetAttributes(attribute.String("guardian.outcome", outcome))
-	if err != nil && !strings.HasPrefix(outcome, "rejected") {
-		span.SetStatus(codes.Error, outcome)
+	span.SetAttributes(attribute.String("guardian.outcome", outcome.label()))
+	if outcome.kind == kindUnavailable {
+		span.SetStatus(codes.Error, outcome.label())
 	}
 	span.End()
-	s.metrics.Delivery(name, outcome, time.Since(start).Seconds())
-	if reason, refused := strings.CutPrefix(outcome, "rejected_"); refused {
-		s.refuse(c, name, reason, err)
+	s.metrics.Delivery(name, outcome.label(), time.Since(start).Seconds())
+	if outcome.kind == kindRefused {
+		s.refuse(c, name, outcome)
 	}
-	s.activity.record(s.now(), outcome)
+	s.activity.record(s.now(), outcome.kind)
 	return err
 }
 
-// receive handles one delivery and returns the outcome's name for metrics.
-func (s *Server) receive(c echo.Context, p provider.Provider) (string, error) {
+// receive handles one delivery and says what became of it.
+func (s *Server) receive(c echo.Context, p provider.Provider) (deliveryOutcome, error) {
 	body, err := readCapped(c.Request().Body, s.cfg.MaxBodyBytes)
 	if err != nil {
 		var tooLarge *errTooLarge
 		if errors.As(err, &tooLarge) {
-			return "rejected_too_large", &HTTPError{Code: http.StatusRequestEntityTooLarge, Msg: "body too large", Err: err}
+			o := refused("too_large", "body too large", fmt.Sprintf("the body exceeds GUARDIAN_MAX_BODY_BYTES (%d)", tooLarge.limit))
+			return o, &HTTPError{Code: http.StatusRequestEntityTooLarge, Msg: o.answer, Err: err}
 		}
-		return "rejected_unreadable", &HTTPError{Code: http.StatusBadRequest, Msg: "unreadable body", Err: err}
+		o := refused("unreadable", "unreadable body", "the body could not be read: "+err.Error())
+		return o, &HTTPError{Code: http.StatusBadRequest, Msg: o.answer, Err: err}
 	}
 
 	ev, err := p.Verify(c.Request().Header, body, s.now())
@@ -69,8 +71,8 @@ func (s *Server) receive(c echo.Context, p provider.Provider) (string, error) {
 		trace.SpanFromContext(c.Request().Context()).SetAttributes(attribute.String("guardian.event_id", ev.ID), attribute.String("guardian.payment_id", ev.PaymentID))
 	}
 	if err != nil {
-		reason, msg := rejection(err)
-		return "rejected_" + reason, &HTTPError{Code: http.StatusBadRequest, Msg: msg, Err: err}
+		o := verificationRefusal(err)
+		return o, &HTTPError{Code: http.StatusBadRequest, Msg: o.answer, Err: err}
 	}
 
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.IntakeTimeout)
@@ -78,33 +80,17 @@ func (s *Server) receive(c echo.Context, p provider.Provider) (string, error) {
 	res, err := s.cfg.Service.Accept(ctx, ev)
 	if err != nil && c.Request().Context().Err() != nil {
 		// The sender hung up first; it will retry. Nothing to answer.
-		return "client_gone", c.NoContent(statusClientClosed)
+		return deliveryOutcome{kind: kindClientGone}, c.NoContent(statusClientClosed)
 	}
 	if err != nil {
 		// Nothing is known to be committed: the provider must retry.
-		return "unavailable", &HTTPError{Code: http.StatusServiceUnavailable, Msg: "storage unavailable, retry later", Err: err}
+		return deliveryOutcome{kind: kindUnavailable}, &HTTPError{Code: http.StatusServiceUnavailable, Msg: "storage unavailable, retry later", Err: err}
 	}
 	status := "accepted"
 	if res.Outcome != fulfilment.NewEvent {
 		status = "duplicate"
 	}
-	return res.Outcome.String(), c.JSON(http.StatusOK, webhookAnswer{Status: status, EventID: ev.ID})
-}
-
-// rejection names a verification error for metrics and for the sender.
-// Signature and timestamp failures say only that; a malformed body says what
-// is wrong with it, which the sender wrote and may read.
-func rejection(err error) (reason, msg string) {
-	switch {
-	case errors.Is(err, provider.ErrSignature):
-		return "signature", provider.ErrSignature.Error()
-	case errors.Is(err, provider.ErrTimestamp):
-		return "timestamp", provider.ErrTimestamp.Error()
-	case errors.Is(err, provider.ErrMalformed):
-		return "malformed", err.Error()
-	default:
-		return "invalid", "invalid delivery"
-	}
+	return accepted(res.Outcome), c.JSON(http.StatusOK, webhookAnswer{Status: status, EventID: ev.ID})
 }
 
 type errTooLarge struct{ limit int64 }

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -445,4 +446,49 @@ func TestHealth(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode, path)
 	}
+}
+
+// TestRefusalsAreLoggedWithTheirReason: a merchant wiring up a provider
+// watches the server log; each refused delivery says why there, at most one
+// line a second for each provider and reason, with how many were held back.
+func TestRefusalsAreLoggedWithTheirReason(t *testing.T) {
+	t.Parallel()
+	var logs safeBuffer
+	now := time.Now()
+	var clock atomic.Int64
+	clock.Store(now.UnixNano())
+	b := setup(t, setupOpts{logs: &logs, now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	body := []byte(`{"id":"evt_log","type":"payment_intent.succeeded","data":{"object":{"id":"pi_log","status":"succeeded"}}}`)
+
+	forged := provider.SignStripe(body, "whsec_not_the_endpoints_secret_at_all_0000", now)
+	for range 3 {
+		require.Equal(t, http.StatusBadRequest, b.post(t, "/webhooks/stripe", forged, body).code)
+	}
+	require.Equal(t, http.StatusBadRequest, b.post(t, "/webhooks/stripe", http.Header{}, body).code)
+	stale := provider.SignStripe(body, stripeSecret, now.Add(-time.Hour))
+	require.Equal(t, http.StatusBadRequest, b.post(t, "/webhooks/stripe", stale, body).code)
+
+	lines := func(reason string) []string {
+		var out []string
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, `msg="webhook refused"`) && strings.Contains(l, "reason="+reason) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	sig := lines("signature")
+	require.Len(t, sig, 1, "one line a second per provider and reason")
+	require.Contains(t, sig[0], "no configured secret matched the signature")
+	require.NotContains(t, logs.String(), stripeSecret)
+	ts := lines("timestamp")
+	require.Len(t, ts, 1)
+	require.Contains(t, ts[0], "outside the tolerance window")
+
+	clock.Add(int64(2 * time.Second))
+	require.Equal(t, http.StatusBadRequest, b.post(t, "/webhooks/stripe", http.Header{}, body).code)
+	sig = lines("signature")
+	require.Len(t, sig, 2)
+	require.Contains(t, sig[1], "missing or unreadable Stripe-Signature header")
+	require.Contains(t, sig[1], "refused_since_last_line=3", "the three held back are counted")
 }
