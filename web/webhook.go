@@ -3,8 +3,8 @@ package web
 import (
 	"context"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
