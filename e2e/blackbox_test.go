@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -234,4 +236,42 @@ func TestRestoreRunbook(t *testing.T) {
 	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
 	require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_lost'`), "the redelivered event is stored again")
 	g.stop(t)
+}
+
+// TestStartSaysWhatIsMissing: tried as a new user would. A configured
+// Redis that does not answer is said at start and in /readyz's answer,
+// which stays ready (Redis only saves work); a misspelt variable is
+// warned about; a busy operations port stops the start before anything
+// says "listening".
+func TestStartSaysWhatIsMissing(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	e := baseEnv(t, d, newFakeConnector(t))
+	e["REDIS_URL"] = "redis://" + freeAddr(t) + "/0" // nothing listens there
+	e["GUARDIAN_LOG_LEVLE"] = "info"
+	g := start(t, e)
+	resp, err := http.Get(g.url + "/readyz")
+	require.NoError(t, err)
+	var ready map[string]string
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&ready))
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "ready", ready["status"])
+	require.Contains(t, ready["redis"], "unreachable")
+	require.Eventually(t, func() bool { return strings.Contains(g.logs(), `"msg":"redis unreachable`) }, 5*time.Second, 20*time.Millisecond)
+	require.Contains(t, g.logs(), "GUARDIAN_LOG_LEVLE is not a variable Guardian reads: it is ignored (did you mean GUARDIAN_LOG_LEVEL?)")
+	g.stop(t)
+
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	cmd := exec.Command(binary, "serve")
+	cmd.Env = []string{"GUARDIAN_ADDR=" + freeAddr(t), "GUARDIAN_METRICS_ADDR=" + busy.Addr().String()}
+	for k, v := range baseEnv(t, d, newFakeConnector(t)) {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "a busy operations port stops the start")
+	require.Contains(t, string(out), "GUARDIAN_METRICS_ADDR")
+	require.NotContains(t, string(out), `"msg":"listening"`, "nothing said it was listening")
 }

@@ -280,5 +280,8 @@ func TestConnectorTestCLI(t *testing.T) {
 
 	out, code = run(good.URL, "whsec_")
 	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "connector secret is malformed", "a secret was given: say what is wrong with it")
+	out, code = run(good.URL, "")
+	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "connector secret is required")
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,8 +105,15 @@ func TestAPIAuth(t *testing.T) {
 		// A wrong token on every other route: eight failures, under the
 		// sign-in throttle's ten (TestThrottle tests the eleventh).
 		for _, token := range []string{"", []string{"wrong-token", adminToken + "x"}[i%2]} {
-			code, _ := b.api(t, r.method, r.path, token, nil)
+			code, body := b.api(t, r.method, r.path, token, nil)
 			require.Equal(t, http.StatusUnauthorized, code, "%s %s with %q", r.method, r.path, token)
+			if strings.HasPrefix(r.path, "/api/") {
+				want := "operator token refused" // a token was given: it is not required, it is wrong
+				if token == "" {
+					want = "operator token required"
+				}
+				require.Contains(t, string(body), want, "%s %s with %q", r.method, r.path, token)
+			}
 		}
 	}
 	code, _ := b.api(t, "GET", "/api/v1/stats", "old-operator-token", nil)

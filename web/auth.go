@@ -59,12 +59,13 @@ func (s *Server) requireOperator(next echo.HandlerFunc) echo.HandlerFunc {
 		token := bearerToken(c.Request())
 		p, err := s.cfg.Operators.Authenticate(c.Request().Context(), token)
 		if errors.Is(err, operators.ErrUnknown) {
-			if token != "" {
-				s.signIns.fail(client)
-				s.cfg.Logger.Warn("operator token refused", "client", c.RealIP())
-			}
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="guardian"`)
-			return &HTTPError{Code: http.StatusUnauthorized, Msg: "operator token required"}
+			if token == "" {
+				return &HTTPError{Code: http.StatusUnauthorized, Msg: "operator token required: send Authorization: Bearer <token>"}
+			}
+			s.signIns.fail(client)
+			s.cfg.Logger.Warn("operator token refused", "client", c.RealIP())
+			return &HTTPError{Code: http.StatusUnauthorized, Msg: "operator token refused: unknown, revoked or mistyped"}
 		}
 		if err != nil {
 			return storageError(err)

@@ -46,8 +46,11 @@ type Config struct {
 	Service *fulfilment.Service
 	// Ready reports whether the server can take traffic (Postgres reachable,
 	// migrations current). Required.
-	Ready  func(ctx context.Context) error
-	Logger *slog.Logger
+	Ready func(ctx context.Context) error
+	// ReadyDetail, when set, adds to a ready answer the state of what only
+	// saves work (Redis): reported, never a reason to be unready.
+	ReadyDetail func(ctx context.Context) map[string]string
+	Logger      *slog.Logger
 	// MaxBodyBytes caps a webhook body. Defaults to 1 MiB.
 	MaxBodyBytes int64
 	// IntakeTimeout bounds one delivery's work. Defaults to 10 seconds.
@@ -270,5 +273,11 @@ func (s *Server) handleReady(c echo.Context) error {
 	if err := s.cfg.Ready(ctx); err != nil {
 		return &HTTPError{Code: http.StatusServiceUnavailable, Msg: "not ready", Err: err}
 	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+	answer := map[string]string{"status": "ready"}
+	if s.cfg.ReadyDetail != nil {
+		for k, v := range s.cfg.ReadyDetail(ctx) {
+			answer[k] = v
+		}
+	}
+	return c.JSON(http.StatusOK, answer)
 }

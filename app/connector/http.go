@@ -75,12 +75,15 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, errors.New("connector URL must be an absolute http(s) URL")
 	}
-	if len(cfg.Secret) <= len("whsec_") {
+	if cfg.Secret == "" {
 		return nil, errors.New("connector secret is required (whsec_ followed by base64)")
+	}
+	if len(cfg.Secret) <= len("whsec_") {
+		return nil, errors.New("connector secret is malformed: want whsec_ followed by base64")
 	}
 	signer, err := standardwebhooks.NewWebhook(cfg.Secret)
 	if err != nil {
-		return nil, errors.New("connector secret must be whsec_ followed by base64")
+		return nil, errors.New("connector secret is malformed: want whsec_ followed by base64")
 	}
 	if cfg.Timeout < 0 {
 		return nil, errors.New("connector timeout must not be negative")

@@ -185,7 +185,7 @@ func (a *App) build(ctx context.Context) error {
 	}
 	webCfg := web.Config{
 		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Service: service,
-		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready, SessionTTL: cfg.SessionTTL,
+		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready, ReadyDetail: a.readyDetail, SessionTTL: cfg.SessionTTL,
 		Metrics: m, Tracer: tracer, PublicURL: cfg.PublicURL, TrustedProxies: cfg.TrustedProxies, Store: store,
 	}
 	var tokenStore tokens.Store = tokens.Postgres{Store: store}
@@ -254,16 +254,53 @@ func (a *App) Start(ctx context.Context) error {
 			return fmt.Errorf("start river ui: %w", err)
 		}
 	}
-	if err := a.web.Start(ctx); err != nil {
+	// The operations listener binds first: a busy GUARDIAN_METRICS_ADDR
+	// (9090 is Prometheus's own default) stops the start before anything
+	// says "listening".
+	if err := a.startOps(ctx); err != nil {
 		a.stopJobs(ctx)
 		return err
 	}
-	if err := a.startOps(ctx); err != nil {
-		_ = a.web.Stop(ctx)
+	if err := a.web.Start(ctx); err != nil {
+		a.stopOps()
 		a.stopJobs(ctx)
 		return err
+	}
+	if a.redis != nil {
+		if msg := a.redisState(ctx); msg != "ok" {
+			a.logger.Warn("redis "+msg, "redis_prefix", a.cfg.RedisPrefix)
+		}
 	}
 	return nil
+}
+
+// stopOps closes the operations listener and stops the gauges' refresh.
+func (a *App) stopOps() {
+	if a.ops != nil {
+		_ = a.ops.Close()
+	}
+	if a.stopMetrics != nil {
+		a.stopMetrics()
+	}
+}
+
+// redisState says whether the configured Redis answers: "ok", or what its
+// absence means. Redis only saves work, so it never makes Guardian unready.
+func (a *App) redisState(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := a.redis.Ping(ctx).Err(); err != nil {
+		return "unreachable: the duplicate filter steps aside and every delivery goes to Postgres (results are the same; only work is lost)"
+	}
+	return "ok"
+}
+
+// readyDetail is what /readyz reports beside its status.
+func (a *App) readyDetail(ctx context.Context) map[string]string {
+	if a.redis == nil {
+		return nil
+	}
+	return map[string]string{"redis": a.redisState(ctx)}
 }
 
 // startOps serves the operations listener and starts the table gauges'
@@ -334,12 +371,7 @@ func (a *App) Stop(ctx context.Context) error {
 	if a.web != nil {
 		errs = append(errs, a.web.Stop(ctx))
 	}
-	if a.ops != nil {
-		_ = a.ops.Close()
-	}
-	if a.stopMetrics != nil {
-		a.stopMetrics()
-	}
+	a.stopOps()
 	if a.stopRiverUI != nil {
 		a.stopRiverUI()
 	}

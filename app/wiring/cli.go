@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -123,6 +124,9 @@ func runConfig(args []string, getenv func(string) string, stdout, stderr io.Writ
 		fmt.Fprint(stderr, commandUsage["config"])
 		return ExitUsage
 	}
+	for _, w := range UnknownVariables(os.Environ()) {
+		fmt.Fprintln(stderr, "guardian: warning: "+w)
+	}
 	if _, err := ConfigFromEnv(getenv); err != nil {
 		fmt.Fprintf(stderr, "guardian: configuration refused:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitUsage
@@ -196,6 +200,9 @@ func appFrom(ctx context.Context, getenv func(string) string, stderr io.Writer, 
 	if err != nil {
 		fmt.Fprintf(stderr, "guardian: %v\n", err)
 		return nil, nil, ExitUsage
+	}
+	for _, w := range UnknownVariables(os.Environ()) {
+		logger.Warn(w)
 	}
 	a, err := New(ctx, cfg, logger)
 	if err != nil {

@@ -46,6 +46,14 @@ func TestConfigCheckAndVersion(t *testing.T) {
 	if code := Main(context.Background(), []string{"config", "check"}, production(nil), &out, &errOut); code != ExitOK || !strings.Contains(out.String(), "configuration ok") {
 		t.Fatalf("a good configuration: exit %d, %q", code, out.String())
 	}
+	// One validation serves `config check` and `serve`: a level serve
+	// would refuse is refused here too.
+	out.Reset()
+	errOut.Reset()
+	if code := Main(context.Background(), []string{"config", "check"}, production(map[string]string{"GUARDIAN_LOG_LEVEL": "verbose"}), &out, &errOut); code != ExitUsage ||
+		!strings.Contains(errOut.String(), "GUARDIAN_LOG_LEVEL") {
+		t.Fatalf("GUARDIAN_LOG_LEVEL=verbose: exit %d, %q", code, errOut.String())
+	}
 	out.Reset()
 	if code := Main(context.Background(), []string{"version"}, envOf(nil), &out, &errOut); code != ExitOK || !strings.HasPrefix(out.String(), "guardian ") {
 		t.Fatalf("version: exit %d, %q", code, out.String())

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"slices"
@@ -305,6 +306,10 @@ func (c *Config) Validate() error {
 	case c.TokenStore == "redis" && c.RedisURL == "":
 		errs = append(errs, errors.New("GUARDIAN_TOKEN_STORE=redis needs REDIS_URL"))
 	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("GUARDIAN_LOG_LEVEL: want debug, info, warn or error, got %q", c.LogLevel))
+	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("GUARDIAN_LOG_FORMAT: want json or text, got %q", c.LogFormat))
 	}
@@ -455,4 +460,67 @@ func list(v, seps string) []string {
 		}
 	}
 	return out
+}
+
+// Variables lists every GUARDIAN_* variable Guardian reads: the server's
+// configuration and the CLI's. TestVariablesAreTheOnesRead keeps it equal
+// to the names the source reads.
+var Variables = []string{
+	"GUARDIAN_ADDR", "GUARDIAN_ADMIN_TOKEN", "GUARDIAN_API", "GUARDIAN_BATCH", "GUARDIAN_BATCH_WRITERS",
+	"GUARDIAN_CONNECTOR_LOOKUP_URL", "GUARDIAN_CONNECTOR_SECRET", "GUARDIAN_CONNECTOR_TIMEOUT", "GUARDIAN_CONNECTOR_URL",
+	"GUARDIAN_DEV", "GUARDIAN_DISPATCH_LEASE", "GUARDIAN_DISPATCH_WORKERS", "GUARDIAN_LOG_FORMAT", "GUARDIAN_LOG_LEVEL",
+	"GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH", "GUARDIAN_METRICS_URL", "GUARDIAN_MIGRATE",
+	"GUARDIAN_OPERATOR_TOKEN", "GUARDIAN_PPROF", "GUARDIAN_PPROF_ADDR", "GUARDIAN_PPROF_ALLOW_REMOTE", "GUARDIAN_PUBLIC_URL",
+	"GUARDIAN_RECONCILE_GRACE", "GUARDIAN_RECONCILE_INTERVAL", "GUARDIAN_REDIS_PREFIX", "GUARDIAN_SESSION_TTL",
+	"GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_SECRETS",
+	"GUARDIAN_STRIPE_API_KEY", "GUARDIAN_STRIPE_API_URL", "GUARDIAN_STRIPE_BACKFILL_INTERVAL", "GUARDIAN_STRIPE_FULFIL_TYPES",
+	"GUARDIAN_STRIPE_SECRETS", "GUARDIAN_SWEEP_INTERVAL", "GUARDIAN_TIMESTAMP_TOLERANCE", "GUARDIAN_TOKEN_STORE",
+	"GUARDIAN_TRUSTED_PROXIES", "GUARDIAN_URL", "GUARDIAN_WORKERS",
+}
+
+// UnknownVariables returns a warning for each GUARDIAN_* name in environ
+// ("NAME=value" entries) that Guardian does not read, naming the variable
+// it probably meant: a misspelt name would otherwise be ignored silently.
+func UnknownVariables(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "GUARDIAN_") || slices.Contains(Variables, name) {
+			continue
+		}
+		warning := name + " is not a variable Guardian reads: it is ignored"
+		best, dist := "", 4
+		for _, v := range Variables {
+			if d := editDistance(name, v); d < dist {
+				best, dist = v, d
+			}
+		}
+		if best != "" {
+			warning += " (did you mean " + best + "?)"
+		}
+		out = append(out, warning)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

@@ -1,6 +1,9 @@
 package wiring
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -168,5 +171,55 @@ func TestConfigAPIOff(t *testing.T) {
 	_, err = ConfigFromEnv(production(map[string]string{"GUARDIAN_ADMIN_TOKEN": "short"}))
 	if err == nil || !strings.Contains(err.Error(), "at least 16") {
 		t.Fatalf("short token accepted: %v", err)
+	}
+}
+
+// TestVariablesAreTheOnesRead keeps Variables equal to the GUARDIAN_* names
+// the source reads, so a new variable is never warned about as unknown.
+func TestVariablesAreTheOnesRead(t *testing.T) {
+	t.Parallel()
+	read := map[string]bool{}
+	for _, dir := range []string{".", "../loadgen"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range regexp.MustCompile(`"(GUARDIAN_[A-Z_]+)"`).FindAllStringSubmatch(string(src), -1) {
+				read[m[1]] = true
+			}
+		}
+	}
+	listed := map[string]bool{}
+	for _, v := range Variables {
+		listed[v] = true
+		if !read[v] {
+			t.Errorf("Variables lists %s, which nothing reads", v)
+		}
+	}
+	for v := range read {
+		if !listed[v] {
+			t.Errorf("%s is read but not in Variables: it would be warned about as unknown", v)
+		}
+	}
+}
+
+func TestUnknownVariables(t *testing.T) {
+	t.Parallel()
+	got := UnknownVariables([]string{"GUARDIAN_LOG_LEVLE=debug", "GUARDIAN_ADDR=:8080", "PATH=/bin", "GUARDIAN_FROBNICATE=1", "GUARDIAN_STRIPE_SECRET=whsec_x"})
+	want := []string{
+		"GUARDIAN_FROBNICATE is not a variable Guardian reads: it is ignored",
+		"GUARDIAN_LOG_LEVLE is not a variable Guardian reads: it is ignored (did you mean GUARDIAN_LOG_LEVEL?)",
+		"GUARDIAN_STRIPE_SECRET is not a variable Guardian reads: it is ignored (did you mean GUARDIAN_STRIPE_SECRETS?)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("UnknownVariables =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
