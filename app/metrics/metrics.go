@@ -37,12 +37,11 @@ type Metrics struct {
 }
 
 // New registers Guardian's metrics, Go and process collectors, and the
-// fulfilment-table collector on reg.
-func New(reg prometheus.Registerer, store *db.Store, logger *slog.Logger) (*Metrics, error) {
-	table := &tableCollector{logger: logger}
-	if store != nil {
-		table.reader = db.NewStatsReader(store.Pool())
-	}
+// fulfilment-table collector on reg. The table's gauges read through
+// stats, the reader the dashboard and the API read through too, so every
+// view shows one count (nil: no table gauges).
+func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) (*Metrics, error) {
+	table := &tableCollector{logger: logger, reader: stats}
 	m := &Metrics{
 		table: table,
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -36,7 +36,7 @@ func TestScrapesNeverQueryTheTable(t *testing.T) {
 	t.Parallel()
 	d := dbtest.NewDB(t)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, db.New(d.Pool), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, err := metrics.New(reg, db.NewStatsReader(d.Pool), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 
 	require.Empty(t, series(t, reg, "guardian_fulfilments"), "no gauge before the first read, rather than a false zero")
@@ -74,7 +74,7 @@ func TestFulfilledIsRecountedRarely(t *testing.T) {
 	ctx := context.Background()
 	d := dbtest.NewDB(t)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, db.New(d.Pool), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, err := metrics.New(reg, db.NewStatsReader(d.Pool), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	pending(t, d, 3, "a")
 	require.NoError(t, m.RefreshTable(ctx))

@@ -147,7 +147,10 @@ func (a *App) build(ctx context.Context) error {
 
 	a.registry = prometheus.NewRegistry()
 	store := db.New(a.pool)
-	m, err := metrics.New(a.registry, store, a.logger)
+	// One reader of the table's counts for the gauges, the overview and
+	// /api/v1/stats: one count everywhere.
+	stats := db.NewStatsReader(a.pool)
+	m, err := metrics.New(a.registry, stats, a.logger)
 	if err != nil {
 		return err
 	}
@@ -186,7 +189,7 @@ func (a *App) build(ctx context.Context) error {
 	webCfg := web.Config{
 		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Service: service,
 		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready, ReadyDetail: a.readyDetail, SessionTTL: cfg.SessionTTL,
-		Metrics: m, Tracer: tracer, PublicURL: cfg.PublicURL, TrustedProxies: cfg.TrustedProxies, Store: store,
+		Metrics: m, Stats: stats, Tracer: tracer, PublicURL: cfg.PublicURL, TrustedProxies: cfg.TrustedProxies, Store: store,
 	}
 	var tokenStore tokens.Store = tokens.Postgres{Store: store}
 	if cfg.TokenStore == "redis" {
