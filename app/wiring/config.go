@@ -275,7 +275,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("GUARDIAN_STRIPE_SECRETS is empty: set the endpoint signing secret(s), comma-separated"))
 	}
 	if len(c.StandardSecrets) == 0 {
-		errs = append(errs, errors.New("GUARDIAN_STANDARD_SECRETS is empty: set the whsec_ signing secret(s), space-separated"))
+		errs = append(errs, errors.New("GUARDIAN_STANDARD_SECRETS is empty: set the whsec_ signing secret(s), space- or comma-separated"))
 	}
 	if !c.Dev && c.ConnectorURL == "" {
 		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_URL is empty: Guardian needs a connector to fulfil payments (GUARDIAN_DEV=1 uses a logging connector for local development)"))

@@ -57,7 +57,7 @@ var (
 	runs        = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
 	only        = flag.String("only", "", "run one comparison only: dispatch, or curve")
-	curvePath   = flag.String("curve", filepath.Join(repoRoot(), "docs", "performance-curve.png"), "where to draw throughput and p99 against concurrency")
+	curvePath   = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
 )
 
 // extraEnv is -env KEY=VALUE, repeated: set on every Guardian the bench
