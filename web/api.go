@@ -167,7 +167,7 @@ type FulfilmentDetail struct {
 }
 
 func (s *Server) apiGetFulfilment(c echo.Context) error {
-	d, err := s.fulfilmentDetail(c, c.Param("id"))
+	d, err := s.fulfilmentDetail(c, fulfilmentID(c.Param("id")))
 	if err != nil {
 		return err
 	}
@@ -235,7 +235,7 @@ func (s *Server) apiResolve(c echo.Context) error {
 	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
-	f, err := s.resolve(c, c.Param("id"), req)
+	f, err := s.resolve(c, fulfilmentID(c.Param("id")), req)
 	if err != nil {
 		return err
 	}
@@ -273,7 +273,7 @@ func (s *Server) apiReopen(c echo.Context) error {
 	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
-	id := c.Param("id")
+	id := fulfilmentID(c.Param("id"))
 	if !db.ValidUUID(id) {
 		return &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
 	}

@@ -358,3 +358,34 @@ func TestReadEndpoints(t *testing.T) {
 	require.Equal(t, 0, st.ByState["needs_reconciliation"])
 	require.Nil(t, st.OldestNeedsReconciliationAge)
 }
+
+// TestIDsInUpperCase: a fulfilment id copied in upper case (a receiver's
+// log, a spreadsheet) finds its row everywhere an operator names one.
+func TestIDsInUpperCase(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{answer: unknownFirst()})
+	id := b.parked(t, "evt_up", "pi_up")
+	up := strings.ToUpper(id)
+	code, body := b.api(t, "GET", "/api/v1/fulfilments/"+up, b.token, nil)
+	require.Equal(t, http.StatusOK, code, string(body))
+	code, body = b.api(t, "POST", "/api/v1/fulfilments/recheck", b.token, web.BulkRequest{IDs: []string{up}})
+	require.Equal(t, http.StatusConflict, code, "no lookup here; the id itself was found: %s", body)
+	code, body = b.api(t, "POST", "/api/v1/fulfilments/"+up+"/resolve", b.token,
+		web.ResolveRequest{Attempt: 1, Resolution: "fulfilled", Reason: "receiver has it", Evidence: "order 1"})
+	require.Equal(t, http.StatusOK, code, "not 409 moved: %s", body)
+	require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, id).State)
+
+	failed := b.reach(t, "evt_up_2", "pi_up_2", state.NeedsReconciliation)
+	tx, err := b.db.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`) // past the guard: declined, as far as this test goes
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `UPDATE fulfilment SET state = 'failed' WHERE id = $1`, failed)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(b.ctx))
+	code, body = b.api(t, "POST", "/api/v1/fulfilments/retry", b.token, web.BulkRequest{IDs: []string{strings.ToUpper(failed)}})
+	require.Equal(t, http.StatusOK, code, string(body))
+	var answer web.BulkAnswer
+	require.NoError(t, json.Unmarshal(body, &answer))
+	require.Equal(t, "retried", answer.Results[0].Result, "not not_found")
+}

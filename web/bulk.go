@@ -80,7 +80,7 @@ func (s *Server) apiBulk(c echo.Context, a bulkAction) error {
 	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
-	out, err := s.bulk(c, a, req.IDs)
+	out, err := s.bulk(c, a, fulfilmentIDs(req.IDs))
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func (s *Server) handleBulkAsk(c echo.Context) error {
 	if !ok {
 		return &HTTPError{Code: http.StatusBadRequest, Msg: "unknown bulk action"}
 	}
-	ids := slices.Compact(slices.Sorted(slices.Values(c.Request().Form["id"])))
+	ids := slices.Compact(slices.Sorted(slices.Values(fulfilmentIDs(c.Request().Form["id"]))))
 	if len(ids) == 0 || len(ids) > fulfilment.MaxBulk {
 		return &HTTPError{Code: http.StatusBadRequest, Msg: fulfilment.ErrTooMany.Error()}
 	}

@@ -317,7 +317,7 @@ func (s *Server) handleSearch(c echo.Context) error {
 		return s.render(c, http.StatusOK, "search", page{Title: "Search"})
 	}
 	if db.ValidUUID(q) {
-		return c.Redirect(http.StatusSeeOther, "/fulfilments/"+url.PathEscape(q))
+		return c.Redirect(http.StatusSeeOther, "/fulfilments/"+url.PathEscape(fulfilmentID(q)))
 	}
 	if len(q) > 255 {
 		return &HTTPError{Code: http.StatusBadRequest, Msg: "search is longer than 255 bytes"}
@@ -438,7 +438,7 @@ func (s *Server) handleListCSV(c echo.Context) error {
 }
 
 func (s *Server) handleFulfilmentPage(c echo.Context) error {
-	d, err := s.fulfilmentDetail(c, c.Param("id"))
+	d, err := s.fulfilmentDetail(c, fulfilmentID(c.Param("id")))
 	if err != nil {
 		return err
 	}
@@ -467,7 +467,7 @@ func (s *Server) handleResolveAsk(c echo.Context) error {
 	sess := c.Get("session").(session)
 	attempt, _ := strconv.Atoi(c.FormValue("attempt"))
 	intent := resolveIntent{
-		FulfilmentID: c.Param("id"), Attempt: attempt, Resolution: c.FormValue("resolution"),
+		FulfilmentID: fulfilmentID(c.Param("id")), Attempt: attempt, Resolution: c.FormValue("resolution"),
 		Reason: strings.TrimSpace(c.FormValue("reason")), Evidence: strings.TrimSpace(c.FormValue("evidence")), Credential: sess.Credential,
 	}
 	d, err := s.fulfilmentDetail(c, intent.FulfilmentID)
@@ -490,7 +490,7 @@ func (s *Server) handleResolveAsk(c echo.Context) error {
 // the resolution it is bound to, once.
 func (s *Server) handleResolveConfirm(c echo.Context) error {
 	sess := c.Get("session").(session)
-	id := c.Param("id")
+	id := fulfilmentID(c.Param("id"))
 	raw, err := s.cfg.Tokens.Internal().RedeemFor(c.Request().Context(), c.FormValue("token"), resolvePurpose)
 	if errors.Is(err, tokens.ErrGone) {
 		return s.renderFulfilmentError(c, id, http.StatusGone, "This confirmation was already used or has expired. Nothing was changed by it; check the timeline below.")
