@@ -11,6 +11,9 @@
 //     dispatch lease ran out, and prunes expired single-use tokens.
 //   - ReconcileWorker, every ReconcileInterval on the leader when the
 //     connector can look up its keys, resolves parked fulfilments by lookup.
+//   - BackfillWorker, on start and every BackfillInterval on the leader when
+//     a Stripe API key is configured, lists the events Stripe could not
+//     deliver (app/backfill) and passes each through intake, as a webhook.
 //
 // Periodic work runs under a Guardian lock as well as River's leadership, so
 // a round never overlaps itself across processes; the sweep writes under

@@ -5,30 +5,36 @@
 //
 // # States
 //
-//	pending --> dispatching --+--> fulfilled              (connector said done)
-//	   ^                      +--> needs_reconciliation   (outcome unknown)
-//	   |                      +--> failed                 (rejected: nothing done)
-//	   +-- (only with proof that nothing happened)
-//	needs_reconciliation --> fulfilled | pending | cancelled   (by facts)
-//
-// Every move is one conditional UPDATE naming the state (and, once
-// dispatched, the attempt) it expects, logged in the same statement; zero
-// rows means someone else moved the row first. The database refuses moves
-// the state machine does not allow (app/state holds the same table).
+// The state machine is drawn once, in app/state's doc. Every move is one
+// conditional UPDATE naming the state (and, once dispatched, the attempt)
+// it expects, logged in the same statement; zero rows means someone else
+// moved the row first. The database refuses moves the state machine does
+// not allow (app/state holds the same table).
 //
 // # Where each move lives
 //
-//   - Accept (intake.go): a verified event is stored once; a fulfilling one
-//     creates the payment's pending fulfilment and its dispatch job in the
-//     same transaction. Replay runs a stored event through the same path.
-//   - Dispatch (dispatch.go): pending -> dispatching (claim, committed before
-//     the call), then by the call's outcome to fulfilled, failed,
-//     needs_reconciliation or back to pending (not sent). A row found
-//     dispatching is parked; a late success settles a parked row.
-//   - Sweep (sweep.go): dispatching past its lease -> needs_reconciliation.
-//   - Reconcile (reconcile.go): a lookup's "done" -> fulfilled, "not done"
-//     -> pending with a new dispatch; "cannot tell" leaves it parked.
-//   - Resolve (resolve.go): an operator's fulfilled, pending or cancelled.
+//   - Accept (intake.go, with its group commit in batch.go): a verified
+//     event is stored once; a fulfilling one creates the payment's pending
+//     fulfilment, under the payment's key, and its dispatch job in the same
+//     transaction. Replay runs a stored event through the same path.
+//   - Dispatch (dispatch.go): pending -> dispatching (claim, committed
+//     before the call, with its deadline), then by the call's outcome to
+//     fulfilled, failed (a signed decline), needs_reconciliation (unknown,
+//     409, an unsigned refusal) or back to pending (not sent, not
+//     delivered). A row found dispatching is parked; a late success settles
+//     a parked row.
+//   - Sweep (sweep.go): dispatching past its lease and its claim's own
+//     deadline -> needs_reconciliation; a pending row with no live job gets
+//     one.
+//   - Reconcile (reconcile.go): a lookup's "done" -> fulfilled; "not done"
+//     -> pending with a new dispatch under the same key, or failed when the
+//     parked call was refused; "declined" -> failed; "in progress" and
+//     "cannot tell" leave it parked.
+//   - Recheck (bulk.go): the reconciler's lookup, asked now by an operator.
+//   - Retry (bulk.go): a failed fulfilment's event through intake again: a
+//     new fulfilment under the payment's next key.
+//   - Resolve and Reopen (resolve.go): an operator's fulfilled, pending or
+//     cancelled; a cancelled row back to needs_reconciliation.
 //
 // # Failure handling
 //

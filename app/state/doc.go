@@ -4,11 +4,22 @@
 //
 // # States
 //
-//	pending --> dispatching --+--> fulfilled              (connector said done)
-//	   ^                      +--> needs_reconciliation   (outcome unknown)
-//	   |                      +--> failed                 (definitively rejected)
-//	   +-- only with proof that nothing happened
-//	needs_reconciliation --> fulfilled | pending | cancelled   (by facts)
+// The one drawing of the state machine; app/fulfilment's doc names the
+// code that makes each move.
+//
+//	pending --> dispatching --+--> fulfilled              (the receiver said done)
+//	   ^                      +--> needs_reconciliation   (outcome unknown: crash, timeout,
+//	   |                      |                            5xx, 409 in progress, unsigned 4xx)
+//	   |                      +--> failed                 (the receiver declined the key, signed)
+//	   +-- only with proof that nothing happened: never connected, or refused
+//	       before the receiver's logic (not delivered)
+//	needs_reconciliation --> fulfilled | pending | failed | cancelled   (by facts: a lookup,
+//	                                                                      a late answer, an operator)
+//	cancelled --> needs_reconciliation                                  (an audited reopening)
+//
+// failed and fulfilled are final; failed alone frees the payment for its
+// next key. cancelled keeps the payment: only a reopening, on the same row
+// and key, moves it on.
 //
 // # Failure handling
 //

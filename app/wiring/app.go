@@ -1,4 +1,4 @@
-// Package app is Guardian's configuration, wiring and lifecycle: it builds
+// Package wiring is Guardian's configuration, wiring and lifecycle: it builds
 // the pool, migrations, providers, connector, filter, River client and HTTP
 // server from a Config, and starts and stops them in order. Only main
 // imports it.
