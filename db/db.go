@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -83,4 +84,14 @@ func wrap(op string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %w", op, translate(err))
+}
+
+// prefixed qualifies each of a column list's names with prefix ("f."), for
+// statements that join a table whose columns they list.
+func prefixed(prefix, columns string) string {
+	parts := strings.Split(columns, ", ")
+	for i, c := range parts {
+		parts[i] = prefix + c
+	}
+	return strings.Join(parts, ", ")
 }

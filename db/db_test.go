@@ -31,10 +31,20 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{ctx: context.Background(), tx: dbtest.Tx(t)}
 }
 
+// insertEvent stores one event through InsertEvents, the path intake
+// takes for every delivery.
+func insertEvent(ctx context.Context, q db.DBTX, p db.EventParams) (id int64, inserted bool, err error) {
+	stored, err := db.InsertEvents(ctx, q, []db.BatchEvent{{EventParams: p, Deliveries: 1}})
+	if err != nil {
+		return 0, false, err
+	}
+	return stored[0].ID, stored[0].Inserted, nil
+}
+
 // newFulfilment stores an event and its pending fulfilment.
 func newFulfilment(t *testing.T, ctx context.Context, q db.DBTX, eventID, paymentID string) string {
 	t.Helper()
-	pk, inserted, err := db.InsertEvent(ctx, q, db.EventParams{Provider: "stripe", EventID: eventID, Type: "payment_intent.succeeded", PaymentID: paymentID, Payload: []byte(`{"id":"` + eventID + `"}`)})
+	pk, inserted, err := insertEvent(ctx, q, db.EventParams{Provider: "stripe", EventID: eventID, Type: "payment_intent.succeeded", PaymentID: paymentID, Payload: []byte(`{"id":"` + eventID + `"}`)})
 	require.NoError(t, err)
 	require.True(t, inserted)
 	id, inserted, err := db.InsertFulfilment(ctx, q, pk, "test", "payment event received")
@@ -50,10 +60,10 @@ func TestInsertEvent(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		p := db.EventParams{Provider: "stripe", EventID: "evt_1", Type: "charge.updated", Payload: []byte(`{"a":1}`)}
-		id1, inserted, err := db.InsertEvent(b.ctx, b.tx, p)
+		id1, inserted, err := insertEvent(b.ctx, b.tx, p)
 		require.NoError(t, err)
 		require.True(t, inserted)
-		id2, inserted, err := db.InsertEvent(b.ctx, b.tx, p)
+		id2, inserted, err := insertEvent(b.ctx, b.tx, p)
 		require.NoError(t, err)
 		require.False(t, inserted)
 		require.Equal(t, id1, id2)
@@ -70,7 +80,7 @@ func TestInsertEvent(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for _, prov := range []string{"stripe", "standard"} {
-			_, inserted, err := db.InsertEvent(b.ctx, b.tx, db.EventParams{Provider: prov, EventID: "evt_1", Type: "x", Payload: []byte(`{}`)})
+			_, inserted, err := insertEvent(b.ctx, b.tx, db.EventParams{Provider: prov, EventID: "evt_1", Type: "x", Payload: []byte(`{}`)})
 			require.NoError(t, err)
 			require.True(t, inserted)
 		}
@@ -100,7 +110,7 @@ func TestInsertFulfilment(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
-		pk, _, err := db.InsertEvent(b.ctx, b.tx, db.EventParams{Provider: "stripe", EventID: "evt_b", Type: "checkout.session.completed", PaymentID: "pi_1", Payload: []byte(`{}`)})
+		pk, _, err := insertEvent(b.ctx, b.tx, db.EventParams{Provider: "stripe", EventID: "evt_b", Type: "checkout.session.completed", PaymentID: "pi_1", Payload: []byte(`{}`)})
 		require.NoError(t, err)
 		_, inserted, err := db.InsertFulfilment(b.ctx, b.tx, pk, "test", "payment event received")
 		require.NoError(t, err)
@@ -141,7 +151,7 @@ func TestInsertFulfilment(t *testing.T) {
 	t.Run("NotForAnEventThatFulfilsNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		pk, _, err := db.InsertEvent(b.ctx, b.tx, db.EventParams{Provider: "stripe", EventID: "evt_x", Type: "customer.created", Payload: []byte(`{}`)})
+		pk, _, err := insertEvent(b.ctx, b.tx, db.EventParams{Provider: "stripe", EventID: "evt_x", Type: "customer.created", Payload: []byte(`{}`)})
 		require.NoError(t, err)
 		_, inserted, err := db.InsertFulfilment(b.ctx, b.tx, pk, "test", "no payment")
 		require.NoError(t, err)
@@ -384,7 +394,7 @@ func TestKeysDeriveFromThePayment(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Transit(a.ctx, a.tx, db.TransitionParams{ID: idA, From: "dispatching", To: "failed", Attempt: 1, Actor: "w", Reason: "declined"})
 	require.NoError(t, err)
-	pk, _, err := db.InsertEvent(a.ctx, a.tx, db.EventParams{Provider: "stripe", EventID: "evt_d", Type: "payment_intent.succeeded", PaymentID: "pi_same", Payload: []byte(`{}`)})
+	pk, _, err := insertEvent(a.ctx, a.tx, db.EventParams{Provider: "stripe", EventID: "evt_d", Type: "payment_intent.succeeded", PaymentID: "pi_same", Payload: []byte(`{}`)})
 	require.NoError(t, err)
 	next, inserted, err := db.InsertFulfilment(a.ctx, a.tx, pk, "test", "retry")
 	require.NoError(t, err)

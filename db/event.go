@@ -32,17 +32,6 @@ type EventParams struct {
 	Origin    string // "webhook" (the default) or "backfill"
 }
 
-// InsertEvent stores a new event, or, when (provider, event_id) is already
-// stored, counts one more delivery and writes nothing else. inserted tells
-// which happened.
-func InsertEvent(ctx context.Context, q DBTX, p EventParams) (id int64, inserted bool, err error) {
-	stored, err := InsertEvents(ctx, q, []BatchEvent{{EventParams: p, Deliveries: 1}})
-	if err != nil {
-		return 0, false, err
-	}
-	return stored[0].ID, stored[0].Inserted, nil
-}
-
 const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), body, deliveries, first_seen_at, last_seen_at`
 
 func scanEvent(row pgx.Row) (Event, error) {
@@ -116,4 +105,10 @@ func ListEvents(ctx context.Context, q DBTX, p EventListParams) ([]Event, string
 		next = encodeIDCursor(es[len(es)-1].ID)
 	}
 	return es, next, nil
+}
+
+// GetEventByPK returns the event stored under its row id.
+func GetEventByPK(ctx context.Context, q DBTX, pk int64) (Event, error) {
+	e, err := scanEvent(q.QueryRow(ctx, `SELECT `+eventColumns+` FROM webhook_event WHERE id = $1`, pk))
+	return e, wrap("get event", err)
 }

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -150,4 +151,35 @@ func IdempotencyKey(ctx context.Context, q DBTX, provider, paymentID string, dec
 	var key string
 	err := q.QueryRow(ctx, `SELECT guardian_idempotency_key($1, $2, $3)`, provider, paymentID, declined).Scan(&key)
 	return key, wrap("derive idempotency key", err)
+}
+
+// FulfilmentsByEvent returns every fulfilment an event created, oldest first.
+func FulfilmentsByEvent(ctx context.Context, q DBTX, eventPK int64) ([]Fulfilment, error) {
+	rows, err := q.Query(ctx, `SELECT `+fulfilmentColumns+` FROM fulfilment WHERE event_pk = $1 ORDER BY created_at, id`, eventPK)
+	if err != nil {
+		return nil, wrap("list fulfilments by event", err)
+	}
+	fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fulfilment, error) { return scanFulfilment(r) })
+	return fs, wrap("list fulfilments by event", err)
+}
+
+// ValidUUID reports whether s is a UUID in its canonical text form, so a
+// malformed id from outside is "not found" rather than a database error.
+func ValidUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
+				return false
+			}
+		}
+	}
+	return true
 }

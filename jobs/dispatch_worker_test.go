@@ -26,10 +26,10 @@ func TestDispatchWorker(t *testing.T) {
 		id := b.pay(t, "evt_1", "pi_1")
 		f := b.db.WaitState(t, id, state.Fulfilled)
 		require.Equal(t, 1, f.Attempt)
-		require.Equal(t, 1, rec.CallsFor(id))
+		b.waitJobs(t, `kind = 'guardian_dispatch' AND state = 'completed'`, 1)
+		require.Equal(t, 1, rec.CallsFor(id), "one call, counted after the job finished")
 		ts := b.db.Transitions(t, id)
 		require.Regexp(t, `^dispatcher \S+ job \d+$`, ts[len(ts)-1].Actor)
-		b.waitJobs(t, `kind = 'guardian_dispatch' AND state = 'completed'`, 1)
 	})
 
 	t.Run("RetriedJobOnDispatchingRowParksWithoutCalling", func(t *testing.T) {
@@ -102,6 +102,9 @@ func TestConnectorOutcomes(t *testing.T) {
 			b := setup(t, conn, true, options{})
 			id := b.pay(t, "evt_1", "pi_1")
 			b.db.WaitState(t, id, tt.want)
+			// Exactly one call: counted once the job has finished, so a
+			// second call it made after recording the state would be seen.
+			b.waitJobs(t, `kind = 'guardian_dispatch' AND state = 'completed'`, 1)
 			require.Equal(t, b.db.Fulfilment(t, id).Key, <-calls)
 			require.Empty(t, calls, "exactly one call")
 		})

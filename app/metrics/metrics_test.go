@@ -23,9 +23,9 @@ func pending(t *testing.T, d *dbtest.DB, n int, run string) {
 	ctx := context.Background()
 	for i := range n {
 		id := fmt.Sprintf("%s_%d", run, i)
-		pk, _, err := db.InsertEvent(ctx, d.Pool, db.EventParams{Provider: "stripe", EventID: "evt_" + id, Type: "checkout.session.completed", PaymentID: "pi_" + id, Payload: []byte(`{}`)})
+		stored, err := db.InsertEvents(ctx, d.Pool, []db.BatchEvent{{Deliveries: 1, EventParams: db.EventParams{Provider: "stripe", EventID: "evt_" + id, Type: "checkout.session.completed", PaymentID: "pi_" + id, Payload: []byte(`{}`)}}})
 		require.NoError(t, err)
-		_, _, err = db.InsertFulfilment(ctx, d.Pool, pk, "test", "a test row")
+		_, _, err = db.InsertFulfilment(ctx, d.Pool, stored[0].ID, "test", "a test row")
 		require.NoError(t, err)
 	}
 }
