@@ -224,3 +224,107 @@ func errorClass(res connector.Result) string {
 	}
 	return res.Outcome.String()
 }
+
+// claimCall is one dispatch's claim waiting for its batch.
+type claimCall struct {
+	p   db.ClaimParams
+	in  db.DispatchInput
+	err error
+}
+
+// claim commits req's claim, alone or in a batch of concurrent claims, and
+// waits for it whatever ctx says: a claim that committed must be known to
+// its dispatcher, which then finds its deadline passed and sends nothing.
+func (s *Service) claim(ctx context.Context, p db.ClaimParams) (db.DispatchInput, error) {
+	if s.claims == nil {
+		return db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), p.ID, p.Actor, p.Evidence, p.Timeout)
+	}
+	c := &claimCall{p: p}
+	<-s.claims.Submit(c)
+	return c.in, c.err
+}
+
+// writeClaims claims a batch in one statement. A fulfilment named twice in
+// one batch (two jobs for it at once) is claimed by the first; the second
+// finds it claimed, as it would a moment later. A failed statement is
+// retried claim by claim.
+func (s *Service) writeClaims(ctx context.Context, batch []*claimCall) {
+	seen := map[string]bool{}
+	var params []db.ClaimParams
+	for _, c := range batch {
+		if !seen[c.p.ID] {
+			seen[c.p.ID] = true
+			params = append(params, c.p)
+		}
+	}
+	claimed, err := db.ClaimManyForDispatch(ctx, s.cfg.Store.Pool(), params)
+	if err != nil && len(batch) > 1 {
+		for _, c := range batch {
+			c.in, c.err = db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), c.p.ID, c.p.Actor, c.p.Evidence, c.p.Timeout)
+		}
+		return
+	}
+	given := map[string]bool{}
+	for _, c := range batch {
+		in, ok := claimed[c.p.ID]
+		switch {
+		case err != nil:
+			c.err = err
+		case !ok || given[c.p.ID]:
+			c.err = db.ErrConflict
+		default:
+			c.in, given[c.p.ID] = in, true
+		}
+	}
+}
+
+// outcomeCall is one conditional move waiting for its batch.
+type outcomeCall struct {
+	p   db.TransitionParams
+	err error
+}
+
+// transit makes one conditional move, alone or in a batch of concurrent
+// ones: nil, db.ErrConflict when the row was elsewhere, or the error that
+// kept it from being written.
+func (s *Service) transit(ctx context.Context, p db.TransitionParams) error {
+	if s.outcomes == nil {
+		_, err := db.Transit(ctx, s.cfg.Store.Pool(), p)
+		return err
+	}
+	c := &outcomeCall{p: p}
+	<-s.outcomes.Submit(c)
+	return c.err
+}
+
+// writeOutcomes makes a batch of moves in one statement; a row named twice
+// and every move of a failed statement are written move by move.
+func (s *Service) writeOutcomes(ctx context.Context, batch []*outcomeCall) {
+	seen := map[string]bool{}
+	var together, single []*outcomeCall
+	var params []db.TransitionParams
+	for _, c := range batch {
+		if seen[c.p.ID] {
+			single = append(single, c)
+			continue
+		}
+		seen[c.p.ID] = true
+		together, params = append(together, c), append(params, c.p)
+	}
+	moved, err := db.TransitMany(ctx, s.cfg.Store.Pool(), params)
+	switch {
+	case err != nil && len(batch) > 1:
+		single = append(single, together...)
+	case err != nil:
+		together[0].err = err
+	default:
+		for _, c := range together {
+			if _, ok := moved[c.p.ID]; !ok {
+				c.err = db.ErrConflict
+			}
+		}
+	}
+	for _, c := range single {
+		_, c.err = db.Transit(ctx, s.cfg.Store.Pool(), c.p)
+	}
+}

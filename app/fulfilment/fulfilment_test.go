@@ -128,3 +128,20 @@ func (b *testBundle) settle(t *testing.T, eventID, paymentID string, o state.Out
 	require.Equal(t, want, b.db.Fulfilment(t, id).State)
 	return id
 }
+
+// storm accepts evs all at once and returns each one's result and error.
+func (b *testBundle) storm(t *testing.T, evs []provider.Event) ([]fulfilment.AcceptResult, []error) {
+	t.Helper()
+	res, errs := make([]fulfilment.AcceptResult, len(evs)), make([]error, len(evs))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, ev := range evs {
+		wg.Go(func() {
+			<-start
+			res[i], errs[i] = b.svc.Accept(b.ctx, ev)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return res, errs
+}

@@ -1,6 +1,7 @@
 package fulfilment_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 
@@ -131,5 +132,92 @@ func TestReplay(t *testing.T) {
 		b := setup(t)
 		_, err := b.svc.Replay(b.ctx, "stripe", "evt_missing", "alice")
 		require.ErrorIs(t, err, db.ErrNotFound)
+	})
+}
+
+func TestIntakeBatches(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ConcurrentDeliveriesShareCommitsAndKeepTheInvariants", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// 150 payments, each with two event types, each delivered twice:
+		// 600 deliveries at once.
+		var evs []provider.Event
+		for i := range 150 {
+			for _, typ := range []string{"checkout.session.completed", "payment_intent.succeeded"} {
+				ev := paymentEvent(fmt.Sprintf("evt_%s_%d", typ[:3], i), fmt.Sprintf("pi_%d", i))
+				ev.Type = typ
+				evs = append(evs, ev, ev)
+			}
+		}
+		res, errs := b.storm(t, evs)
+		outcomes := map[fulfilment.Outcome]int{}
+		created := map[string]bool{}
+		for i := range res {
+			require.NoError(t, errs[i])
+			outcomes[res[i].Outcome]++
+			if res[i].FulfilmentID != "" {
+				require.False(t, created[res[i].FulfilmentID])
+				created[res[i].FulfilmentID] = true
+			}
+		}
+		require.Equal(t, 300, outcomes[fulfilment.NewEvent], "each event stored by exactly one delivery")
+		require.Equal(t, 300, outcomes[fulfilment.DuplicatePostgres])
+		require.Len(t, created, 150, "one fulfilment per payment")
+		require.Equal(t, 300, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
+		require.Equal(t, 600, b.db.Count(t, `SELECT sum(deliveries)::int FROM webhook_event`), "every delivery counted")
+		require.Equal(t, 150, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
+		require.Equal(t, 150, b.db.Count(t, `SELECT count(*) FROM fulfilment_transition`))
+		for id := range created {
+			require.Equal(t, 1, b.enqueuer.count(id), "one dispatch job per fulfilment")
+		}
+		// Rows written by one transaction share its xmin: fewer
+		// transactions than events means deliveries shared commits.
+		commits := b.db.Count(t, `SELECT count(DISTINCT xmin::text) FROM webhook_event`)
+		require.Less(t, commits, 300, "deliveries were batched")
+		t.Logf("300 events in %d intake transactions", commits)
+	})
+
+	t.Run("APoisonRowFailsOnlyItself", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var evs []provider.Event
+		for i := range 100 {
+			evs = append(evs, paymentEvent(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i)))
+		}
+		// Postgres text cannot hold NUL: these rows fail any statement
+		// they are in.
+		poison := map[int]bool{17: true, 60: true}
+		for i := range poison {
+			evs[i].ID = fmt.Sprintf("evt_poison\x00%d", i)
+		}
+		res, errs := b.storm(t, evs)
+		for i := range evs {
+			if poison[i] {
+				require.Error(t, errs[i], "the poison row is refused")
+				continue
+			}
+			require.NoError(t, errs[i], "delivery %d failed with its batch's poison row", i)
+			require.Equal(t, fulfilment.NewEvent, res[i].Outcome)
+			require.NotEmpty(t, res[i].FulfilmentID)
+		}
+		require.Equal(t, 98, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
+		require.Equal(t, 98, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
+		require.Len(t, b.enqueuer.ids, 98, "one dispatch job per stored payment")
+	})
+
+	t.Run("OneBatchOneDeliveryWithoutBatching", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, func(c *fulfilment.Config) { c.Batch = 1 })
+		var evs []provider.Event
+		for i := range 40 {
+			evs = append(evs, paymentEvent(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i)))
+		}
+		_, errs := b.storm(t, evs)
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		require.Equal(t, 40, b.db.Count(t, `SELECT count(DISTINCT xmin::text) FROM webhook_event`), "Batch 1: a transaction each")
 	})
 }

@@ -174,3 +174,11 @@ func (s *Service) DispatchLease() time.Duration { return s.cfg.DispatchLease }
 
 // Reconciles reports whether Reconcile can ask anyone: a Looker is set.
 func (s *Service) Reconciles() bool { return s.cfg.Looker != nil }
+
+// Batching defaults.
+const (
+	// DefaultBatch caps the items of one batch.
+	DefaultBatch = 256
+	// DefaultBatchWriters is how many batches of one kind may run at once.
+	DefaultBatchWriters = 4
+)
