@@ -103,8 +103,8 @@ func (s *Server) bulk(c echo.Context, a bulkAction, ids []string) (BulkAnswer, e
 	}
 	out := BulkAnswer{Results: make([]BulkItem, len(rs))}
 	for i, r := range rs {
-		out.Results[i] = BulkItem{ID: r.ID, Result: string(r.Result), FulfilmentID: r.FulfilmentID}
-		if r.Result == fulfilment.BulkFailed {
+		out.Results[i] = BulkItem{ID: r.ID, Result: string(r.Verdict), FulfilmentID: r.FulfilmentID}
+		if r.Verdict == fulfilment.BulkFailed {
 			out.Results[i].Error = "not changed: storage unavailable; try this one again"
 		}
 	}

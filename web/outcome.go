@@ -60,7 +60,7 @@ func (o deliveryOutcome) label() string {
 }
 
 // accepted is the outcome of a delivery intake took.
-func accepted(o fulfilment.Outcome) deliveryOutcome {
+func accepted(o fulfilment.IntakeOutcome) deliveryOutcome {
 	switch o {
 	case fulfilment.DuplicateFiltered:
 		return deliveryOutcome{kind: kindDuplicateFilter}

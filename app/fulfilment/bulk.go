@@ -18,39 +18,11 @@ const MaxBulk = 100
 // BulkResult is what a bulk action did to one fulfilment it named.
 type BulkResult struct {
 	ID string
-	// Result is one of the Retry… or Check… results, or BulkNotFound.
-	Result Result
+	// Verdict is one of verdict.go's Retry…, Check… or Bulk… verdicts.
+	Verdict Verdict
 	// FulfilmentID is the fulfilment a retry created.
 	FulfilmentID string
 }
-
-// What a retry did to one failed fulfilment.
-const (
-	// RetryCreated: a new pending fulfilment for the payment, dispatched.
-	RetryCreated Result = "retried"
-	// RetryPaymentHeld: another fulfilment already holds the payment
-	// (pending, in flight, fulfilled, parked or cancelled); nothing created.
-	RetryPaymentHeld Result = "payment_held"
-	// RetryNotFailed: the fulfilment is not failed; nothing done.
-	RetryNotFailed Result = "not_failed"
-	// BulkNotFound: no fulfilment has the id.
-	BulkNotFound Result = "not_found"
-	// BulkFailed: the fulfilment's transaction could not be written
-	// (storage unavailable); nothing was changed for it.
-	BulkFailed Result = "error"
-)
-
-// What a re-check did besides a lookup's own results.
-const (
-	// CheckNotParked: the fulfilment is not needs_reconciliation.
-	CheckNotParked Result = "not_parked"
-	// CheckWithinGrace: parked less than the reconcile grace ago, so its
-	// call could still be running at the receiver: not looked up.
-	CheckWithinGrace Result = "within_grace"
-	// CheckNotReached: the request's time ran out first; the reconciler
-	// will look it up in its own time.
-	CheckNotReached Result = "not_reached"
-)
 
 // ErrTooMany means a bulk action named more than MaxBulk fulfilments, or
 // none.
@@ -114,7 +86,7 @@ func (s *Service) perID(ctx context.Context, action string, out []BulkResult, er
 			continue
 		}
 		failed++
-		out[i].Result = BulkFailed
+		out[i].Verdict = BulkFailed
 		s.cfg.Logger.WarnContext(ctx, action+": could not be written for one fulfilment; nothing changed for it", "fulfilment_id", out[i].ID, "error", err)
 	}
 	if failed > 0 && failed == len(out) {
@@ -126,7 +98,7 @@ func (s *Service) perID(ctx context.Context, action string, out []BulkResult, er
 func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult, error) {
 	r := BulkResult{ID: id}
 	if !db.ValidUUID(id) {
-		r.Result = BulkNotFound
+		r.Verdict = BulkNotFound
 		return r, nil
 	}
 	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
@@ -135,23 +107,23 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 			return err
 		}
 		if f.State != state.Failed {
-			r.Result = RetryNotFailed
+			r.Verdict = RetryNotFailed
 			return nil
 		}
 		r.FulfilmentID, err = s.create(ctx, tx, f.EventPK, "operator "+operator, "retry of failed fulfilment "+id)
-		r.Result = RetryPaymentHeld
+		r.Verdict = RetryPaymentHeld
 		if r.FulfilmentID != "" {
-			r.Result = RetryCreated
+			r.Verdict = RetryCreated
 		}
 		return err
 	})
 	if errors.Is(err, db.ErrNotFound) {
-		return BulkResult{ID: id, Result: BulkNotFound}, nil
+		return BulkResult{ID: id, Verdict: BulkNotFound}, nil
 	}
 	if err != nil {
 		return BulkResult{ID: id}, fmt.Errorf("retry %s: %w", id, err)
 	}
-	if r.Result == RetryCreated {
+	if r.Verdict == RetryCreated {
 		s.cfg.Metrics.Transition("", state.Pending, 1)
 		s.cfg.Logger.InfoContext(ctx, "failed fulfilment retried by operator", "fulfilment_id", id,
 			"new_fulfilment_id", r.FulfilmentID, "operator", operator)
@@ -195,11 +167,11 @@ func (s *Service) Recheck(ctx context.Context, ids []string, operator string) ([
 		g, ok := byID[id]
 		switch {
 		case !ok:
-			out[i].Result = BulkNotFound
+			out[i].Verdict = BulkNotFound
 		case g.State != state.NeedsReconciliation:
-			out[i].Result = CheckNotParked
+			out[i].Verdict = CheckNotParked
 		case !g.PastGrace:
-			out[i].Result = CheckWithinGrace
+			out[i].Verdict = CheckWithinGrace
 		default:
 			due = append(due, i)
 		}
@@ -211,9 +183,9 @@ func (s *Service) Recheck(ctx context.Context, ids []string, operator string) ([
 	for range min(recheckWorkers, len(due)) {
 		wg.Go(func() {
 			for i := range work {
-				out[i].Result = CheckNotReached
+				out[i].Verdict = CheckNotReached
 				if ctx.Err() == nil && s.lookupFits(ctx) {
-					out[i].Result, errs[i] = s.check(ctx, byID[ids[i]].Fulfilment, actor)
+					out[i].Verdict, errs[i] = s.check(ctx, byID[ids[i]].Fulfilment, actor)
 				}
 			}
 		})

@@ -42,11 +42,11 @@ func TestRetryFailed(t *testing.T) {
 	for _, r := range out {
 		got[r.ID] = r
 	}
-	require.Equal(t, fulfilment.RetryCreated, got[failed].Result)
-	require.Equal(t, fulfilment.RetryPaymentHeld, got[held].Result)
-	require.Equal(t, fulfilment.RetryNotFailed, got[live].Result)
-	require.Equal(t, fulfilment.BulkNotFound, got["nonsense"].Result)
-	require.Equal(t, fulfilment.BulkNotFound, got["00000000-0000-4000-8000-000000000000"].Result)
+	require.Equal(t, fulfilment.RetryCreated, got[failed].Verdict)
+	require.Equal(t, fulfilment.RetryPaymentHeld, got[held].Verdict)
+	require.Equal(t, fulfilment.RetryNotFailed, got[live].Verdict)
+	require.Equal(t, fulfilment.BulkNotFound, got["nonsense"].Verdict)
+	require.Equal(t, fulfilment.BulkNotFound, got["00000000-0000-4000-8000-000000000000"].Verdict)
 
 	// The effect: one new pending fulfilment of pi_f1, with its dispatch, on
 	// the failed one's event, audited with the operator and the failed id.
@@ -66,7 +66,7 @@ func TestRetryFailed(t *testing.T) {
 	// Retrying again while the new one is live creates nothing.
 	out, err = b.svc.Retry(b.ctx, []string{failed}, "bob")
 	require.NoError(t, err)
-	require.Equal(t, fulfilment.RetryPaymentHeld, out[0].Result)
+	require.Equal(t, fulfilment.RetryPaymentHeld, out[0].Verdict)
 }
 
 // TestRetryFailedConcurrently: operators retrying the same failed
@@ -85,7 +85,7 @@ func TestRetryFailedConcurrently(t *testing.T) {
 			out, err := b.svc.Retry(context.Background(), ids, "racer")
 			require.NoError(t, err)
 			for _, r := range out {
-				if r.Result == fulfilment.RetryCreated {
+				if r.Verdict == fulfilment.RetryCreated {
 					created.Add(1)
 				}
 			}
@@ -164,11 +164,11 @@ func TestRecheckParked(t *testing.T) {
 
 	out, err := b.svc.Recheck(b.ctx, []string{done2, notDone2, unsure, fresh, live, done}, "carol")
 	require.NoError(t, err)
-	got := map[string]fulfilment.Result{}
+	got := map[string]fulfilment.Verdict{}
 	for _, r := range out {
-		got[r.ID] = r.Result
+		got[r.ID] = r.Verdict
 	}
-	require.Equal(t, map[string]fulfilment.Result{
+	require.Equal(t, map[string]fulfilment.Verdict{
 		done2: fulfilment.CheckFulfilled, notDone2: fulfilment.CheckRedispatched,
 		unsure: fulfilment.CheckUndecided, fresh: fulfilment.CheckWithinGrace,
 		live: fulfilment.CheckNotParked, done: fulfilment.CheckNotParked,
@@ -209,7 +209,7 @@ func TestRecheckRespectsTheDeadline(t *testing.T) {
 	defer cancel()
 	out, err := b.svc.Recheck(ctx, []string{id}, "dave")
 	require.NoError(t, err)
-	require.Equal(t, fulfilment.CheckNotReached, out[0].Result)
+	require.Equal(t, fulfilment.CheckNotReached, out[0].Verdict)
 	require.Zero(t, asked.Load())
 	require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State)
 }
@@ -278,8 +278,8 @@ func TestRetryRacesRedeliveriesWithoutDeadlock(t *testing.T) {
 				out, err := b.svc.Retry(context.Background(), failed, "racer")
 				require.NoError(t, err)
 				for _, r := range out {
-					require.Contains(t, []fulfilment.Result{fulfilment.RetryCreated, fulfilment.RetryPaymentHeld}, r.Result, "%s", r.ID)
-					if r.Result == fulfilment.RetryCreated {
+					require.Contains(t, []fulfilment.Verdict{fulfilment.RetryCreated, fulfilment.RetryPaymentHeld}, r.Verdict, "%s", r.ID)
+					if r.Verdict == fulfilment.RetryCreated {
 						retried.Add(1)
 					}
 				}
@@ -325,8 +325,8 @@ func TestBulkAnswersPerID(t *testing.T) {
 
 	out, err := b.svc.Retry(b.ctx, []string{poison, good}, "alice")
 	require.NoError(t, err)
-	require.Equal(t, fulfilment.BulkFailed, out[0].Result)
-	require.Equal(t, fulfilment.RetryCreated, out[1].Result)
+	require.Equal(t, fulfilment.BulkFailed, out[0].Verdict)
+	require.Equal(t, fulfilment.RetryCreated, out[1].Verdict)
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = 'pi_ok' AND state = 'pending'`))
 	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = 'pi_poison' AND state <> 'failed'`))
 

@@ -13,12 +13,14 @@ import (
 	"github.com/guardian-pay/guardian/db"
 )
 
-// Outcome says what a delivery turned out to be.
-type Outcome int
+// IntakeOutcome says what intake made of a delivery: a new event or a
+// duplicate, and which check caught it. (A connector call's outcome is
+// state.Outcome.)
+type IntakeOutcome int
 
 const (
 	// NewEvent means the event was stored by this delivery.
-	NewEvent Outcome = iota
+	NewEvent IntakeOutcome = iota
 	// DuplicateFiltered means the filter knew the event was committed;
 	// Postgres was not touched.
 	DuplicateFiltered
@@ -28,7 +30,7 @@ const (
 )
 
 // String names the outcome for logs and metrics.
-func (o Outcome) String() string {
+func (o IntakeOutcome) String() string {
 	switch o {
 	case DuplicateFiltered:
 		return "duplicate_filter"
@@ -41,7 +43,7 @@ func (o Outcome) String() string {
 
 // AcceptResult reports what Accept did.
 type AcceptResult struct {
-	Outcome Outcome
+	Outcome IntakeOutcome
 	// FulfilmentID is set when this delivery created a fulfilment.
 	FulfilmentID string
 }

@@ -152,7 +152,7 @@ func TestIntakeBatches(t *testing.T) {
 			}
 		}
 		res, errs := b.storm(t, evs)
-		outcomes := map[fulfilment.Outcome]int{}
+		outcomes := map[fulfilment.IntakeOutcome]int{}
 		created := map[string]bool{}
 		for i := range res {
 			require.NoError(t, errs[i])

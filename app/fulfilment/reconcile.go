@@ -72,32 +72,6 @@ func (s *Service) lookupFits(ctx context.Context) bool {
 	return !ok || time.Until(d) >= s.cfg.LookupTimeout+RecordMargin/5
 }
 
-// Result is what an operator's bulk action, or one lookup of a parked
-// fulfilment, did to one fulfilment.
-type Result string
-
-// What a lookup led to.
-const (
-	// CheckFulfilled: the connector said done; the fulfilment is fulfilled.
-	CheckFulfilled Result = "fulfilled"
-	// CheckRedispatched: the connector said not done; the fulfilment is pending
-	// with a new dispatch under the same Idempotency-Key.
-	CheckRedispatched Result = "redispatched"
-	// CheckFailed: the receiver declined the key, or said nothing was done
-	// for a key it had refused; the fulfilment is failed and its payment
-	// free for its next key.
-	CheckFailed Result = "failed"
-	// CheckInProgress: the receiver is still processing the key; the answer
-	// is recorded and the fulfilment stays parked until a later lookup.
-	CheckInProgress Result = "in_progress"
-	// CheckUndecided: the connector could not tell; the answer is recorded and
-	// the fulfilment stays parked.
-	CheckUndecided Result = "cannot_tell"
-	// CheckMoved: the fulfilment moved while the lookup ran; its answer was
-	// neither applied nor recorded.
-	CheckMoved Result = "moved"
-)
-
 // check looks up one parked fulfilment and applies the answer, with actor
 // in its check row and in any transition it makes:
 //
@@ -111,7 +85,7 @@ const (
 //     the grace.
 //   - cannot tell: recorded; the row stays parked, asked again after a
 //     growing backoff.
-func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Result, error) {
+func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Verdict, error) {
 	answer, evidence := s.lookup(ctx, f.Key)
 	log := s.cfg.Logger.With("fulfilment_id", f.ID, "payment_id", f.PaymentID, "answer", answer.String(), "actor", actor)
 	// "In progress" means the receiver is working on the key now: ask again
@@ -184,7 +158,7 @@ func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Res
 
 // settled logs a resolution's result; a conflict (someone resolved it
 // first) is not an error.
-func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to state.State, result Result) (Result, error) {
+func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to state.State, result Verdict) (Verdict, error) {
 	if errors.Is(err, db.ErrConflict) {
 		log.InfoContext(ctx, "reconcile: fulfilment moved before the lookup's answer was applied")
 		return CheckMoved, nil
