@@ -75,15 +75,9 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, errors.New("connector URL must be an absolute http(s) URL")
 	}
-	if cfg.Secret == "" {
-		return nil, errors.New("connector secret is required (whsec_ followed by base64)")
-	}
-	if len(cfg.Secret) <= len("whsec_") {
-		return nil, errors.New("connector secret is malformed: want whsec_ followed by base64")
-	}
-	signer, err := standardwebhooks.NewWebhook(cfg.Secret)
+	signer, err := newSigner(cfg.Secret)
 	if err != nil {
-		return nil, errors.New("connector secret is malformed: want whsec_ followed by base64")
+		return nil, err
 	}
 	if cfg.Timeout < 0 {
 		return nil, errors.New("connector timeout must not be negative")

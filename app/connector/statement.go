@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/guardian-pay/guardian/app/provider"
 )
 
 // The statuses a receiver states about a key (docs/receivers.md).
@@ -51,9 +54,9 @@ const maxStatement = 16 << 10
 // Standard Webhooks headers that sign it with the connector secret. A
 // receiver writes the headers, then the body.
 func SignStatement(secret string, st Statement, now time.Time) ([]byte, http.Header, error) {
-	signer, err := standardwebhooks.NewWebhook(secret)
+	signer, err := newSigner(secret)
 	if err != nil {
-		return nil, nil, errors.New("connector secret must be whsec_ followed by base64")
+		return nil, nil, err
 	}
 	body, err := json.Marshal(st)
 	if err != nil {
@@ -65,6 +68,19 @@ func SignStatement(secret string, st Statement, now time.Time) ([]byte, http.Hea
 	}
 	h.Set("Content-Type", "application/json")
 	return body, h, nil
+}
+
+// newSigner returns the Standard Webhooks signer for a connector secret,
+// or an error that says what is wrong with it (and never the secret).
+func newSigner(secret string) (*standardwebhooks.Webhook, error) {
+	if secret == "" {
+		return nil, errors.New("connector secret is required (whsec_ followed by base64)")
+	}
+	key, err := provider.StandardSecret(secret)
+	if err != nil {
+		return nil, fmt.Errorf("connector secret is malformed: %w", err)
+	}
+	return standardwebhooks.NewWebhookRaw(key)
 }
 
 // signHeaders returns the Standard Webhooks headers that sign body under

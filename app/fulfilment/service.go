@@ -130,15 +130,12 @@ func New(cfg Config) (*Service, error) {
 	cfg.ReconcileBackoff = cmp.Or(cfg.ReconcileBackoff, DefaultReconcileBackoff)
 	cfg.ReconcileMaxBackoff = cmp.Or(cfg.ReconcileMaxBackoff, DefaultReconcileMaxBackoff)
 	cfg.LookupTimeout = cmp.Or(cfg.LookupTimeout, min(DefaultLookupTimeout, cfg.ConnectorTimeout))
+	if err := CheckTimings(cfg.ConnectorTimeout, cfg.DispatchLease, cfg.ReconcileGrace); err != nil {
+		return nil, fmt.Errorf("fulfilment: %w", err)
+	}
 	switch {
 	case cfg.Store == nil || cfg.Enqueuer == nil || cfg.Logger == nil:
 		return nil, errors.New("fulfilment: store, enqueuer and logger are required")
-	case cfg.DispatchLease <= cfg.ConnectorTimeout+RecordMargin:
-		return nil, fmt.Errorf("fulfilment: dispatch lease %s must exceed the connector timeout %s plus %s to record the outcome",
-			cfg.DispatchLease, cfg.ConnectorTimeout, RecordMargin)
-	case cfg.ReconcileGrace < cfg.ConnectorTimeout:
-		return nil, fmt.Errorf("fulfilment: reconcile grace %s must be at least the connector timeout %s: a parked call may still be running at the receiver until then",
-			cfg.ReconcileGrace, cfg.ConnectorTimeout)
 	case cfg.Batch < 0 || cfg.BatchWriters < 0:
 		return nil, errors.New("fulfilment: intake batch and writers must not be negative")
 	case cfg.LookupTimeout > MaxLookupTimeout:
@@ -152,6 +149,27 @@ func New(cfg Config) (*Service, error) {
 		s.outcomes = &batch.Gatherer[*outcomeCall]{Write: s.writeOutcomes, MaxBatch: size, MaxWriters: writers}
 	}
 	return s, nil
+}
+
+// CheckTimings holds the rules between the connector timeout, the dispatch
+// lease and the reconcile grace, the one place they are stated (the
+// configuration names its variables around these errors):
+//
+//   - the lease must exceed the timeout plus RecordMargin, or the sweep
+//     could park a call still recording its outcome;
+//   - the grace must be at least the timeout, or a lookup could ask about a
+//     call still running at the receiver.
+func CheckTimings(connectorTimeout, dispatchLease, reconcileGrace time.Duration) error {
+	var errs []error
+	if dispatchLease <= connectorTimeout+RecordMargin {
+		errs = append(errs, fmt.Errorf("dispatch lease (%s) must exceed the connector timeout (%s) plus %s to record the outcome",
+			dispatchLease, connectorTimeout, RecordMargin))
+	}
+	if reconcileGrace < connectorTimeout {
+		errs = append(errs, fmt.Errorf("reconcile grace (%s) must be at least the connector timeout (%s): a parked call may still be running at the receiver until then",
+			reconcileGrace, connectorTimeout))
+	}
+	return errors.Join(errs...)
 }
 
 // dbNow is the pinned clock for statements that would otherwise read the

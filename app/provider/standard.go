@@ -66,13 +66,13 @@ func NewStandard(cfg StandardConfig) (*Standard, error) {
 		paymentPath: path,
 	}
 	for i, secret := range secrets {
-		if strings.TrimPrefix(secret, "whsec_") == "" {
-			return nil, fmt.Errorf("standard webhooks: secret %d is empty", i+1)
-		}
-		wh, err := standardwebhooks.NewWebhook(secret)
+		key, err := StandardSecret(secret)
 		if err != nil {
-			// The library's error would quote nothing secret, but say only what is wrong.
-			return nil, fmt.Errorf("standard webhooks: secret %d is not whsec_ followed by base64", i+1)
+			return nil, fmt.Errorf("standard webhooks: secret %d is %w", i+1, err)
+		}
+		wh, err := standardwebhooks.NewWebhookRaw(key)
+		if err != nil {
+			return nil, fmt.Errorf("standard webhooks: secret %d: %w", i+1, err)
 		}
 		s.verifiers = append(s.verifiers, wh)
 	}

@@ -20,6 +20,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/provider"
 )
 
 // Delivery is one request from Guardian, as the handler sees it: the body
@@ -89,9 +90,13 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	r := &Receiver{cfg: cfg}
 	for i, s := range cfg.Secrets {
-		w, err := standardwebhooks.NewWebhook(s)
-		if err != nil || len(s) <= len("whsec_") {
-			return nil, fmt.Errorf("receiver: secret %d must be whsec_ followed by base64", i+1)
+		key, err := provider.StandardSecret(s)
+		if err != nil {
+			return nil, fmt.Errorf("receiver: secret %d is %w", i+1, err)
+		}
+		w, err := standardwebhooks.NewWebhookRaw(key)
+		if err != nil {
+			return nil, fmt.Errorf("receiver: secret %d: %w", i+1, err)
 		}
 		r.signers = append(r.signers, w)
 	}

@@ -2,7 +2,6 @@ package wiring
 
 import (
 	"cmp"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -289,13 +288,8 @@ func (c *Config) Validate() error {
 			break
 		}
 	}
-	if c.DispatchLease <= c.ConnectorTimeout+fulfilment.RecordMargin {
-		errs = append(errs, fmt.Errorf("GUARDIAN_DISPATCH_LEASE (%s) must exceed GUARDIAN_CONNECTOR_TIMEOUT (%s) plus %s to record the outcome",
-			c.DispatchLease, c.ConnectorTimeout, fulfilment.RecordMargin))
-	}
-	if c.ReconcileGrace < c.ConnectorTimeout {
-		errs = append(errs, fmt.Errorf("GUARDIAN_RECONCILE_GRACE (%s) must be at least GUARDIAN_CONNECTOR_TIMEOUT (%s): a parked call may still be running at the receiver until then",
-			c.ReconcileGrace, c.ConnectorTimeout))
+	if err := fulfilment.CheckTimings(c.ConnectorTimeout, c.DispatchLease, c.ReconcileGrace); err != nil {
+		errs = append(errs, fmt.Errorf("GUARDIAN_CONNECTOR_TIMEOUT, GUARDIAN_DISPATCH_LEASE, GUARDIAN_RECONCILE_GRACE: %w", err))
 	}
 	if c.ConnectorLookupURL != "" && c.ConnectorURL == "" {
 		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_LOOKUP_URL needs GUARDIAN_CONNECTOR_URL"))
@@ -316,16 +310,10 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Minimum secret lengths. A Standard Webhooks secret is 24 to 64 random
-// bytes by the specification; Stripe's endpoint secrets are longer than 24
-// characters after their prefix.
-const (
-	MinAdminTokenLen    = 16
-	MinSecretBytes      = 24
-	MinStripeSecretLen  = 24
-	stripeSecretPrefix  = "whsec_"
-	standardSecretLabel = "whsec_ followed by base64"
-)
+// MinAdminTokenLen is the least characters of an environment admin token.
+// (Secrets' formats are app/provider's: provider.StrongStandardSecret,
+// provider.StripeSecret.)
+const MinAdminTokenLen = 16
 
 // validateExposure holds the rules that keep public secrets, debug
 // endpoints and weak secrets away from anything reachable: the development
@@ -354,21 +342,21 @@ func (c *Config) validateExposure() []error {
 				errs = append(errs, fmt.Errorf("%s holds a public development constant: it is published in Guardian's source; generate a secret of your own", v.name))
 			}
 		}
-		for _, v := range c.StripeSecrets {
-			if !strings.HasPrefix(v, stripeSecretPrefix) || len(v)-len(stripeSecretPrefix) < MinStripeSecretLen {
-				errs = append(errs, fmt.Errorf("GUARDIAN_STRIPE_SECRETS: each secret is whsec_ followed by at least %d characters, as Stripe shows it for the endpoint", MinStripeSecretLen))
+		for i, v := range c.StripeSecrets {
+			if err := provider.StripeSecret(v); err != nil {
+				errs = append(errs, fmt.Errorf("GUARDIAN_STRIPE_SECRETS: secret %d is %w", i+1, err))
 				break
 			}
 		}
-		for _, v := range c.StandardSecrets {
-			if err := checkStandardSecret(v); err != nil {
-				errs = append(errs, fmt.Errorf("GUARDIAN_STANDARD_SECRETS: %w", err))
+		for i, v := range c.StandardSecrets {
+			if err := provider.StrongStandardSecret(v); err != nil {
+				errs = append(errs, fmt.Errorf("GUARDIAN_STANDARD_SECRETS: secret %d %w", i+1, secretProblem(err)))
 				break
 			}
 		}
 		if c.ConnectorSecret != "" {
-			if err := checkStandardSecret(c.ConnectorSecret); err != nil {
-				errs = append(errs, fmt.Errorf("GUARDIAN_CONNECTOR_SECRET: %w", err))
+			if err := provider.StrongStandardSecret(c.ConnectorSecret); err != nil {
+				errs = append(errs, fmt.Errorf("GUARDIAN_CONNECTOR_SECRET %w", secretProblem(err)))
 			}
 		}
 	}
@@ -421,21 +409,13 @@ func (c *Config) validateExposure() []error {
 	return errs
 }
 
-// checkStandardSecret checks a Standard Webhooks secret: whsec_ and base64
-// of at least MinSecretBytes bytes.
-func checkStandardSecret(v string) error {
-	raw, ok := strings.CutPrefix(v, "whsec_")
-	if !ok {
-		return errors.New("each secret is " + standardSecretLabel)
+// secretProblem words a secret check's error after the secret's name:
+// "is not whsec_ followed by base64", "holds 16 random bytes, ...".
+func secretProblem(err error) error {
+	if errors.Is(err, provider.ErrSecretFormat) {
+		return fmt.Errorf("is %w", err)
 	}
-	b, err := base64.StdEncoding.DecodeString(raw)
-	if err != nil {
-		return errors.New("each secret is " + standardSecretLabel)
-	}
-	if len(b) < MinSecretBytes {
-		return fmt.Errorf("each secret must hold at least %d random bytes (Standard Webhooks allows 24 to 64); this one holds %d", MinSecretBytes, len(b))
-	}
-	return nil
+	return err
 }
 
 // loopback reports whether addr (host:port) listens on loopback only.

@@ -121,7 +121,7 @@ func TestConfigRefusesExposure(t *testing.T) {
 		{"ShortStripeSecret", production(map[string]string{"GUARDIAN_STRIPE_SECRETS": "whsec_short"}), "at least 24 characters"},
 		{"StripeSecretWithoutPrefix", production(map[string]string{"GUARDIAN_STRIPE_SECRETS": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}), "whsec_ followed by"},
 		{"ShortStandardSecret", production(map[string]string{"GUARDIAN_STANDARD_SECRETS": "whsec_c2hvcnQ="}), "at least 24 random bytes"},
-		{"ShortConnectorSecret", production(map[string]string{"GUARDIAN_CONNECTOR_SECRET": "whsec_c2hvcnQ="}), "GUARDIAN_CONNECTOR_SECRET: each secret must hold at least 24"},
+		{"ShortConnectorSecret", production(map[string]string{"GUARDIAN_CONNECTOR_SECRET": "whsec_c2hvcnQ="}), "GUARDIAN_CONNECTOR_SECRET holds 5 random bytes; at least 24 random bytes wanted"},
 		{"MetricsOnThePublicListener", production(map[string]string{"GUARDIAN_ADDR": ":8080", "GUARDIAN_METRICS_ADDR": ":8080"}), "never served on the public listener"},
 		{"PprofOffLoopback", production(map[string]string{"GUARDIAN_PPROF": "true", "GUARDIAN_METRICS_ADDR": "0.0.0.0:9090"}), "GUARDIAN_PPROF refuses the non-loopback"},
 		{"PprofAddrIsGone", production(map[string]string{"GUARDIAN_PPROF_ADDR": "127.0.0.1:6060"}), "GUARDIAN_PPROF_ADDR is gone"},
@@ -221,5 +221,20 @@ func TestUnknownVariables(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("UnknownVariables =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestConfigTimings: the timing rules are fulfilment's (CheckTimings); the
+// configuration names its variables around them.
+func TestConfigTimings(t *testing.T) {
+	t.Parallel()
+	_, err := ConfigFromEnv(production(map[string]string{"GUARDIAN_CONNECTOR_TIMEOUT": "60s", "GUARDIAN_DISPATCH_LEASE": "70s", "GUARDIAN_RECONCILE_GRACE": "30s"}))
+	if err == nil {
+		t.Fatal("a lease shorter than the timeout and its record margin was accepted")
+	}
+	for _, want := range []string{"GUARDIAN_DISPATCH_LEASE", "dispatch lease (1m10s) must exceed the connector timeout (1m0s)", "reconcile grace (30s) must be at least the connector timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
 }

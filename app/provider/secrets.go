@@ -1,0 +1,62 @@
+package provider
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// What a signing secret looks like. Every check of a secret's format, for
+// a provider's endpoint or for the connector (which signs with the Standard
+// Webhooks scheme too), is one of these functions.
+const (
+	// MinSecretBytes is the least random bytes a Standard Webhooks secret
+	// holds outside the development profile: the specification allows 24
+	// to 64.
+	MinSecretBytes = 24
+	// MinStripeSecretLen is the least characters after "whsec_" of a
+	// Stripe endpoint secret as Stripe shows it.
+	MinStripeSecretLen = 24
+)
+
+// ErrSecretFormat means a Standard Webhooks secret is not "whsec_"
+// followed by base64. Its text names no secret.
+var ErrSecretFormat = errors.New("not whsec_ followed by base64")
+
+// StandardSecret decodes a Standard Webhooks secret ("whsec_" and base64)
+// to its key, or returns ErrSecretFormat.
+func StandardSecret(secret string) ([]byte, error) {
+	raw, ok := strings.CutPrefix(secret, "whsec_")
+	if !ok || raw == "" {
+		return nil, ErrSecretFormat
+	}
+	key, err := base64.StdEncoding.DecodeString(raw)
+	if err != nil {
+		return nil, ErrSecretFormat
+	}
+	return key, nil
+}
+
+// StrongStandardSecret checks a Standard Webhooks secret's format and that
+// it holds at least MinSecretBytes random bytes.
+func StrongStandardSecret(secret string) error {
+	key, err := StandardSecret(secret)
+	if err != nil {
+		return err
+	}
+	if len(key) < MinSecretBytes {
+		return fmt.Errorf("holds %d random bytes; at least %d random bytes wanted (Standard Webhooks allows 24 to 64)", len(key), MinSecretBytes)
+	}
+	return nil
+}
+
+// StripeSecret checks a Stripe endpoint secret: "whsec_" followed by at
+// least MinStripeSecretLen characters, as Stripe shows it.
+func StripeSecret(secret string) error {
+	raw, ok := strings.CutPrefix(secret, "whsec_")
+	if !ok || len(raw) < MinStripeSecretLen {
+		return fmt.Errorf("not whsec_ followed by at least %d characters, as Stripe shows it for the endpoint", MinStripeSecretLen)
+	}
+	return nil
+}
