@@ -92,11 +92,15 @@ type Config struct {
 	Service *fulfilment.Service
 	// Locker keeps periodic work from overlapping itself. Required.
 	Locker lock.Locker
-	// Tokens, when set, has expired single-use tokens pruned by the sweep.
+	// Tokens, when set, has expired single-use tokens pruned by the
+	// maintenance worker.
 	Tokens TokenPruner
-	// Refusals, when set, has refused-request records pruned by the sweep
-	// to RefusalRetention and RefusalRows.
+	// Refusals, when set, has refused-request records pruned by the
+	// maintenance worker to RefusalRetention and RefusalRows.
 	Refusals RefusalPruner
+	// MaintenanceInterval is how often the leader prunes. Defaults to
+	// DefaultMaintenanceInterval.
+	MaintenanceInterval time.Duration
 	// SweepInterval is how often the leader sweeps. Defaults to
 	// DefaultSweepInterval; at least 1 second.
 	SweepInterval time.Duration
@@ -160,13 +164,15 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	dispatch := &DispatchWorker{service: cfg.Service, tracer: cfg.Tracer}
-	sweep := &SweepWorker{service: cfg.Service, tokens: cfg.Tokens, refusals: cfg.Refusals, locker: cfg.Locker, logger: cfg.Logger}
+	sweep := &SweepWorker{service: cfg.Service, locker: cfg.Locker, logger: cfg.Logger}
+	maintenance := &MaintenanceWorker{tokens: cfg.Tokens, refusals: cfg.Refusals, locker: cfg.Locker, logger: cfg.Logger}
 	reconcile := &ReconcileWorker{service: cfg.Service, locker: cfg.Locker, logger: cfg.Logger}
 	workers := river.NewWorkers()
 	fill := &BackfillWorker{backfill: cfg.Backfill, locker: cfg.Locker, logger: cfg.Logger}
 	for _, add := range []func() error{
 		func() error { return river.AddWorkerSafely(workers, dispatch) },
 		func() error { return river.AddWorkerSafely(workers, sweep) },
+		func() error { return river.AddWorkerSafely(workers, maintenance) },
 		func() error { return river.AddWorkerSafely(workers, reconcile) },
 		func() error { return river.AddWorkerSafely(workers, fill) },
 	} {
@@ -179,6 +185,11 @@ func New(cfg Config) (*Client, error) {
 		river.NewPeriodicJob(river.PeriodicInterval(cfg.SweepInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "guardian_sweep", RunOnStart: true}),
+	}
+	if cfg.Tokens != nil || cfg.Refusals != nil {
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cmp.Or(cfg.MaintenanceInterval, DefaultMaintenanceInterval)),
+			func() (river.JobArgs, *river.InsertOpts) { return MaintenanceArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "guardian_maintenance", RunOnStart: true}))
 	}
 	if cfg.Service.Reconciles() {
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.ReconcileInterval),

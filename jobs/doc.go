@@ -8,7 +8,11 @@
 //
 //   - DispatchWorker runs one fulfilment's dispatch (claim, call, record).
 //   - SweepWorker, every SweepInterval on the leader, parks fulfilments whose
-//     dispatch lease ran out, and prunes expired single-use tokens.
+//     dispatch lease and claim deadline ran out, and gives stranded pending
+//     fulfilments a job.
+//   - MaintenanceWorker, every MaintenanceInterval on the leader, prunes
+//     expired single-use tokens and old refused-request records: apart from
+//     the sweep, so a slow delete never delays parking a stale claim.
 //   - ReconcileWorker, every ReconcileInterval on the leader when the
 //     connector can look up its keys, resolves parked fulfilments by lookup.
 //   - BackfillWorker, on start and every BackfillInterval on the leader when

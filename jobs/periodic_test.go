@@ -36,6 +36,12 @@ func TestSweepWorker(t *testing.T) {
 		require.Regexp(t, `^sweeper `, ts[len(ts)-1].Actor)
 	})
 
+}
+
+// TestMaintenanceWorker: the leader's housekeeping, apart from the sweep.
+func TestMaintenanceWorker(t *testing.T) {
+	t.Parallel()
+
 	t.Run("PrunesTokensExpiredADayAgo", func(t *testing.T) {
 		t.Parallel()
 		var pruner tokens.Postgres
@@ -45,7 +51,7 @@ func TestSweepWorker(t *testing.T) {
 			require.NoError(t, pruner.Put(b.ctx, tokens.Hash(name), tokens.Record{Purpose: "test", Payload: []byte(`{}`), ExpiresAt: time.Now().Add(expired)}))
 		}
 		b.start(t)
-		b.waitJobs(t, `kind = 'guardian_sweep' AND state = 'completed'`, 1)
+		b.waitJobs(t, `kind = 'guardian_maintenance' AND state = 'completed'`, 1)
 		require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM single_use_token`))
 		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM single_use_token WHERE hash = $1`, tokens.Hash("old")))
 	})
@@ -60,7 +66,7 @@ func TestSweepWorker(t *testing.T) {
 			{At: time.Now().Add(-time.Hour), Provider: "stripe", Reason: "timestamp"},
 		}))
 		b.start(t)
-		b.waitJobs(t, `kind = 'guardian_sweep' AND state = 'completed'`, 1)
+		b.waitJobs(t, `kind = 'guardian_maintenance' AND state = 'completed'`, 1)
 		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM refused_delivery`))
 		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM refused_delivery WHERE reason = 'timestamp'`), "the recent one stays")
 	})

@@ -1,0 +1,91 @@
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/guardian-pay/guardian/app/lock"
+)
+
+// MaintenanceArgs asks for one round of housekeeping: expired single-use
+// tokens and old refused-request records pruned.
+type MaintenanceArgs struct{}
+
+// Kind names the job in River.
+func (MaintenanceArgs) Kind() string { return "guardian_maintenance" }
+
+// InsertOpts puts housekeeping on the maintenance queue, without retries:
+// the next period prunes again.
+func (MaintenanceArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueMaintenance, MaxAttempts: 1}
+}
+
+// TokenPruner deletes single-use token records that expired before a time.
+type TokenPruner interface {
+	Prune(ctx context.Context, before time.Time) (int64, error)
+}
+
+// RefusalPruner deletes refused-request records older than a time and
+// beyond a count (db.Store.PruneRefusals).
+type RefusalPruner interface {
+	PruneRefusals(ctx context.Context, before time.Time, keep int) (int64, error)
+}
+
+// The refused-request record's bounds.
+const (
+	RefusalRetention = 7 * 24 * time.Hour
+	RefusalRows      = 100_000
+)
+
+// DefaultMaintenanceInterval is how often the leader prunes.
+const DefaultMaintenanceInterval = 10 * time.Minute
+
+// tokenGrace keeps expired tokens' consumption records a day past expiry.
+const tokenGrace = 24 * time.Hour
+
+// maintenanceLockTTL bounds one round.
+const maintenanceLockTTL = 5 * time.Minute
+
+// MaintenanceWorker prunes what only grows otherwise: expired single-use
+// tokens (a day after expiry) and refused-request records (past
+// RefusalRetention, beyond RefusalRows). It does one thing on the leader,
+// apart from the sweep, as River keeps its cleaner apart from its rescuer:
+// a slow delete never delays parking a stale claim.
+type MaintenanceWorker struct {
+	river.WorkerDefaults[MaintenanceArgs]
+
+	tokens   TokenPruner
+	refusals RefusalPruner
+	locker   lock.Locker
+	logger   *slog.Logger
+}
+
+// Timeout ends a round before its lock expires.
+func (w *MaintenanceWorker) Timeout(*river.Job[MaintenanceArgs]) time.Duration {
+	return maintenanceLockTTL / 2
+}
+
+// Work prunes once. A pruner that fails is logged; the next round tries
+// again.
+func (w *MaintenanceWorker) Work(ctx context.Context, job *river.Job[MaintenanceArgs]) error {
+	return exclusive(ctx, w.locker, w.logger, "guardian_maintenance", maintenanceLockTTL, func(lock.Lease) error {
+		if w.tokens != nil {
+			if n, err := w.tokens.Prune(ctx, time.Now().Add(-tokenGrace)); err != nil {
+				w.logger.WarnContext(ctx, "maintenance: prune tokens", "error", err)
+			} else if n > 0 {
+				w.logger.InfoContext(ctx, "maintenance: pruned expired tokens", "rows", n)
+			}
+		}
+		if w.refusals != nil {
+			if n, err := w.refusals.PruneRefusals(ctx, time.Now().Add(-RefusalRetention), RefusalRows); err != nil {
+				w.logger.WarnContext(ctx, "maintenance: prune refused requests", "error", err)
+			} else if n > 0 {
+				w.logger.InfoContext(ctx, "maintenance: pruned refused-request records", "rows", n)
+			}
+		}
+		return nil
+	})
+}
