@@ -96,7 +96,7 @@ type Config struct {
 	// maintenance worker.
 	Tokens TokenPruner
 	// Refusals, when set, has refused-request records pruned by the
-	// maintenance worker to RefusalRetention and RefusalRows.
+	// maintenance worker to refusals.Retention and refusals.Rows.
 	Refusals RefusalPruner
 	// MaintenanceInterval is how often the leader prunes. Defaults to
 	// DefaultMaintenanceInterval.

@@ -8,6 +8,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/guardian-pay/guardian/app/lock"
+	"github.com/guardian-pay/guardian/app/refusals"
 )
 
 // MaintenanceArgs asks for one round of housekeeping: expired single-use
@@ -34,12 +35,6 @@ type RefusalPruner interface {
 	PruneRefusals(ctx context.Context, before time.Time, keep int) (int64, error)
 }
 
-// The refused-request record's bounds.
-const (
-	RefusalRetention = 7 * 24 * time.Hour
-	RefusalRows      = 100_000
-)
-
 // DefaultMaintenanceInterval is how often the leader prunes.
 const DefaultMaintenanceInterval = 10 * time.Minute
 
@@ -51,7 +46,7 @@ const maintenanceLockTTL = 5 * time.Minute
 
 // MaintenanceWorker prunes what only grows otherwise: expired single-use
 // tokens (a day after expiry) and refused-request records (past
-// RefusalRetention, beyond RefusalRows). It does one thing on the leader,
+// refusals.Retention, beyond refusals.Rows). It does one thing on the leader,
 // apart from the sweep, as River keeps its cleaner apart from its rescuer:
 // a slow delete never delays parking a stale claim.
 type MaintenanceWorker struct {
@@ -80,7 +75,7 @@ func (w *MaintenanceWorker) Work(ctx context.Context, job *river.Job[Maintenance
 			}
 		}
 		if w.refusals != nil {
-			if n, err := w.refusals.PruneRefusals(ctx, time.Now().Add(-RefusalRetention), RefusalRows); err != nil {
+			if n, err := w.refusals.PruneRefusals(ctx, time.Now().Add(-refusals.Retention), refusals.Rows); err != nil {
 				w.logger.WarnContext(ctx, "maintenance: prune refused requests", "error", err)
 			} else if n > 0 {
 				w.logger.InfoContext(ctx, "maintenance: pruned refused-request records", "rows", n)

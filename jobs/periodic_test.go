@@ -11,6 +11,7 @@ import (
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/refusals"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
@@ -62,7 +63,7 @@ func TestMaintenanceWorker(t *testing.T) {
 		b := setup(t, &connectortest.Recorder{}, false, options{Jobs: func(c *jobs.Config) { c.Refusals = pruner }})
 		pruner.Store = db.New(b.db.Pool)
 		require.NoError(t, db.InsertRefusals(b.ctx, b.db.Pool, []db.Refusal{
-			{At: time.Now().Add(-jobs.RefusalRetention - time.Hour), Provider: "stripe", Reason: "signature"},
+			{At: time.Now().Add(-refusals.Retention - time.Hour), Provider: "stripe", Reason: "signature"},
 			{At: time.Now().Add(-time.Hour), Provider: "stripe", Reason: "timestamp"},
 		}))
 		b.start(t)

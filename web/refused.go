@@ -1,110 +1,19 @@
 package web
 
 import (
-	"context"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/db"
 )
 
-// Refused requests are recorded for operators (migration 00015) without
-// letting a flood of them reach Postgres: a bounded queue, one writer, at
-// most refusalRate rows a second. What does not fit is counted
-// (guardian_refused_dropped_total) and dropped; every refusal is counted in
-// guardian_refused_total{provider,reason} either way.
-const (
-	refusalQueue = 1024
-	refusalBatch = 256
-	refusalRate  = 1000 // rows a second
-)
-
-type refusalLog struct {
-	store   *db.Store
-	metrics *metrics.Metrics
-	logger  *slog.Logger
-
-	once    sync.Once // starts the writer
-	started atomic.Bool
-	closed  sync.Once
-	queue   chan db.Refusal
-	stop    chan struct{}
-	done    chan struct{}
-}
-
-func newRefusalLog(store *db.Store, m *metrics.Metrics, logger *slog.Logger) *refusalLog {
-	return &refusalLog{store: store, metrics: m, logger: logger,
-		queue: make(chan db.Refusal, refusalQueue), stop: make(chan struct{}), done: make(chan struct{})}
-}
-
-// record queues r, starting the writer on first use, or drops it when the
-// queue is full.
-func (l *refusalLog) record(r db.Refusal) {
-	l.metrics.Refused(r.Provider, r.Reason)
-	if l.store == nil {
-		return
-	}
-	l.once.Do(func() { l.started.Store(true); go l.run() })
-	select {
-	case l.queue <- r:
-	default:
-		l.metrics.RefusalDropped()
-	}
-}
-
-func (l *refusalLog) run() {
-	defer close(l.done)
-	for {
-		var batch []db.Refusal
-		select {
-		case r := <-l.queue:
-			batch = append(batch, r)
-		case <-l.stop:
-			return
-		}
-	drain:
-		for len(batch) < refusalBatch {
-			select {
-			case r := <-l.queue:
-				batch = append(batch, r)
-			default:
-				break drain
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := db.InsertRefusals(ctx, l.store.Pool(), batch); err != nil {
-			l.logger.Warn("could not record refused requests", "rows", len(batch), "error", err)
-		}
-		cancel()
-		select {
-		case <-time.After(time.Duration(len(batch)) * time.Second / refusalRate):
-		case <-l.stop:
-			return
-		}
-	}
-}
-
-// close stops the writer, if it started, and keeps it from starting.
-func (l *refusalLog) close() {
-	l.once.Do(func() {})
-	l.closed.Do(func() {
-		if l.started.Load() {
-			close(l.stop)
-			<-l.done
-		}
-	})
-}
-
 // refuse records a refused webhook request: never its body, headers or ids.
 func (s *Server) refuse(c echo.Context, providerName string, o deliveryOutcome) {
-	s.refusals.record(db.Refusal{At: s.now(), Provider: providerName, Reason: o.reason, Detail: o.answer,
+	s.refusals.Record(db.Refusal{At: s.now(), Provider: providerName, Reason: o.reason, Detail: o.answer,
 		Client: c.RealIP(), BodyBytes: int(max(c.Request().ContentLength, 0))})
 	if n, ok := s.refusalLines.allow(providerName+"/"+o.reason, s.now()); ok {
 		s.cfg.Logger.Warn("webhook refused", "provider", providerName, "reason", o.reason, "detail", o.detail,

@@ -21,6 +21,7 @@ import (
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/operators"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/refusals"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -107,7 +108,7 @@ type Server struct {
 	signIns *failureLimiter
 	redeems *failureLimiter
 	// refusals records refused webhook requests.
-	refusals *refusalLog
+	refusals *refusals.Recorder
 	// refusalLines rate-limits the server log's line per refused webhook.
 	refusalLines lineLimiter
 
@@ -149,7 +150,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.origin = strings.TrimSuffix(cfg.PublicURL, "/")
 	s.secure = strings.HasPrefix(strings.ToLower(s.origin), "https://")
-	s.refusals = newRefusalLog(cfg.Store, cfg.Metrics, cfg.Logger)
+	s.refusals = refusals.New(cfg.Store, cfg.Metrics, cfg.Logger)
 	s.signIns = newFailureLimiter(signInBurst, signInEvery, s.now)
 	s.redeems = newFailureLimiter(redeemBurst, redeemEvery, s.now)
 	proxies, err := ParseTrustedProxies(cfg.TrustedProxies)
@@ -254,7 +255,7 @@ func (s *Server) Addr() string {
 // Stop stops accepting connections and waits for in-flight requests until
 // ctx ends, then closes what remains. Safe before Start and more than once.
 func (s *Server) Stop(ctx context.Context) error {
-	defer s.refusals.close()
+	defer s.refusals.Close()
 	s.mu.Lock()
 	srv := s.http
 	s.mu.Unlock()
