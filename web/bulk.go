@@ -2,7 +2,6 @@ package web
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/state"
-	"github.com/guardian-pay/guardian/app/tokens"
 )
 
 // BulkRequest is the body of POST /api/v1/fulfilments/retry and
@@ -135,8 +133,7 @@ func (s *Server) handleBulkAsk(c echo.Context) error {
 	if len(ids) == 0 || len(ids) > fulfilment.MaxBulk {
 		return &HTTPError{Code: http.StatusBadRequest, Msg: fulfilment.ErrTooMany.Error()}
 	}
-	payload, _ := json.Marshal(bulkIntent{Action: a.Name, IDs: ids, Credential: sess.Credential})
-	token, _, err := s.cfg.Tokens.Internal().Issue(c.Request().Context(), bulkPurpose, payload, 10*time.Minute)
+	token, err := s.askConfirmation(c.Request().Context(), bulkPurpose, bulkIntent{Action: a.Name, IDs: ids, Credential: sess.Credential})
 	if err != nil {
 		return storageError(err)
 	}
@@ -149,16 +146,14 @@ func (s *Server) handleBulkAsk(c echo.Context) error {
 // is bound to, once, then shows each fulfilment's result.
 func (s *Server) handleBulkConfirm(c echo.Context) error {
 	sess := c.Get("session").(session)
-	raw, err := s.cfg.Tokens.Internal().RedeemFor(c.Request().Context(), c.FormValue("token"), bulkPurpose)
-	if errors.Is(err, tokens.ErrGone) {
-		return s.render(c, http.StatusGone, "bulk", page{Title: "Bulk action", Error: "This confirmation was already used or has expired. Nothing was changed by it."})
-	}
-	if err != nil {
-		return storageError(err)
-	}
 	var intent bulkIntent
-	if json.Unmarshal(raw, &intent) != nil || intent.Credential != sess.Credential {
+	switch err := s.redeemConfirmation(c.Request().Context(), bulkPurpose, c.FormValue("token"), sess.Credential, &intent); {
+	case errors.Is(err, errConfirmationGone):
+		return s.render(c, http.StatusGone, "bulk", page{Title: "Bulk action", Error: "This confirmation was already used or has expired. Nothing was changed by it."})
+	case errors.Is(err, errConfirmationNotYours):
 		return s.render(c, http.StatusBadRequest, "bulk", page{Title: "Bulk action", Error: "This confirmation belongs to another operator. Nothing was changed."})
+	case err != nil:
+		return storageError(err)
 	}
 	a, ok := bulkActions[intent.Action]
 	if !ok {

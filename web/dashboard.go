@@ -18,7 +18,6 @@ import (
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/operators"
 	"github.com/guardian-pay/guardian/app/state"
-	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -478,8 +477,7 @@ func (s *Server) handleResolveAsk(c echo.Context) error {
 	if err := res.Validate(); err != nil {
 		return s.render(c, http.StatusBadRequest, "fulfilment", page{Title: "Fulfilment " + d.Fulfilment.ID, Data: d, Error: err.Error()})
 	}
-	payload, _ := json.Marshal(intent)
-	token, _, err := s.cfg.Tokens.Internal().Issue(c.Request().Context(), resolvePurpose, payload, 10*time.Minute)
+	token, err := s.askConfirmation(c.Request().Context(), resolvePurpose, intent)
 	if err != nil {
 		return storageError(err)
 	}
@@ -491,16 +489,15 @@ func (s *Server) handleResolveAsk(c echo.Context) error {
 func (s *Server) handleResolveConfirm(c echo.Context) error {
 	sess := c.Get("session").(session)
 	id := fulfilmentID(c.Param("id"))
-	raw, err := s.cfg.Tokens.Internal().RedeemFor(c.Request().Context(), c.FormValue("token"), resolvePurpose)
-	if errors.Is(err, tokens.ErrGone) {
-		return s.renderFulfilmentError(c, id, http.StatusGone, "This confirmation was already used or has expired. Nothing was changed by it; check the timeline below.")
-	}
-	if err != nil {
-		return storageError(err)
-	}
 	var intent resolveIntent
-	if json.Unmarshal(raw, &intent) != nil || intent.FulfilmentID != id || intent.Credential != sess.Credential {
+	err := s.redeemConfirmation(c.Request().Context(), resolvePurpose, c.FormValue("token"), sess.Credential, &intent)
+	switch {
+	case errors.Is(err, errConfirmationGone):
+		return s.renderFulfilmentError(c, id, http.StatusGone, "This confirmation was already used or has expired. Nothing was changed by it; check the timeline below.")
+	case errors.Is(err, errConfirmationNotYours) || err == nil && intent.FulfilmentID != id:
 		return s.renderFulfilmentError(c, id, http.StatusBadRequest, "This confirmation belongs to another fulfilment or operator. Nothing was changed.")
+	case err != nil:
+		return storageError(err)
 	}
 	_, err = s.resolve(c, id, ResolveRequest{Resolution: intent.Resolution, Attempt: intent.Attempt, Reason: intent.Reason, Evidence: intent.Evidence})
 	var conflict *conflictError
