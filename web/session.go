@@ -167,3 +167,48 @@ func (s *Server) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 		return next(c)
 	}
 }
+
+func (s *Server) handleLoginPage(c echo.Context) error {
+	if _, err := s.currentSession(c); err == nil {
+		return c.Redirect(http.StatusSeeOther, "/")
+	}
+	return s.render(c, http.StatusOK, "login", page{Title: "Sign in", CSRF: s.loginCSRF(c)})
+}
+
+// handleLogin signs an operator in with their credential: the session, and
+// every decision made in it, carry the credential's operator name.
+func (s *Server) handleLogin(c echo.Context) error {
+	if err := s.checkLoginCSRF(c); err != nil {
+		return s.render(c, http.StatusForbidden, "login", page{Title: "Sign in", CSRF: s.loginCSRF(c), Error: err.Error()})
+	}
+	client := limiterKey(c.RealIP())
+	if err := throttled(s.signIns, client); err != nil {
+		retryAfter(c, err)
+		return s.render(c, http.StatusTooManyRequests, "login", page{Title: "Sign in", CSRF: s.loginCSRF(c),
+			Error: "Too many failed sign-ins from your address. Wait a minute and try again."})
+	}
+	p, err := s.cfg.Operators.Authenticate(c.Request().Context(), strings.TrimSpace(c.FormValue("token")))
+	if errors.Is(err, operators.ErrUnknown) {
+		s.signIns.fail(client)
+		s.cfg.Logger.Warn("dashboard sign-in refused", "client", c.RealIP())
+		return s.render(c, http.StatusUnauthorized, "login", page{Title: "Sign in", CSRF: s.loginCSRF(c),
+			Error: "Sign-in refused: check your operator token."})
+	}
+	if err != nil {
+		return storageError(err)
+	}
+	c.SetCookie(s.newSessionCookie(p))
+	s.cfg.Logger.Info("dashboard sign-in", "operator", p.Name, "credential", p.Credential)
+	return c.Redirect(http.StatusSeeOther, "/")
+}
+
+func (s *Server) handleLogout(c echo.Context) error {
+	sess, err := s.currentSession(c)
+	if err == nil {
+		if err := s.checkCSRF(c, sess); err != nil {
+			return err
+		}
+	}
+	c.SetCookie(s.cookie(sessionCookie, "", -1))
+	return c.Redirect(http.StatusSeeOther, "/login")
+}

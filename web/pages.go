@@ -1,12 +1,12 @@
+// The dashboard's pages: overview, queue, lists, search, a fulfilment and
+// an event, and the forms that change them (each behind a confirmation,
+// confirm.go). Rendering is render.go's; sign-in is session.go's.
+
 package web
 
 import (
-	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"html/template"
-	"io/fs"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -16,174 +16,12 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
-	"github.com/guardian-pay/guardian/app/operators"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
 
-//go:embed templates/*.html
-var templateFS embed.FS
-
-//go:embed static
-var staticFS embed.FS
-
 // resolvePurpose binds the dashboard's confirmation tokens.
 const resolvePurpose = "dashboard-resolve"
-
-var funcs = template.FuncMap{
-	"ago": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
-	"ts":  stamp,
-	"tsp": func(t *time.Time) string {
-		if t == nil {
-			return "-"
-		}
-		return stamp(*t)
-	},
-	"pretty": func(raw json.RawMessage) string {
-		var v any
-		if json.Unmarshal(raw, &v) != nil {
-			return string(raw)
-		}
-		// Unescaped here on purpose: the template escapes it for HTML, so
-		// the operator reads the payload's own characters.
-		var b strings.Builder
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(v)
-		return strings.TrimSpace(b.String())
-	},
-	"query": url.QueryEscape,
-	"path":  url.PathEscape,
-	"deref": func(t *time.Time) time.Time { return *t },
-}
-
-func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
-
-func parseTemplates() (map[string]*template.Template, error) {
-	pages := map[string]*template.Template{}
-	names, err := fs.Glob(templateFS, "templates/*.html")
-	if err != nil {
-		return nil, err
-	}
-	for _, name := range names {
-		base := strings.TrimSuffix(strings.TrimPrefix(name, "templates/"), ".html")
-		if base == "layout" {
-			continue
-		}
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", name)
-		if err != nil {
-			return nil, fmt.Errorf("template %s: %w", name, err)
-		}
-		pages[base] = t
-	}
-	return pages, nil
-}
-
-// page is what every template receives.
-type page struct {
-	Title    string
-	Operator string
-	CSRF     string
-	Flash    string
-	Error    string
-	Data     any
-}
-
-func (s *Server) render(c echo.Context, code int, name string, p page) error {
-	if sess, ok := c.Get("session").(session); ok {
-		p.Operator = sess.Operator
-		p.CSRF = s.csrfToken(sess)
-	}
-	var b strings.Builder
-	if err := s.pages[name].Execute(&b, p); err != nil {
-		return fmt.Errorf("render %s: %w", name, err)
-	}
-	c.Response().Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'none'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
-	c.Response().Header().Set("X-Content-Type-Options", "nosniff")
-	c.Response().Header().Set("Referrer-Policy", "same-origin")
-	return c.HTML(code, b.String())
-}
-
-// mountDashboard serves the operator dashboard at /.
-func (s *Server) mountDashboard() error {
-	var err error
-	if s.pages, err = parseTemplates(); err != nil {
-		return err
-	}
-	static, err := fs.Sub(staticFS, "static")
-	if err != nil {
-		return err
-	}
-	e := s.echo
-	e.GET("/static/*", echo.WrapHandler(http.StripPrefix("/static/", http.FileServer(http.FS(static)))))
-	e.GET("/login", s.handleLoginPage)
-	e.POST("/login", s.handleLogin, s.formOnly)
-	e.POST("/logout", s.handleLogout, s.formOnly)
-	// Per route, not a group: an Echo group with middleware also answers
-	// every unmatched path under it, which would sign-in-gate plain 404s.
-	e.GET("/", s.handleOverview, s.requireSession)
-	e.GET("/queue", s.handleQueue, s.requireSession)
-	e.GET("/search", s.handleSearch, s.requireSession)
-	e.GET("/refused", s.handleRefusedPage, s.requireSession)
-	e.GET("/fulfilments", s.handleListPage, s.requireSession)
-	e.GET("/fulfilments.csv", s.handleListCSV, s.requireSession)
-	e.POST("/fulfilments/bulk", s.handleBulkAsk, s.requireSession)
-	e.POST("/fulfilments/bulk/confirm", s.handleBulkConfirm, s.requireSession)
-	e.GET("/events", s.handleEventsPage, s.requireSession)
-	e.GET("/events.csv", s.handleEventsCSV, s.requireSession)
-	e.GET("/fulfilments/:id", s.handleFulfilmentPage, s.requireSession)
-	e.POST("/fulfilments/:id/resolve", s.handleResolveAsk, s.requireSession)
-	e.POST("/fulfilments/:id/resolve/confirm", s.handleResolveConfirm, s.requireSession)
-	e.GET("/events/:provider/:event_id", s.handleEventPage, s.requireSession)
-	e.POST("/events/:provider/:event_id/replay", s.handleReplayForm, s.requireSession)
-	return nil
-}
-
-func (s *Server) handleLoginPage(c echo.Context) error {
-	if _, err := s.currentSession(c); err == nil {
-		return c.Redirect(http.StatusSeeOther, "/")
-	}
-	return s.render(c, http.StatusOK, "login", page{Title: "Sign in", CSRF: s.loginCSRF(c)})
-}
-
-// handleLogin signs an operator in with their credential: the session, and
-// every decision made in it, carry the credential's operator name.
-func (s *Server) handleLogin(c echo.Context) error {
-	if err := s.checkLoginCSRF(c); err != nil {
-		return s.render(c, http.StatusForbidden, "login", page{Title: "Sign in", CSRF: s.loginCSRF(c), Error: err.Error()})
-	}
-	client := limiterKey(c.RealIP())
-	if err := throttled(s.signIns, client); err != nil {
-		retryAfter(c, err)
-		return s.render(c, http.StatusTooManyRequests, "login", page{Title: "Sign in", CSRF: s.loginCSRF(c),
-			Error: "Too many failed sign-ins from your address. Wait a minute and try again."})
-	}
-	p, err := s.cfg.Operators.Authenticate(c.Request().Context(), strings.TrimSpace(c.FormValue("token")))
-	if errors.Is(err, operators.ErrUnknown) {
-		s.signIns.fail(client)
-		s.cfg.Logger.Warn("dashboard sign-in refused", "client", c.RealIP())
-		return s.render(c, http.StatusUnauthorized, "login", page{Title: "Sign in", CSRF: s.loginCSRF(c),
-			Error: "Sign-in refused: check your operator token."})
-	}
-	if err != nil {
-		return storageError(err)
-	}
-	c.SetCookie(s.newSessionCookie(p))
-	s.cfg.Logger.Info("dashboard sign-in", "operator", p.Name, "credential", p.Credential)
-	return c.Redirect(http.StatusSeeOther, "/")
-}
-
-func (s *Server) handleLogout(c echo.Context) error {
-	sess, err := s.currentSession(c)
-	if err == nil {
-		if err := s.checkCSRF(c, sess); err != nil {
-			return err
-		}
-	}
-	c.SetCookie(s.cookie(sessionCookie, "", -1))
-	return c.Redirect(http.StatusSeeOther, "/login")
-}
 
 // overview is the overview page's data.
 type overview struct {
