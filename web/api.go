@@ -178,29 +178,16 @@ func (s *Server) fulfilmentDetail(c echo.Context, id string) (FulfilmentDetail, 
 	if !db.ValidUUID(id) {
 		return FulfilmentDetail{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
 	}
-	ctx, pool := c.Request().Context(), s.cfg.Store.Pool()
-	f, err := db.GetFulfilment(ctx, pool, id)
+	h, err := db.FulfilmentHistory(c.Request().Context(), s.cfg.Store.Pool(), id)
 	if errors.Is(err, db.ErrNotFound) {
 		return FulfilmentDetail{}, &HTTPError{Code: http.StatusNotFound, Msg: "fulfilment not found"}
 	}
 	if err != nil {
 		return FulfilmentDetail{}, storageError(err)
 	}
-	e, err := db.GetEventByPK(ctx, pool, f.EventPK)
-	if err != nil {
-		return FulfilmentDetail{}, storageError(err)
-	}
-	ts, err := db.Transitions(ctx, pool, id)
-	if err != nil {
-		return FulfilmentDetail{}, storageError(err)
-	}
-	cs, err := db.Checks(ctx, pool, id)
-	if err != nil {
-		return FulfilmentDetail{}, storageError(err)
-	}
 	return FulfilmentDetail{
-		Fulfilment: apiFulfilment(f), Event: apiEvent(e),
-		Transitions: apiList(ts, apiTransition), Checks: apiList(cs, apiCheck),
+		Fulfilment: apiFulfilment(h.Fulfilment), Event: apiEvent(h.Event),
+		Transitions: apiList(h.Transitions, apiTransition), Checks: apiList(h.Checks, apiCheck),
 	}, nil
 }
 
