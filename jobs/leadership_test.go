@@ -2,7 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -29,12 +28,12 @@ func TestOneLeaderRunsPeriodicWork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := dbtest.NewDB(t)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	store := db.New(d.Pool)
 	enqueuer, err := jobs.NewEnqueuer(d.Pool, logger)
 	require.NoError(t, err)
 	// A looker, so the leader schedules the reconciler too.
-	cannotTell := lookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
+	cannotTell := connectortest.LookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
 		return connector.CannotTell, nil, nil
 	})
 	service, err := fulfilment.New(fulfilment.Config{Store: store, Enqueuer: enqueuer, Logger: logger, Connector: &connectortest.Recorder{}, Looker: cannotTell})

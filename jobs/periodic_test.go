@@ -85,7 +85,7 @@ func TestReconcileWorker(t *testing.T) {
 		}
 		return connector.Result{Outcome: state.Done}
 	}}
-	looker := lookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
+	looker := connectortest.LookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
 		return connector.NotPerformed, map[string]any{"lookup": "fake"}, nil
 	})
 	b := setup(t, rec, true, options{
@@ -101,13 +101,6 @@ func TestReconcileWorker(t *testing.T) {
 	f := b.db.WaitState(t, id, state.Fulfilled)
 	require.Equal(t, 2, f.Attempt)
 	require.Equal(t, 2, rec.CallsFor(id))
-}
-
-// lookerFunc answers lookups with a function.
-type lookerFunc func(ctx context.Context, key string) (connector.Answer, map[string]any, error)
-
-func (f lookerFunc) Lookup(ctx context.Context, key string) (connector.Answer, map[string]any, error) {
-	return f(ctx, key)
 }
 
 // TestNoPendingRowIsStranded takes a pending fulfilment's dispatch job away

@@ -87,7 +87,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	d := dbtest.NewDB(t)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	if opts.logs != nil {
 		logger = slog.New(slog.NewTextHandler(opts.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/state"
@@ -124,7 +125,7 @@ func TestRecheckParked(t *testing.T) {
 		c.ConnectorTimeout = 200 * time.Millisecond
 		c.ReconcileGrace = 30 * time.Second
 		c.ReconcileBackoff = time.Hour
-		c.Looker = lookerFunc(func(_ context.Context, key string) (connector.Answer, map[string]any, error) {
+		c.Looker = connectortest.LookerFunc(func(_ context.Context, key string) (connector.Answer, map[string]any, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			asked = append(asked, key)
@@ -198,7 +199,7 @@ func TestRecheckRespectsTheDeadline(t *testing.T) {
 	b := setup(t, func(c *fulfilment.Config) {
 		c.ConnectorTimeout = time.Second
 		c.ReconcileGrace = time.Second
-		c.Looker = lookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
+		c.Looker = connectortest.LookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
 			asked.Add(1)
 			return connector.Performed, nil, nil
 		})

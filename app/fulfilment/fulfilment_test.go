@@ -2,7 +2,6 @@ package fulfilment_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -46,13 +45,6 @@ func (e *enqueuer) count(id string) int {
 	return n
 }
 
-// lookerFunc answers lookups with a function.
-type lookerFunc func(ctx context.Context, key string) (connector.Answer, map[string]any, error)
-
-func (f lookerFunc) Lookup(ctx context.Context, key string) (connector.Answer, map[string]any, error) {
-	return f(ctx, key)
-}
-
 type testBundle struct {
 	ctx      context.Context
 	db       *dbtest.DB
@@ -69,7 +61,7 @@ func setup(t *testing.T, opts ...func(*fulfilment.Config)) *testBundle {
 	b := &testBundle{ctx: context.Background(), db: d, rec: &connectortest.Recorder{}, enqueuer: &enqueuer{}}
 	cfg := fulfilment.Config{
 		Store: db.New(d.Pool), Enqueuer: b.enqueuer, Connector: b.rec,
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:           slog.New(slog.DiscardHandler),
 		ConnectorTimeout: time.Second, DispatchLease: 20 * time.Second,
 	}
 	for _, o := range opts {

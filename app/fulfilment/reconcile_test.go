@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
@@ -42,7 +43,7 @@ func TestReconcile(t *testing.T) {
 				c.ConnectorTimeout = 200 * time.Millisecond
 				c.ReconcileGrace = c.ConnectorTimeout
 				c.ReconcileBackoff = time.Hour
-				c.Looker = lookerFunc(func(ctx context.Context, key string) (connector.Answer, map[string]any, error) {
+				c.Looker = connectortest.LookerFunc(func(ctx context.Context, key string) (connector.Answer, map[string]any, error) {
 					asked.Add(1)
 					if tt.slow {
 						<-ctx.Done()
@@ -89,7 +90,7 @@ func TestReconcile(t *testing.T) {
 		b := setup(t, func(c *fulfilment.Config) {
 			c.ReconcileGrace = 3 * time.Second
 			c.ReconcileBackoff = time.Hour
-			c.Looker = lookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
+			c.Looker = connectortest.LookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
 				return connector.InProgress, nil, nil
 			})
 		})
@@ -111,7 +112,7 @@ func TestReconcile(t *testing.T) {
 	t.Run("NotDoneAfterARefusalFails", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, func(c *fulfilment.Config) {
-			c.Looker = lookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
+			c.Looker = connectortest.LookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
 				return connector.NotPerformed, nil, nil
 			})
 		})
@@ -137,7 +138,7 @@ func TestReconcile(t *testing.T) {
 		var asked atomic.Int32
 		b := setup(t, func(c *fulfilment.Config) {
 			c.ReconcileGrace = time.Hour
-			c.Looker = lookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
+			c.Looker = connectortest.LookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
 				asked.Add(1)
 				return connector.Performed, nil, nil
 			})
@@ -168,7 +169,7 @@ func TestReconcile(t *testing.T) {
 		var b *testBundle
 		var id string
 		b = setup(t, func(c *fulfilment.Config) {
-			c.Looker = lookerFunc(func(ctx context.Context, key string) (connector.Answer, map[string]any, error) {
+			c.Looker = connectortest.LookerFunc(func(ctx context.Context, key string) (connector.Answer, map[string]any, error) {
 				// While the lookup is out, an operator cancels the row.
 				_, err := b.svc.Resolve(ctx, fulfilment.Resolution{FulfilmentID: id, Attempt: 1, To: state.Cancelled, Operator: "alice", Reason: "refunded"})
 				require.NoError(t, err)
@@ -189,7 +190,7 @@ func TestReconcile(t *testing.T) {
 		var asked atomic.Int32
 		b := setup(t, func(c *fulfilment.Config) {
 			c.LookupTimeout = 10 * time.Second
-			c.Looker = lookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
+			c.Looker = connectortest.LookerFunc(func(context.Context, string) (connector.Answer, map[string]any, error) {
 				asked.Add(1)
 				return connector.Performed, nil, nil
 			})

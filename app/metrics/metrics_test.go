@@ -3,7 +3,6 @@ package metrics_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -36,7 +35,7 @@ func TestScrapesNeverQueryTheTable(t *testing.T) {
 	t.Parallel()
 	d := dbtest.NewDB(t)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, db.NewStatsReader(d.Pool), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, err := metrics.New(reg, db.NewStatsReader(d.Pool), slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 
 	require.Empty(t, series(t, reg, "guardian_fulfilments"), "no gauge before the first read, rather than a false zero")
@@ -74,7 +73,7 @@ func TestFulfilledIsRecountedRarely(t *testing.T) {
 	ctx := context.Background()
 	d := dbtest.NewDB(t)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, db.NewStatsReader(d.Pool), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, err := metrics.New(reg, db.NewStatsReader(d.Pool), slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	pending(t, d, 3, "a")
 	require.NoError(t, m.RefreshTable(ctx))
@@ -103,7 +102,7 @@ func TestFulfilledIsRecountedRarely(t *testing.T) {
 func TestConnectorErrorClassesAreClosed(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, err := metrics.New(reg, nil, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	m.Dispatch(state.Unknown, "dial tcp: lookup ledger.internal.corp: no such host", 0.1)
 	m.Dispatch(state.Unknown, "timeout", 0.1)

@@ -1,7 +1,6 @@
 package refusals_test
 
 import (
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -22,9 +21,9 @@ func TestRecorderNeverWaits(t *testing.T) {
 	t.Parallel()
 	d := dbtest.NewDB(t)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, err := metrics.New(reg, nil, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	r := refusals.New(db.New(d.Pool), m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := refusals.New(db.New(d.Pool), m, slog.New(slog.DiscardHandler))
 	const flood = 5000
 	start := time.Now()
 	for range flood {

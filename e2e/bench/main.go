@@ -416,7 +416,7 @@ func bareRiver(ctx context.Context, pool *pgxpool.Pool) float64 {
 	var done atomic.Int64
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &noopWorker{done: &done})
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	insert, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, Workers: workers})
 	check(err)
 	params := make([]river.InsertManyParams, *jobsN)

@@ -6,7 +6,6 @@ package jobstest
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -37,7 +36,7 @@ type Stack struct {
 // started: call Start.
 func New(t testing.TB, d *dbtest.DB, conn connector.Connector, o Options) *Stack {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	enqueuer, err := jobs.NewEnqueuer(d.Pool, logger)
 	if err != nil {
 		t.Fatalf("enqueuer: %v", err)

@@ -60,3 +60,11 @@ func (r *Recorder) CallsForPayment(paymentID string) int {
 	}
 	return n
 }
+
+// LookerFunc is a connector.Looker answering with a function.
+type LookerFunc func(ctx context.Context, key string) (connector.Answer, map[string]any, error)
+
+// Lookup calls f.
+func (f LookerFunc) Lookup(ctx context.Context, key string) (connector.Answer, map[string]any, error) {
+	return f(ctx, key)
+}
