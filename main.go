@@ -8,12 +8,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/guardian-pay/guardian/app/wiring"
+	"github.com/guardian-pay/guardian/app/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := wiring.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := cli.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

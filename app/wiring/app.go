@@ -1,7 +1,7 @@
-// Package wiring is Guardian's configuration, wiring and lifecycle: it builds
-// the pool, migrations, providers, connector, filter, River client and HTTP
-// server from a Config, and starts and stops them in order. Only main
-// imports it.
+// Package wiring is Guardian's composition root: configuration from the
+// environment, and the App that builds the pool, migrations, providers,
+// connector, filter, River client and HTTP server from a Config, and starts
+// and stops them in order. Only the CLI (app/cli) imports it.
 package wiring
 
 import (
@@ -362,6 +362,10 @@ func (a *App) stopJobs(ctx context.Context) {
 		_ = a.jobs.Stop(ctx)
 	}
 }
+
+// ConnectorTimeout is the configured bound on one connector call: a stop
+// waits this long, and the record margin, for calls in flight.
+func (a *App) ConnectorTimeout() time.Duration { return a.cfg.ConnectorTimeout }
 
 // Addr returns the HTTP listen address, once started.
 func (a *App) Addr() string { return a.web.Addr() }

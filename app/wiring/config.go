@@ -136,9 +136,6 @@ type Config struct {
 	ServiceName string
 }
 
-// defaultURL is where the CLI's client commands find a local Guardian.
-const defaultURL = "http://127.0.0.1" + web.DefaultAddr
-
 // DevAddr is the development profile's listen address: loopback only.
 const DevAddr = "127.0.0.1" + web.DefaultAddr
 
@@ -198,10 +195,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		Addr:                cmp.Or(getenv("GUARDIAN_ADDR"), web.DefaultAddr),
 		RedisURL:            getenv("REDIS_URL"),
 		RedisPrefix:         cmp.Or(getenv("GUARDIAN_REDIS_PREFIX"), "idem:"),
-		StripeSecrets:       list(getenv("GUARDIAN_STRIPE_SECRETS"), ","),
-		StandardSecrets:     list(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"),
-		StripeFulfilTypes:   list(getenv("GUARDIAN_STRIPE_FULFIL_TYPES"), ","),
-		StandardFulfilTypes: list(getenv("GUARDIAN_STANDARD_FULFIL_TYPES"), ","),
+		StripeSecrets:       List(getenv("GUARDIAN_STRIPE_SECRETS"), ","),
+		StandardSecrets:     List(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"),
+		StripeFulfilTypes:   List(getenv("GUARDIAN_STRIPE_FULFIL_TYPES"), ","),
+		StandardFulfilTypes: List(getenv("GUARDIAN_STANDARD_FULFIL_TYPES"), ","),
 		StandardPaymentPath: getenv("GUARDIAN_STANDARD_PAYMENT_PATH"),
 		StripeAPIKey:        getenv("GUARDIAN_STRIPE_API_KEY"),
 		StripeAPIURL:        getenv("GUARDIAN_STRIPE_API_URL"),
@@ -221,7 +218,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		ReconcileInterval:   dur("GUARDIAN_RECONCILE_INTERVAL", jobs.DefaultReconcileInterval),
 		ReconcileGrace:      dur("GUARDIAN_RECONCILE_GRACE", fulfilment.DefaultReconcileGrace),
 		API:                 boolean("GUARDIAN_API", true),
-		AdminTokens:         list(getenv("GUARDIAN_ADMIN_TOKEN"), ","),
+		AdminTokens:         List(getenv("GUARDIAN_ADMIN_TOKEN"), ","),
 		SessionTTL:          dur("GUARDIAN_SESSION_TTL", web.DefaultSessionTTL),
 		TokenStore:          cmp.Or(getenv("GUARDIAN_TOKEN_STORE"), "postgres"),
 		Migrate:             boolean("GUARDIAN_MIGRATE", true),
@@ -233,7 +230,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		Pprof:               boolean("GUARDIAN_PPROF", false),
 		PprofRemote:         boolean("GUARDIAN_PPROF_ALLOW_REMOTE", false),
 		PublicURL:           getenv("GUARDIAN_PUBLIC_URL"),
-		TrustedProxies:      list(getenv("GUARDIAN_TRUSTED_PROXIES"), ", "),
+		TrustedProxies:      List(getenv("GUARDIAN_TRUSTED_PROXIES"), ", "),
 		ServiceName:         cmp.Or(getenv("OTEL_SERVICE_NAME"), "guardian"),
 	}
 	if getenv("GUARDIAN_PPROF_ADDR") != "" {
@@ -431,8 +428,9 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// list splits v on any of seps, trimming and dropping empty items.
-func list(v, seps string) []string {
+// List splits a variable's value v on any of seps, trimming and dropping
+// empty items: how every list variable (secrets, tokens, types) is read.
+func List(v, seps string) []string {
 	var out []string
 	for _, item := range strings.FieldsFunc(v, func(r rune) bool { return strings.ContainsRune(seps, r) }) {
 		if item = strings.TrimSpace(item); item != "" {

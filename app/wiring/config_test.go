@@ -179,7 +179,7 @@ func TestConfigAPIOff(t *testing.T) {
 func TestVariablesAreTheOnesRead(t *testing.T) {
 	t.Parallel()
 	read := map[string]bool{}
-	for _, dir := range []string{".", "../loadgen"} {
+	for _, dir := range []string{".", "../cli", "../loadgen"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package wiring
+package cli
 
 import (
 	"bytes"
@@ -33,7 +33,7 @@ func TestHelpNeedsNoConfiguration(t *testing.T) {
 func TestConfigCheckAndVersion(t *testing.T) {
 	t.Parallel()
 	var out, errOut bytes.Buffer
-	code := Main(context.Background(), []string{"config", "check"}, envOf(map[string]string{"GUARDIAN_CONNECTOR_TIMEOUT": "soon", "GUARDIAN_METRICS_ADDR": "nowhere"}), &out, &errOut)
+	code := Main(context.Background(), []string{"config", "check"}, env(map[string]string{"GUARDIAN_CONNECTOR_TIMEOUT": "soon", "GUARDIAN_METRICS_ADDR": "nowhere"}), &out, &errOut)
 	if code != ExitUsage {
 		t.Fatalf("config check of a bad configuration exited %d", code)
 	}
@@ -43,19 +43,24 @@ func TestConfigCheckAndVersion(t *testing.T) {
 		}
 	}
 	out.Reset()
-	if code := Main(context.Background(), []string{"config", "check"}, production(nil), &out, &errOut); code != ExitOK || !strings.Contains(out.String(), "configuration ok") {
+	if code := Main(context.Background(), []string{"config", "check"}, env(map[string]string{"GUARDIAN_DEV": "1"}), &out, &errOut); code != ExitOK || !strings.Contains(out.String(), "configuration ok") {
 		t.Fatalf("a good configuration: exit %d, %q", code, out.String())
 	}
 	// One validation serves `config check` and `serve`: a level serve
 	// would refuse is refused here too.
 	out.Reset()
 	errOut.Reset()
-	if code := Main(context.Background(), []string{"config", "check"}, production(map[string]string{"GUARDIAN_LOG_LEVEL": "verbose"}), &out, &errOut); code != ExitUsage ||
+	if code := Main(context.Background(), []string{"config", "check"}, env(map[string]string{"GUARDIAN_DEV": "1", "GUARDIAN_LOG_LEVEL": "verbose"}), &out, &errOut); code != ExitUsage ||
 		!strings.Contains(errOut.String(), "GUARDIAN_LOG_LEVEL") {
 		t.Fatalf("GUARDIAN_LOG_LEVEL=verbose: exit %d, %q", code, errOut.String())
 	}
 	out.Reset()
-	if code := Main(context.Background(), []string{"version"}, envOf(nil), &out, &errOut); code != ExitOK || !strings.HasPrefix(out.String(), "guardian ") {
+	if code := Main(context.Background(), []string{"version"}, env(nil), &out, &errOut); code != ExitOK || !strings.HasPrefix(out.String(), "guardian ") {
 		t.Fatalf("version: exit %d, %q", code, out.String())
 	}
+}
+
+// env is an environment of m's variables only.
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
 }

@@ -1,4 +1,4 @@
-package wiring
+package cli
 
 import (
 	"cmp"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/guardian-pay/guardian/app/operators"
+	"github.com/guardian-pay/guardian/app/wiring"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -42,7 +43,7 @@ func runOperators(ctx context.Context, args []string, getenv func(string) string
 		fmt.Fprint(stderr, operatorsUsage)
 		return ExitUsage
 	}
-	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL))
+	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), wiring.DefaultDatabaseURL))
 	if err != nil {
 		fmt.Fprintf(stderr, "guardian: %v\n", err)
 		return ExitFailure

@@ -1,4 +1,4 @@
-package wiring
+package cli
 
 import (
 	"bytes"
@@ -12,7 +12,13 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/wiring"
+	"github.com/guardian-pay/guardian/web"
 )
+
+// defaultURL is where the client commands find a local Guardian.
+const defaultURL = "http://127.0.0.1" + web.DefaultAddr
 
 // opsClient talks to a running Guardian's operator API.
 type opsClient struct {
@@ -33,7 +39,7 @@ func (e *apiError) Error() string {
 }
 
 func newOpsClient(getenv func(string) string) (*opsClient, error) {
-	token := cmp.Or(strings.TrimSpace(getenv("GUARDIAN_OPERATOR_TOKEN")), first(list(getenv("GUARDIAN_ADMIN_TOKEN"), ","), ""))
+	token := cmp.Or(strings.TrimSpace(getenv("GUARDIAN_OPERATOR_TOKEN")), first(wiring.List(getenv("GUARDIAN_ADMIN_TOKEN"), ","), ""))
 	if token == "" {
 		return nil, errors.New("GUARDIAN_OPERATOR_TOKEN is empty: set your operator token (from `guardian operators add NAME`) for the server in GUARDIAN_URL")
 	}
