@@ -14,10 +14,13 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/trace"
 	"riverqueue.com/riverui"
 
 	"github.com/guardian-pay/guardian/app/backfill"
@@ -86,127 +89,195 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*App, error) {
 	return a, nil
 }
 
+// build makes every part from the configuration, in the order a delivery
+// and a dispatch need them: the schema, the providers that verify, the
+// connector that acts, the optional filter, the domain with its metrics and
+// enqueuer, the backfill, River's workers, and the HTTP server in front.
 func (a *App) build(ctx context.Context) error {
-	cfg := a.cfg
-	var err error
-	if a.migrator, err = goose.NewMigrator(a.pool); err != nil {
+	if err := a.buildSchema(ctx); err != nil {
 		return err
 	}
-	if cfg.Migrate {
-		if err := migrateUp(ctx, a.migrator, a.logger); err != nil {
-			return err
-		}
-	}
-
-	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes})
+	stripe, standard, err := a.buildProviders()
 	if err != nil {
 		return err
 	}
-	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: cfg.StandardSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StandardFulfilTypes, PaymentPath: cfg.StandardPaymentPath})
+	conn, looker, err := a.buildConnector()
 	if err != nil {
 		return err
 	}
-
-	var conn connector.Connector
-	var looker connector.Looker
-	if cfg.ConnectorURL != "" {
-		h, err := connector.NewHTTP(connector.HTTPConfig{URL: cfg.ConnectorURL, Secret: cfg.ConnectorSecret, Timeout: cfg.ConnectorTimeout, LookupURL: cfg.ConnectorLookupURL})
-		if err != nil {
-			return err
-		}
-		conn = h
-		if h.CanLookup() {
-			looker = h
-		}
-	} else {
-		conn = connector.Log{Logger: a.logger}
+	dupFilter, err := a.buildFilter(ctx)
+	if err != nil {
+		return err
 	}
-
-	var dupFilter filter.Filter
-	if cfg.RedisURL != "" {
-		// go-redis logs pool failures on its own; route them through slog at
-		// debug, since the filter already counts them and fails open.
-		redis.SetLogger(redisLogger{a.logger})
-		if a.redis, err = filter.NewRedisClient(cfg.RedisURL); err != nil {
-			return err
-		}
-		epoch, err := db.Epoch(ctx, a.pool)
-		if err != nil {
-			return fmt.Errorf("the duplicate filter needs the database's epoch: %w", err)
-		}
-		if dupFilter, err = filter.NewRedis(filter.RedisConfig{Client: a.redis, Prefix: cfg.RedisPrefix, Epoch: epoch}); err != nil {
-			return err
-		}
-	}
-
-	tracer, stopTracing, err := tracing(ctx, cfg)
+	tracer, stopTracing, err := tracing(ctx, a.cfg)
 	if err != nil {
 		return err
 	}
 	a.stopTracing = stopTracing
-
-	a.registry = prometheus.NewRegistry()
 	store := db.New(a.pool)
 	// One reader of the table's counts for the gauges, the overview and
 	// /api/v1/stats: one count everywhere.
 	stats := db.NewStatsReader(a.pool)
-	m, err := metrics.New(a.registry, stats, a.logger)
+	service, enqueuer, err := a.buildDomain(store, stats, conn, looker, dupFilter)
 	if err != nil {
 		return err
+	}
+	if err := a.buildBackfill(stripe, service, store); err != nil {
+		return err
+	}
+	riverClient, err := a.buildJobs(service, store, tracer, enqueuer)
+	if err != nil {
+		return err
+	}
+	return a.buildWeb(ctx, webParts{
+		providers: []provider.Provider{stripe, standard}, service: service, store: store, stats: stats,
+		tracer: tracer, river: riverClient,
+	})
+}
+
+// buildSchema opens the migrator and, unless told not to, migrates.
+func (a *App) buildSchema(ctx context.Context) error {
+	var err error
+	if a.migrator, err = goose.NewMigrator(a.pool); err != nil {
+		return err
+	}
+	if a.cfg.Migrate {
+		return migrateUp(ctx, a.migrator, a.logger)
+	}
+	return nil
+}
+
+// buildProviders makes the providers that verify deliveries.
+func (a *App) buildProviders() (*provider.Stripe, *provider.Standard, error) {
+	cfg := a.cfg
+	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes})
+	if err != nil {
+		return nil, nil, err
+	}
+	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: cfg.StandardSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StandardFulfilTypes, PaymentPath: cfg.StandardPaymentPath})
+	if err != nil {
+		return nil, nil, err
+	}
+	return stripe, standard, nil
+}
+
+// buildConnector makes the connector that acts, and its lookup when the
+// receiver serves one; without a URL (the development profile), a
+// connector that only logs.
+func (a *App) buildConnector() (connector.Connector, connector.Looker, error) {
+	cfg := a.cfg
+	if cfg.ConnectorURL == "" {
+		return connector.Log{Logger: a.logger}, nil, nil
+	}
+	h, err := connector.NewHTTP(connector.HTTPConfig{URL: cfg.ConnectorURL, Secret: cfg.ConnectorSecret, Timeout: cfg.ConnectorTimeout, LookupURL: cfg.ConnectorLookupURL})
+	if err != nil {
+		return nil, nil, err
+	}
+	if h.CanLookup() {
+		return h, h, nil
+	}
+	return h, nil, nil
+}
+
+// buildFilter makes the optional Redis duplicate filter, scoped to the
+// database's epoch; nil without REDIS_URL.
+func (a *App) buildFilter(ctx context.Context) (filter.Filter, error) {
+	if a.cfg.RedisURL == "" {
+		return nil, nil
+	}
+	// go-redis logs pool failures on its own; route them through slog at
+	// debug, since the filter already counts them and fails open.
+	redis.SetLogger(redisLogger{a.logger})
+	var err error
+	if a.redis, err = filter.NewRedisClient(a.cfg.RedisURL); err != nil {
+		return nil, err
+	}
+	epoch, err := db.Epoch(ctx, a.pool)
+	if err != nil {
+		return nil, fmt.Errorf("the duplicate filter needs the database's epoch: %w", err)
+	}
+	return filter.NewRedis(filter.RedisConfig{Client: a.redis, Prefix: a.cfg.RedisPrefix, Epoch: epoch})
+}
+
+// buildDomain makes the metrics, the insert-only enqueuer and the
+// fulfilment domain that uses both.
+func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, conn connector.Connector, looker connector.Looker, dupFilter filter.Filter) (*fulfilment.Service, *jobs.Enqueuer, error) {
+	cfg := a.cfg
+	a.registry = prometheus.NewRegistry()
+	m, err := metrics.New(a.registry, stats, a.logger)
+	if err != nil {
+		return nil, nil, err
 	}
 	a.metrics = m
 	enqueuer, err := jobs.NewEnqueuer(a.pool, a.logger)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	service, err := fulfilment.New(fulfilment.Config{
 		Store: store, Enqueuer: enqueuer, Logger: a.logger, Connector: conn, Looker: looker,
 		Filter: dupFilter, Metrics: m, ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
 		ReconcileGrace: cfg.ReconcileGrace, Batch: cfg.Batch, BatchWriters: cfg.BatchWriters,
 	})
+	return service, enqueuer, err
+}
+
+// buildBackfill makes the Stripe backfill when an API key is configured.
+func (a *App) buildBackfill(stripe *provider.Stripe, service *fulfilment.Service, store *db.Store) error {
+	if a.cfg.StripeAPIKey == "" {
+		return nil
+	}
+	var err error
+	a.backfill, err = backfill.NewStripe(backfill.StripeConfig{
+		APIKey: a.cfg.StripeAPIKey, APIURL: a.cfg.StripeAPIURL, Provider: stripe, Service: service, Store: store, Logger: a.logger,
+	})
+	return err
+}
+
+// buildJobs makes River's working client when this process runs workers,
+// and returns the River client River UI reads (the enqueuer's otherwise).
+func (a *App) buildJobs(service *fulfilment.Service, store *db.Store, tracer trace.Tracer, enqueuer *jobs.Enqueuer) (*river.Client[pgx.Tx], error) {
+	cfg := a.cfg
+	if !cfg.Workers {
+		return enqueuer.River(), nil
+	}
+	var err error
+	if a.jobs, err = jobs.New(jobs.Config{
+		Pool: a.pool, Logger: a.logger, Service: service, Locker: lock.Postgres{Store: store},
+		Tokens: tokens.Postgres{Store: store}, Refusals: store, Tracer: tracer,
+		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers, ReconcileInterval: cfg.ReconcileInterval,
+		Backfill: a.backfill, BackfillInterval: cfg.BackfillInterval,
+	}); err != nil {
+		return nil, err
+	}
+	return a.jobs.River(), nil
+}
+
+// webParts is what the HTTP server is built from.
+type webParts struct {
+	providers []provider.Provider
+	service   *fulfilment.Service
+	store     *db.Store
+	stats     *db.StatsReader
+	tracer    trace.Tracer
+	river     *river.Client[pgx.Tx]
+}
+
+// buildWeb makes the HTTP server: intake, and with the API on, the
+// operators' credentials, single-use tokens and River UI.
+func (a *App) buildWeb(ctx context.Context, p webParts) error {
+	cfg := a.cfg
+	webCfg := web.Config{
+		Addr: cfg.Addr, Providers: p.providers, Service: p.service,
+		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready, ReadyDetail: a.readyDetail, SessionTTL: cfg.SessionTTL,
+		Metrics: a.metrics, Stats: p.stats, Tracer: p.tracer, PublicURL: cfg.PublicURL, TrustedProxies: cfg.TrustedProxies, Store: p.store,
+	}
+	tokenStore, err := a.buildTokenStore(ctx, p.store)
 	if err != nil {
 		return err
 	}
-	if cfg.StripeAPIKey != "" {
-		if a.backfill, err = backfill.NewStripe(backfill.StripeConfig{
-			APIKey: cfg.StripeAPIKey, APIURL: cfg.StripeAPIURL, Provider: stripe, Service: service, Store: store, Logger: a.logger,
-		}); err != nil {
-			return err
-		}
-	}
-	riverClient := enqueuer.River()
-	if cfg.Workers {
-		if a.jobs, err = jobs.New(jobs.Config{
-			Pool: a.pool, Logger: a.logger, Service: service, Locker: lock.Postgres{Store: store},
-			Tokens: tokens.Postgres{Store: store}, Refusals: store, Tracer: tracer,
-			SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers, ReconcileInterval: cfg.ReconcileInterval,
-			Backfill: a.backfill, BackfillInterval: cfg.BackfillInterval,
-		}); err != nil {
-			return err
-		}
-		riverClient = a.jobs.River()
-	}
-	webCfg := web.Config{
-		Addr: cfg.Addr, Providers: []provider.Provider{stripe, standard}, Service: service,
-		Logger: a.logger, MaxBodyBytes: cfg.MaxBodyBytes, Ready: a.ready, ReadyDetail: a.readyDetail, SessionTTL: cfg.SessionTTL,
-		Metrics: m, Stats: stats, Tracer: tracer, PublicURL: cfg.PublicURL, TrustedProxies: cfg.TrustedProxies, Store: store,
-	}
-	var tokenStore tokens.Store = tokens.Postgres{Store: store}
-	if cfg.TokenStore == "redis" {
-		// A client of its own: token redeems wait for their answer, unlike
-		// the filter's fail-fast calls.
-		opts, err := redis.ParseURL(cfg.RedisURL)
-		if err != nil {
-			return errors.New("REDIS_URL is not a redis:// URL")
-		}
-		a.tokenRedis = redis.NewClient(opts)
-		if tokenStore, err = tokens.NewRedis(ctx, a.tokenRedis, store, cfg.RedisPrefix+"token:"); err != nil {
-			return err
-		}
-	}
 	webCfg.Tokens = tokens.New(tokenStore, nil)
 	if cfg.API {
-		ops := operators.New(store, cfg.AdminTokens)
+		ops := operators.New(p.store, cfg.AdminTokens)
 		if webCfg.SessionKey, err = ops.SessionKey(ctx); err != nil {
 			return err
 		}
@@ -215,7 +286,7 @@ func (a *App) build(ctx context.Context) error {
 			a.logger.Warn("no operator can sign in: add one with `guardian operators add NAME`")
 		}
 		if a.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
-			Endpoints: riverui.NewEndpoints(riverClient, nil),
+			Endpoints: riverui.NewEndpoints(p.river, nil),
 			Logger:    a.logger.With("component", "riverui"),
 			Prefix:    "/riverui",
 		}); err != nil {
@@ -225,6 +296,21 @@ func (a *App) build(ctx context.Context) error {
 	}
 	a.web, err = web.New(webCfg)
 	return err
+}
+
+// buildTokenStore makes the single-use tokens' store: Postgres, or Redis
+// with a client of its own (token redeems wait for their answer, unlike
+// the filter's fail-fast calls).
+func (a *App) buildTokenStore(ctx context.Context, store *db.Store) (tokens.Store, error) {
+	if a.cfg.TokenStore != "redis" {
+		return tokens.Postgres{Store: store}, nil
+	}
+	opts, err := redis.ParseURL(a.cfg.RedisURL)
+	if err != nil {
+		return nil, errors.New("REDIS_URL is not a redis:// URL")
+	}
+	a.tokenRedis = redis.NewClient(opts)
+	return tokens.NewRedis(ctx, a.tokenRedis, store, a.cfg.RedisPrefix+"token:")
 }
 
 // ready reports whether Postgres answers and every migration is applied.
