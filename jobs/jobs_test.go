@@ -9,7 +9,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/fulfilment"
-	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/jobs"
 	"github.com/guardian-pay/guardian/jobs/jobstest"
@@ -48,7 +48,7 @@ func (b *testBundle) start(t *testing.T) {
 // dispatch job is inserted in the same transaction.
 func (b *testBundle) pay(t *testing.T, eventID, paymentID string) string {
 	t.Helper()
-	res, err := b.service.Accept(b.ctx, provider.Event{Provider: "stripe", ID: eventID, Type: "payment_intent.succeeded", PaymentID: paymentID, Payload: []byte(`{"id":"` + eventID + `"}`)})
+	res, err := b.service.Accept(b.ctx, providertest.Payment(eventID, paymentID))
 	require.NoError(t, err)
 	require.NotEmpty(t, res.FulfilmentID)
 	return res.FulfilmentID

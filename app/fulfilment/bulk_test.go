@@ -14,6 +14,7 @@ import (
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -31,7 +32,7 @@ func TestRetryFailed(t *testing.T) {
 	held := b.fail(t, "evt_f2", "pi_f2")
 	// A later event of another type holds pi_f2 again: a retry must not
 	// make it a second live fulfilment.
-	res, err := b.svc.Accept(b.ctx, paymentEvent("evt_f2b", "pi_f2"))
+	res, err := b.svc.Accept(b.ctx, providertest.Payment("evt_f2b", "pi_f2"))
 	require.NoError(t, err)
 	require.NotEmpty(t, res.FulfilmentID)
 	live := b.pay(t, "evt_live", "pi_live")
@@ -235,7 +236,7 @@ func TestRetryRacesTheProvider(t *testing.T) {
 	}
 	for i := range 8 {
 		wg.Go(func() {
-			_, err := b.svc.Accept(context.Background(), paymentEvent(fmt.Sprintf("evt_pi_%d", i), fmt.Sprintf("pi_race_%d", i)))
+			_, err := b.svc.Accept(context.Background(), providertest.Payment(fmt.Sprintf("evt_pi_%d", i), fmt.Sprintf("pi_race_%d", i)))
 			require.NoError(t, err)
 		})
 	}
@@ -288,8 +289,8 @@ func TestRetryRacesRedeliveriesWithoutDeadlock(t *testing.T) {
 		}
 		for i := range payments {
 			for _, ev := range []provider.Event{
-				paymentEvent(fmt.Sprintf("evt_cs_%d_%d", round, i), fmt.Sprintf("pi_dl_%d_%d", round, i)), // a redelivery
-				paymentEvent(fmt.Sprintf("evt_pi_%d_%d", round, i), fmt.Sprintf("pi_dl_%d_%d", round, i)), // the other event
+				providertest.Payment(fmt.Sprintf("evt_cs_%d_%d", round, i), fmt.Sprintf("pi_dl_%d_%d", round, i)), // a redelivery
+				providertest.Payment(fmt.Sprintf("evt_pi_%d_%d", round, i), fmt.Sprintf("pi_dl_%d_%d", round, i)), // the other event
 			} {
 				wg.Go(func() {
 					_, err := b.svc.Accept(context.Background(), ev)

@@ -13,6 +13,7 @@ import (
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -219,7 +220,7 @@ func TestDispatchBatches(t *testing.T) {
 	b := setup(t)
 	var evs []provider.Event
 	for i := range 120 {
-		evs = append(evs, paymentEvent(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i)))
+		evs = append(evs, providertest.Payment(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i)))
 	}
 	res, errs := b.storm(t, evs)
 	ids := make([]string, len(res))

@@ -14,6 +14,7 @@ import (
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
@@ -76,17 +77,10 @@ func setup(t *testing.T, opts ...func(*fulfilment.Config)) *testBundle {
 // pay accepts a fulfilling Stripe event and returns its fulfilment's id.
 func (b *testBundle) pay(t *testing.T, eventID, paymentID string) string {
 	t.Helper()
-	res, err := b.svc.Accept(b.ctx, paymentEvent(eventID, paymentID))
+	res, err := b.svc.Accept(b.ctx, providertest.Payment(eventID, paymentID))
 	require.NoError(t, err)
 	require.NotEmpty(t, res.FulfilmentID)
 	return res.FulfilmentID
-}
-
-func paymentEvent(eventID, paymentID string) provider.Event {
-	return provider.Event{
-		Provider: "stripe", ID: eventID, Type: "payment_intent.succeeded", PaymentID: paymentID,
-		Payload: []byte(`{"id":"` + eventID + `"}`),
-	}
 }
 
 // dispatch runs one dispatch as a job would.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -19,7 +20,7 @@ func TestAccept(t *testing.T) {
 	t.Run("NewEventCreatesOnePendingFulfilmentAndOneDispatch", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		res, err := b.svc.Accept(b.ctx, paymentEvent("evt_1", "pi_1"))
+		res, err := b.svc.Accept(b.ctx, providertest.Payment("evt_1", "pi_1"))
 		require.NoError(t, err)
 		require.Equal(t, fulfilment.NewEvent, res.Outcome)
 		require.Equal(t, state.Pending, b.db.Fulfilment(t, res.FulfilmentID).State)
@@ -33,7 +34,7 @@ func TestAccept(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.pay(t, "evt_1", "pi_1")
-		res, err := b.svc.Accept(b.ctx, paymentEvent("evt_1", "pi_1"))
+		res, err := b.svc.Accept(b.ctx, providertest.Payment("evt_1", "pi_1"))
 		require.NoError(t, err)
 		require.Equal(t, fulfilment.DuplicatePostgres, res.Outcome)
 		require.Empty(t, res.FulfilmentID)
@@ -46,7 +47,7 @@ func TestAccept(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.pay(t, "evt_1", "pi_1")
-		ev := paymentEvent("evt_2", "pi_1")
+		ev := providertest.Payment("evt_2", "pi_1")
 		ev.Type = "checkout.session.completed"
 		res, err := b.svc.Accept(b.ctx, ev)
 		require.NoError(t, err)
@@ -76,7 +77,7 @@ func TestAccept(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := b.svc.Accept(b.ctx, paymentEvent("evt_1", "pi_1"))
+				res, err := b.svc.Accept(b.ctx, providertest.Payment("evt_1", "pi_1"))
 				require.NoError(t, err)
 				ids <- res.FulfilmentID
 			}()
@@ -146,7 +147,7 @@ func TestIntakeBatches(t *testing.T) {
 		var evs []provider.Event
 		for i := range 150 {
 			for _, typ := range []string{"checkout.session.completed", "payment_intent.succeeded"} {
-				ev := paymentEvent(fmt.Sprintf("evt_%s_%d", typ[:3], i), fmt.Sprintf("pi_%d", i))
+				ev := providertest.Payment(fmt.Sprintf("evt_%s_%d", typ[:3], i), fmt.Sprintf("pi_%d", i))
 				ev.Type = typ
 				evs = append(evs, ev, ev)
 			}
@@ -184,7 +185,7 @@ func TestIntakeBatches(t *testing.T) {
 		b := setup(t)
 		var evs []provider.Event
 		for i := range 100 {
-			evs = append(evs, paymentEvent(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i)))
+			evs = append(evs, providertest.Payment(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i)))
 		}
 		// Postgres text cannot hold NUL: these rows fail any statement
 		// they are in.
@@ -212,7 +213,7 @@ func TestIntakeBatches(t *testing.T) {
 		b := setup(t, func(c *fulfilment.Config) { c.Batch = 1 })
 		var evs []provider.Event
 		for i := range 40 {
-			evs = append(evs, paymentEvent(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i)))
+			evs = append(evs, providertest.Payment(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i)))
 		}
 		_, errs := b.storm(t, evs)
 		for _, err := range errs {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -177,7 +178,7 @@ func TestCancelled(t *testing.T) {
 	t.Run("KeepsThePaymentFromAnotherEventType", func(t *testing.T) {
 		t.Parallel()
 		b, _ := cancelled(t)
-		ev := paymentEvent("evt_2", "pi_1")
+		ev := providertest.Payment("evt_2", "pi_1")
 		ev.Type = "checkout.session.completed"
 		res, err := b.svc.Accept(b.ctx, ev)
 		require.NoError(t, err)
