@@ -42,6 +42,10 @@ const (
 	adminToken     = "operator-token-for-tests"
 	stripeSecret   = "whsec_test_stripe"
 	standardSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	// paddleSecrets: the destination's current secret, and the one being
+	// rotated out.
+	paddleSecret    = "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_testsecretforguardian"
+	paddleOldSecret = "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_retiredsecretguardian"
 )
 
 type filterMode int
@@ -131,6 +135,8 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	require.NoError(t, err)
 	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: []string{standardSecret}})
 	require.NoError(t, err)
+	paddle, err := provider.NewPaddle(provider.PaddleConfig{Secrets: []string{paddleSecret, paddleOldSecret}})
+	require.NoError(t, err)
 	ui, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client.River(), nil), Logger: logger, Prefix: "/riverui"})
 	require.NoError(t, err)
 	b.operators = operators.New(db.New(d.Pool), []string{"old-operator-token", adminToken})
@@ -139,7 +145,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	key, err := b.operators.SessionKey(ctx)
 	require.NoError(t, err)
 	s, err := web.New(web.Config{
-		Providers: []provider.Provider{stripe, standard}, Service: service, Logger: logger,
+		Providers: []provider.Provider{stripe, standard, paddle}, Service: service, Logger: logger,
 		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: 64 << 10,
 		Operators: b.operators, SessionKey: key, Store: db.New(d.Pool),
 		RiverUI: ui, Tokens: tokens.New(tokens.Postgres{Store: db.New(d.Pool)}, nil),

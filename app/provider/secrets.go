@@ -60,3 +60,17 @@ func StripeSecret(secret string) error {
 	}
 	return nil
 }
+
+// MinPaddleSecretLen is the least characters of a Paddle destination
+// secret: "pdl_ntfset_", the destination's id and a random part.
+const MinPaddleSecretLen = 40
+
+// PaddleSecret checks a Paddle Billing notification destination's secret
+// as Paddle shows it: "pdl_ntfset_" and at least MinPaddleSecretLen
+// characters in all.
+func PaddleSecret(secret string) error {
+	if !strings.HasPrefix(secret, "pdl_ntfset_") || len(secret) < MinPaddleSecretLen {
+		return fmt.Errorf("not pdl_ntfset_ followed by the destination's id and secret (at least %d characters), as Paddle shows it", MinPaddleSecretLen)
+	}
+	return nil
+}

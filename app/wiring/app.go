@@ -97,7 +97,7 @@ func (a *App) build(ctx context.Context) error {
 	if err := a.buildSchema(ctx); err != nil {
 		return err
 	}
-	stripe, standard, err := a.buildProviders()
+	stripe, providers, err := a.buildProviders()
 	if err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 	return a.buildWeb(ctx, webParts{
-		providers: []provider.Provider{stripe, standard}, service: service, store: store, stats: stats,
+		providers: providers, service: service, store: store, stats: stats,
 		tracer: tracer, river: riverClient,
 	})
 }
@@ -147,8 +147,10 @@ func (a *App) buildSchema(ctx context.Context) error {
 	return nil
 }
 
-// buildProviders makes the providers that verify deliveries.
-func (a *App) buildProviders() (*provider.Stripe, *provider.Standard, error) {
+// buildProviders makes the providers that verify deliveries: Stripe and
+// Standard Webhooks always, Paddle when its secrets are configured. It
+// returns Stripe apart too, for the backfill.
+func (a *App) buildProviders() (*provider.Stripe, []provider.Provider, error) {
 	cfg := a.cfg
 	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes})
 	if err != nil {
@@ -158,7 +160,15 @@ func (a *App) buildProviders() (*provider.Stripe, *provider.Standard, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return stripe, standard, nil
+	providers := []provider.Provider{stripe, standard}
+	if len(cfg.PaddleSecrets) > 0 {
+		paddle, err := provider.NewPaddle(provider.PaddleConfig{Secrets: cfg.PaddleSecrets, Tolerance: cfg.Tolerance, FulfilRenewals: cfg.PaddleFulfilRenewals})
+		if err != nil {
+			return nil, nil, err
+		}
+		providers = append(providers, paddle)
+	}
+	return stripe, providers, nil
 }
 
 // buildConnector makes the connector that acts, and its lookup when the

@@ -40,6 +40,13 @@ type Config struct {
 	StandardFulfilTypes []string
 	// StandardPaymentPath is where Standard Webhooks bodies name the payment.
 	StandardPaymentPath string
+	// PaddleSecrets, when set, serves Paddle Billing at /webhooks/paddle
+	// with these notification destination secrets (comma-separated; old and
+	// new while rotating).
+	PaddleSecrets []string
+	// PaddleFulfilRenewals makes a Paddle subscription's recurring
+	// transactions fulfil too. Off by default.
+	PaddleFulfilRenewals bool
 	// StripeAPIKey, when set, turns on the periodic Stripe backfill and
 	// `guardian backfill stripe`. A secret: never logged.
 	StripeAPIKey string
@@ -191,47 +198,49 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 
 	cfg := Config{
-		DatabaseURL:         cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL),
-		Addr:                cmp.Or(getenv("GUARDIAN_ADDR"), web.DefaultAddr),
-		RedisURL:            getenv("REDIS_URL"),
-		RedisPrefix:         cmp.Or(getenv("GUARDIAN_REDIS_PREFIX"), "idem:"),
-		StripeSecrets:       List(getenv("GUARDIAN_STRIPE_SECRETS"), ","),
-		StandardSecrets:     List(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"),
-		StripeFulfilTypes:   List(getenv("GUARDIAN_STRIPE_FULFIL_TYPES"), ","),
-		StandardFulfilTypes: List(getenv("GUARDIAN_STANDARD_FULFIL_TYPES"), ","),
-		StandardPaymentPath: getenv("GUARDIAN_STANDARD_PAYMENT_PATH"),
-		StripeAPIKey:        getenv("GUARDIAN_STRIPE_API_KEY"),
-		StripeAPIURL:        getenv("GUARDIAN_STRIPE_API_URL"),
-		BackfillInterval:    dur("GUARDIAN_STRIPE_BACKFILL_INTERVAL", backfill.DefaultInterval),
-		Tolerance:           dur("GUARDIAN_TIMESTAMP_TOLERANCE", provider.DefaultTolerance),
-		MaxBodyBytes:        integer("GUARDIAN_MAX_BODY_BYTES", web.DefaultMaxBodyBytes),
-		ConnectorURL:        getenv("GUARDIAN_CONNECTOR_URL"),
-		ConnectorSecret:     getenv("GUARDIAN_CONNECTOR_SECRET"),
-		ConnectorTimeout:    dur("GUARDIAN_CONNECTOR_TIMEOUT", fulfilment.DefaultConnectorTimeout),
-		DispatchLease:       dur("GUARDIAN_DISPATCH_LEASE", fulfilment.DefaultDispatchLease),
-		SweepInterval:       dur("GUARDIAN_SWEEP_INTERVAL", jobs.DefaultSweepInterval),
-		DispatchWorkers:     int(integer("GUARDIAN_DISPATCH_WORKERS", jobs.DefaultDispatchWorkers)),
-		Workers:             boolean("GUARDIAN_WORKERS", true),
-		Batch:               int(integer("GUARDIAN_BATCH", fulfilment.DefaultBatch)),
-		BatchWriters:        int(integer("GUARDIAN_BATCH_WRITERS", fulfilment.DefaultBatchWriters)),
-		ConnectorLookupURL:  getenv("GUARDIAN_CONNECTOR_LOOKUP_URL"),
-		ReconcileInterval:   dur("GUARDIAN_RECONCILE_INTERVAL", jobs.DefaultReconcileInterval),
-		ReconcileGrace:      dur("GUARDIAN_RECONCILE_GRACE", fulfilment.DefaultReconcileGrace),
-		API:                 boolean("GUARDIAN_API", true),
-		AdminTokens:         List(getenv("GUARDIAN_ADMIN_TOKEN"), ","),
-		SessionTTL:          dur("GUARDIAN_SESSION_TTL", web.DefaultSessionTTL),
-		TokenStore:          cmp.Or(getenv("GUARDIAN_TOKEN_STORE"), "postgres"),
-		Migrate:             boolean("GUARDIAN_MIGRATE", true),
-		Dev:                 boolean("GUARDIAN_DEV", false),
-		LogLevel:            cmp.Or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
-		Tracing:             getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
-		MetricsAddr:         cmp.Or(getenv("GUARDIAN_METRICS_ADDR"), DefaultMetricsAddr),
-		MetricsRefresh:      dur("GUARDIAN_METRICS_REFRESH", metrics.DefaultTableRefresh),
-		Pprof:               boolean("GUARDIAN_PPROF", false),
-		PprofRemote:         boolean("GUARDIAN_PPROF_ALLOW_REMOTE", false),
-		PublicURL:           getenv("GUARDIAN_PUBLIC_URL"),
-		TrustedProxies:      List(getenv("GUARDIAN_TRUSTED_PROXIES"), ", "),
-		ServiceName:         cmp.Or(getenv("OTEL_SERVICE_NAME"), "guardian"),
+		DatabaseURL:          cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL),
+		Addr:                 cmp.Or(getenv("GUARDIAN_ADDR"), web.DefaultAddr),
+		RedisURL:             getenv("REDIS_URL"),
+		RedisPrefix:          cmp.Or(getenv("GUARDIAN_REDIS_PREFIX"), "idem:"),
+		StripeSecrets:        List(getenv("GUARDIAN_STRIPE_SECRETS"), ","),
+		StandardSecrets:      List(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"),
+		StripeFulfilTypes:    List(getenv("GUARDIAN_STRIPE_FULFIL_TYPES"), ","),
+		StandardFulfilTypes:  List(getenv("GUARDIAN_STANDARD_FULFIL_TYPES"), ","),
+		StandardPaymentPath:  getenv("GUARDIAN_STANDARD_PAYMENT_PATH"),
+		PaddleSecrets:        List(getenv("GUARDIAN_PADDLE_SECRETS"), ","),
+		PaddleFulfilRenewals: boolean("GUARDIAN_PADDLE_FULFIL_RENEWALS", false),
+		StripeAPIKey:         getenv("GUARDIAN_STRIPE_API_KEY"),
+		StripeAPIURL:         getenv("GUARDIAN_STRIPE_API_URL"),
+		BackfillInterval:     dur("GUARDIAN_STRIPE_BACKFILL_INTERVAL", backfill.DefaultInterval),
+		Tolerance:            dur("GUARDIAN_TIMESTAMP_TOLERANCE", provider.DefaultTolerance),
+		MaxBodyBytes:         integer("GUARDIAN_MAX_BODY_BYTES", web.DefaultMaxBodyBytes),
+		ConnectorURL:         getenv("GUARDIAN_CONNECTOR_URL"),
+		ConnectorSecret:      getenv("GUARDIAN_CONNECTOR_SECRET"),
+		ConnectorTimeout:     dur("GUARDIAN_CONNECTOR_TIMEOUT", fulfilment.DefaultConnectorTimeout),
+		DispatchLease:        dur("GUARDIAN_DISPATCH_LEASE", fulfilment.DefaultDispatchLease),
+		SweepInterval:        dur("GUARDIAN_SWEEP_INTERVAL", jobs.DefaultSweepInterval),
+		DispatchWorkers:      int(integer("GUARDIAN_DISPATCH_WORKERS", jobs.DefaultDispatchWorkers)),
+		Workers:              boolean("GUARDIAN_WORKERS", true),
+		Batch:                int(integer("GUARDIAN_BATCH", fulfilment.DefaultBatch)),
+		BatchWriters:         int(integer("GUARDIAN_BATCH_WRITERS", fulfilment.DefaultBatchWriters)),
+		ConnectorLookupURL:   getenv("GUARDIAN_CONNECTOR_LOOKUP_URL"),
+		ReconcileInterval:    dur("GUARDIAN_RECONCILE_INTERVAL", jobs.DefaultReconcileInterval),
+		ReconcileGrace:       dur("GUARDIAN_RECONCILE_GRACE", fulfilment.DefaultReconcileGrace),
+		API:                  boolean("GUARDIAN_API", true),
+		AdminTokens:          List(getenv("GUARDIAN_ADMIN_TOKEN"), ","),
+		SessionTTL:           dur("GUARDIAN_SESSION_TTL", web.DefaultSessionTTL),
+		TokenStore:           cmp.Or(getenv("GUARDIAN_TOKEN_STORE"), "postgres"),
+		Migrate:              boolean("GUARDIAN_MIGRATE", true),
+		Dev:                  boolean("GUARDIAN_DEV", false),
+		LogLevel:             cmp.Or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
+		Tracing:              getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
+		MetricsAddr:          cmp.Or(getenv("GUARDIAN_METRICS_ADDR"), DefaultMetricsAddr),
+		MetricsRefresh:       dur("GUARDIAN_METRICS_REFRESH", metrics.DefaultTableRefresh),
+		Pprof:                boolean("GUARDIAN_PPROF", false),
+		PprofRemote:          boolean("GUARDIAN_PPROF_ALLOW_REMOTE", false),
+		PublicURL:            getenv("GUARDIAN_PUBLIC_URL"),
+		TrustedProxies:       List(getenv("GUARDIAN_TRUSTED_PROXIES"), ", "),
+		ServiceName:          cmp.Or(getenv("OTEL_SERVICE_NAME"), "guardian"),
 	}
 	if getenv("GUARDIAN_PPROF_ADDR") != "" {
 		errs = append(errs, errors.New("GUARDIAN_PPROF_ADDR is gone: set GUARDIAN_PPROF=true to serve pprof on the operations listener, GUARDIAN_METRICS_ADDR"))
@@ -345,6 +354,12 @@ func (c *Config) validateExposure() []error {
 				break
 			}
 		}
+		for i, v := range c.PaddleSecrets {
+			if err := provider.PaddleSecret(v); err != nil {
+				errs = append(errs, fmt.Errorf("GUARDIAN_PADDLE_SECRETS: secret %d is %w", i+1, err))
+				break
+			}
+		}
 		for i, v := range c.StandardSecrets {
 			if err := provider.StrongStandardSecret(v); err != nil {
 				errs = append(errs, fmt.Errorf("GUARDIAN_STANDARD_SECRETS: secret %d %w", i+1, secretProblem(err)))
@@ -447,7 +462,7 @@ var Variables = []string{
 	"GUARDIAN_ADDR", "GUARDIAN_ADMIN_TOKEN", "GUARDIAN_API", "GUARDIAN_BATCH", "GUARDIAN_BATCH_WRITERS",
 	"GUARDIAN_CONNECTOR_LOOKUP_URL", "GUARDIAN_CONNECTOR_SECRET", "GUARDIAN_CONNECTOR_TIMEOUT", "GUARDIAN_CONNECTOR_URL",
 	"GUARDIAN_DEV", "GUARDIAN_DISPATCH_LEASE", "GUARDIAN_DISPATCH_WORKERS", "GUARDIAN_LOG_FORMAT", "GUARDIAN_LOG_LEVEL",
-	"GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH", "GUARDIAN_METRICS_URL", "GUARDIAN_MIGRATE",
+	"GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH", "GUARDIAN_METRICS_URL", "GUARDIAN_MIGRATE",
 	"GUARDIAN_OPERATOR_TOKEN", "GUARDIAN_PPROF", "GUARDIAN_PPROF_ADDR", "GUARDIAN_PPROF_ALLOW_REMOTE", "GUARDIAN_PUBLIC_URL",
 	"GUARDIAN_RECONCILE_GRACE", "GUARDIAN_RECONCILE_INTERVAL", "GUARDIAN_REDIS_PREFIX", "GUARDIAN_SESSION_TTL",
 	"GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_SECRETS",

@@ -1,0 +1,163 @@
+package provider
+
+import (
+	"cmp"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PaddleConfig configures Paddle Billing's verification and rules.
+type PaddleConfig struct {
+	// Secrets are the notification destination's secret keys
+	// ("pdl_ntfset_..."), as Paddle shows them. A delivery verifies if any
+	// of them produced one of its h1 signatures: list the old and the new
+	// while rotating. At least one is required.
+	Secrets []string
+	// Tolerance bounds the signed ts's distance from now, both ways.
+	// Defaults to DefaultTolerance. (Paddle's own SDKs allow 5 seconds into
+	// the past only; a tighter tolerance is a configuration away.)
+	Tolerance time.Duration
+	// FulfilRenewals makes a subscription's recurring transactions fulfil,
+	// each once. Off by default, as Stripe's renewals are: the purchase that
+	// started the subscription fulfils; a renewal usually extends, not
+	// provisions.
+	FulfilRenewals bool
+}
+
+// Paddle verifies Paddle Billing notifications: the Paddle-Signature header
+// "ts=<unix seconds>;h1=<hex HMAC-SHA256 of "<ts>:<body>" keyed with the
+// secret>", with several h1 during a secret's rotation.
+//
+// The rules, by Paddle's documentation (docs/design.md, the rule table):
+// events dedupe on event_id (notification_id changes per destination and
+// replay); transaction.completed with data.status "completed" fulfils, its
+// payment the transaction (data.id); transaction.paid never does (paid is
+// not yet processed: Paddle says to provision on completed).
+type Paddle struct {
+	secrets        [][]byte
+	tolerance      time.Duration
+	fulfilRenewals bool
+}
+
+// PaddleFulfilType is the one Paddle event type that fulfils.
+const PaddleFulfilType = "transaction.completed"
+
+// NewPaddle returns a Paddle provider, or an error if no secret is given.
+func NewPaddle(cfg PaddleConfig) (*Paddle, error) {
+	secrets, err := cleanSecrets(cfg.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("paddle: %w", err)
+	}
+	if cfg.Tolerance < 0 {
+		return nil, errors.New("paddle: tolerance must not be negative")
+	}
+	p := &Paddle{tolerance: cmp.Or(cfg.Tolerance, DefaultTolerance), fulfilRenewals: cfg.FulfilRenewals}
+	for _, s := range secrets {
+		p.secrets = append(p.secrets, []byte(s))
+	}
+	return p, nil
+}
+
+// Name returns "paddle".
+func (p *Paddle) Name() string { return "paddle" }
+
+// Verify checks the Paddle-Signature over the exact body and reads the
+// event. A header with more than one ts is refused: a fresh ts in front of
+// a captured delivery must not pass the tolerance on a signature made with
+// another.
+func (p *Paddle) Verify(header http.Header, body []byte, now time.Time) (Event, error) {
+	ts, sigs, ok := paddleSignature(header.Get("Paddle-Signature"))
+	if !ok {
+		return Event{}, fmt.Errorf("%w: missing or unreadable Paddle-Signature header", ErrSignature)
+	}
+	if !p.signed(ts, body, sigs) {
+		return Event{}, ErrSignature
+	}
+	sec, _ := strconv.ParseInt(ts, 10, 64)
+	if err := checkTimestamp(time.Unix(sec, 0), now, p.tolerance); err != nil {
+		return Event{}, err
+	}
+
+	env, err := parseObject(body)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	id, _ := env["event_id"].(string)
+	typ, _ := env["event_type"].(string)
+	if id == "" || typ == "" || len(id) > maxIDLength {
+		return Event{}, fmt.Errorf("%w: event_id and event_type are required", ErrMalformed)
+	}
+	if hasNUL(id, typ) {
+		return Event{}, errNUL
+	}
+	ev := Event{Provider: p.Name(), ID: id, Type: typ, Payload: body}
+	if typ != PaddleFulfilType {
+		return ev, nil
+	}
+	data, _ := env["data"].(map[string]any)
+	txn, _ := data["id"].(string)
+	status, _ := data["status"].(string)
+	origin, _ := data["origin"].(string)
+	switch {
+	case txn == "" || len(txn) > maxIDLength || hasNUL(txn):
+		// Well signed, so stored and acknowledged; it cannot fulfil.
+		ev.Note = "no string transaction id at data.id"
+	case status != "completed":
+		ev.Note = "transaction status is " + strconv.Quote(status) + ", not completed"
+	case origin == "subscription_recurring" && !p.fulfilRenewals:
+		ev.Note = "a subscription's renewal: renewals fulfil only when configured"
+	default:
+		ev.PaymentID = txn
+	}
+	return ev, nil
+}
+
+// signed reports whether any secret produced any of sigs over ts and body.
+func (p *Paddle) signed(ts string, body []byte, sigs [][]byte) bool {
+	for _, secret := range p.secrets {
+		mac := hmac.New(sha256.New, secret)
+		mac.Write([]byte(ts))
+		mac.Write([]byte{':'})
+		mac.Write(body)
+		want := mac.Sum(nil)
+		for _, sig := range sigs {
+			if hmac.Equal(sig, want) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// paddleSignature reads "ts=...;h1=...[;h1=...]": exactly one ts, of digits,
+// and the h1 values that decode as hex. ok is false for anything else.
+func paddleSignature(header string) (ts string, sigs [][]byte, ok bool) {
+	if header == "" || len(header) > 4096 {
+		return "", nil, false
+	}
+	for _, part := range strings.Split(header, ";") {
+		k, v, found := strings.Cut(strings.TrimSpace(part), "=")
+		if !found {
+			return "", nil, false
+		}
+		switch k {
+		case "ts":
+			if ts != "" || v == "" || strings.Trim(v, "0123456789") != "" || len(v) > 12 {
+				return "", nil, false
+			}
+			ts = v
+		case "h1":
+			if b, err := hex.DecodeString(v); err == nil && len(b) == sha256.Size {
+				sigs = append(sigs, b)
+			}
+		}
+	}
+	return ts, sigs, ts != "" && len(sigs) > 0
+}
