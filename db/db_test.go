@@ -474,9 +474,13 @@ func TestMigrations(t *testing.T) {
 		m, err := goose.NewMigrator(d.Pool)
 		require.NoError(t, err)
 		defer m.Close()
-		res, err := m.Down(ctx)
-		require.NoError(t, err)
-		require.EqualValues(t, 19, res.Source.Version, "00019 is the latest migration; this test is about it")
+		for {
+			res, err := m.Down(ctx)
+			require.NoError(t, err)
+			if res.Source.Version == 19 {
+				break // 00019 rolled back: the schema before keys were derived
+			}
+		}
 		var id string
 		require.NoError(t, d.Pool.QueryRow(ctx, `WITH e AS (
 			INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body) VALUES ('stripe', 'evt_old', 't', 'pi_old', '{}') RETURNING id)

@@ -15,6 +15,9 @@ type Event struct {
 	EventID   string
 	Type      string
 	PaymentID string
+	// Unmapped says why an event that says it is paid names no payment
+	// Guardian can read; empty for every other event.
+	Unmapped string
 	// Payload is the body exactly as the provider signed it.
 	Payload     json.RawMessage
 	Deliveries  int
@@ -30,14 +33,15 @@ type EventParams struct {
 	PaymentID string // empty when the event does not fulfil
 	Payload   []byte // the exact signed bytes
 	Origin    string // "webhook" (the default) or "backfill"
+	Unmapped  string // why a paid event names no readable payment; "" for the rest
 }
 
-const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), body, deliveries, first_seen_at, last_seen_at`
+const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), coalesce(unmapped, ''), body, deliveries, first_seen_at, last_seen_at`
 
 func scanEvent(row pgx.Row) (Event, error) {
 	var e Event
 	var payload []byte
-	err := row.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &payload, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt)
+	err := row.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Unmapped, &payload, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt)
 	e.Payload = payload
 	return e, err
 }
@@ -61,6 +65,9 @@ type EventListParams struct {
 	Limit int
 	// Cursor continues a previous listing (its next cursor).
 	Cursor string
+	// Unmapped keeps only events flagged as paid but naming no payment
+	// Guardian can read.
+	Unmapped bool
 }
 
 // ListEvents returns events newest first, without their payloads (a page
@@ -76,7 +83,7 @@ func ListEvents(ctx context.Context, q DBTX, p EventListParams) ([]Event, string
 		}
 	}
 	rows, err := q.Query(ctx, `
-		SELECT id, provider, event_id, event_type, coalesce(payment_id, ''), deliveries, first_seen_at, last_seen_at
+		SELECT id, provider, event_id, event_type, coalesce(payment_id, ''), coalesce(unmapped, ''), deliveries, first_seen_at, last_seen_at
 		FROM webhook_event e
 		WHERE ($1 = '' OR e.provider = $1)
 		  AND ($2 = '' OR e.event_type = $2)
@@ -85,15 +92,16 @@ func ListEvents(ctx context.Context, q DBTX, p EventListParams) ([]Event, string
 		  AND ($5::timestamptz IS NULL OR e.first_seen_at >= $5)
 		  AND ($6::timestamptz IS NULL OR e.first_seen_at < $6)
 		  AND ($7 = 0 OR e.id < $7)
+		  AND (NOT $9 OR e.unmapped IS NOT NULL)
 		ORDER BY e.id DESC
 		LIMIT $8`,
-		p.Provider, p.Type, p.PaymentPrefix, p.EventPrefix, nullTime(p.Since), nullTime(p.Until), before, limit+1)
+		p.Provider, p.Type, p.PaymentPrefix, p.EventPrefix, nullTime(p.Since), nullTime(p.Until), before, limit+1, p.Unmapped)
 	if err != nil {
 		return nil, "", wrap("list events", err)
 	}
 	es, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
 		var e Event
-		err := r.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt)
+		err := r.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Unmapped, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt)
 		return e, err
 	})
 	if err != nil {
@@ -111,4 +119,26 @@ func ListEvents(ctx context.Context, q DBTX, p EventListParams) ([]Event, string
 func GetEventByPK(ctx context.Context, q DBTX, pk int64) (Event, error) {
 	e, err := scanEvent(q.QueryRow(ctx, `SELECT `+eventColumns+` FROM webhook_event WHERE id = $1`, pk))
 	return e, wrap("get event", err)
+}
+
+// CountUnmapped counts the events flagged as paid but naming no payment
+// Guardian can read (through their partial index).
+func CountUnmapped(ctx context.Context, q DBTX) (int, error) {
+	var n int
+	err := q.QueryRow(ctx, `SELECT count(*) FROM webhook_event WHERE unmapped IS NOT NULL`).Scan(&n)
+	return n, wrap("count unmapped events", err)
+}
+
+// SetEventPayment records the payment a stored event names, found by a
+// replay's new reading of its body, and clears its unmapped flag. Only an
+// event stored without a payment changes: ErrConflict otherwise.
+func SetEventPayment(ctx context.Context, q DBTX, pk int64, paymentID string) error {
+	tag, err := q.Exec(ctx, `UPDATE webhook_event SET payment_id = $2, unmapped = NULL WHERE id = $1 AND payment_id IS NULL`, pk, paymentID)
+	if err != nil {
+		return wrap("set event payment", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrConflict
+	}
+	return nil
 }

@@ -422,6 +422,9 @@ func TestAlertRulesFireOnAnUnhealthyGuardian(t *testing.T) {
 		for range 2 {
 			require.Equal(t, http.StatusBadRequest, g.post(t, "/webhooks/stripe", provider.SignStripe(forged, "whsec_not_the_endpoint_secret_at_all_0123", time.Now()), forged))
 		}
+		// A paid session naming no payment: stored, acknowledged, flagged.
+		unmapped := []byte(fmt.Sprintf(`{"id":"evt_unmapped_%d","object":"event","type":"checkout.session.completed","data":{"object":{"object":"checkout.session","payment_status":"paid"}}}`, round))
+		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(unmapped, stripeSecret, time.Now()), unmapped))
 		before := g.scrape(t)[notDelivered]
 		g.pay(t, fmt.Sprintf("pi_denied_%d", round))
 		require.Eventually(t, func() bool { return g.scrape(t)[notDelivered] > before }, 15*time.Second, 20*time.Millisecond)
@@ -430,8 +433,9 @@ func TestAlertRulesFireOnAnUnhealthyGuardian(t *testing.T) {
 	firing, _ := bench.firing(alertRules(t))
 	require.Equal(t, map[string]bool{
 		"GuardianParkedPaymentWaiting": true, "GuardianPendingNotDispatched": true, "GuardianRefusingDeliveries": true,
-		"GuardianConnectorErrors": true, "GuardianReceiverNotDelivered": true,
+		"GuardianConnectorErrors": true, "GuardianReceiverNotDelivered": true, "GuardianPaidEventUnmapped": true,
 	}, firing)
+	require.Equal(t, 18, d.Count(t, `SELECT count(*) FROM webhook_event WHERE unmapped = 'no payment id in data.object'`), "each flagged on its event")
 }
 
 // TestDashboardAndAlertsOnAHealthyGuardian: a healthy Guardian fires no

@@ -144,13 +144,20 @@ func (s *Server) apiListEvents(c echo.Context) error {
 
 // listEvents reads the event listing the request's query asks for.
 func (s *Server) listEvents(c echo.Context) (EventList, error) {
-	lf, err := parseListFilter(c.QueryParams())
+	q := c.QueryParams()
+	lf, err := parseListFilter(q)
 	if err != nil {
 		return EventList{}, err
 	}
+	unmapped := false
+	if v := q.Get("unmapped"); v != "" {
+		if unmapped, err = strconv.ParseBool(v); err != nil {
+			return EventList{}, &HTTPError{Code: http.StatusBadRequest, Msg: "unmapped: want true or false"}
+		}
+	}
 	es, next, err := db.ListEvents(c.Request().Context(), s.cfg.Store.Pool(), db.EventListParams{
 		Provider: lf.Provider, Type: lf.Type, PaymentPrefix: lf.PaymentPrefix, EventPrefix: lf.EventPrefix,
-		Since: lf.Since, Until: lf.Until, Limit: lf.Limit, Cursor: lf.Cursor,
+		Since: lf.Since, Until: lf.Until, Limit: lf.Limit, Cursor: lf.Cursor, Unmapped: unmapped,
 	})
 	if err != nil {
 		return EventList{}, listError(err)

@@ -41,6 +41,10 @@ type Event struct {
 	EventID   string `json:"event_id"`
 	Type      string `json:"event_type"`
 	PaymentID string `json:"payment_id,omitempty"`
+	// Unmapped, when set, says why this event, paid by its own word, names
+	// no payment Guardian can read: it fulfilled nothing and waits for an
+	// operator.
+	Unmapped string `json:"unmapped,omitempty"`
 	// Payload is absent in listings.
 	Payload     json.RawMessage `json:"payload,omitempty"`
 	Deliveries  int             `json:"deliveries"`
@@ -77,7 +81,7 @@ func apiFulfilment(f db.Fulfilment) Fulfilment {
 
 func apiEvent(e db.Event) Event {
 	return Event{
-		Provider: e.Provider, EventID: e.EventID, Type: e.Type, PaymentID: e.PaymentID, Payload: e.Payload,
+		Provider: e.Provider, EventID: e.EventID, Type: e.Type, PaymentID: e.PaymentID, Unmapped: e.Unmapped, Payload: e.Payload,
 		Deliveries: e.Deliveries, FirstSeenAt: e.FirstSeenAt, LastSeenAt: e.LastSeenAt,
 	}
 }

@@ -31,6 +31,9 @@ type overview struct {
 	Totals          minuteCounts
 	DispatchOutcome map[string]int
 	Chart           chart
+	// Unmapped counts events flagged as paid but naming no payment
+	// Guardian can read: each waits for an operator.
+	Unmapped int
 }
 
 type stateCount struct {
@@ -85,7 +88,11 @@ func (s *Server) handleOverview(c echo.Context) error {
 	if err != nil {
 		return storageError(err)
 	}
-	o := overview{Stats: st, Minutes: s.activity.lastHour(s.now()), DispatchOutcome: outcomes}
+	unmapped, err := db.CountUnmapped(c.Request().Context(), s.cfg.Store.Pool())
+	if err != nil {
+		return storageError(err)
+	}
+	o := overview{Stats: st, Minutes: s.activity.lastHour(s.now()), DispatchOutcome: outcomes, Unmapped: unmapped}
 	for _, name := range state.All {
 		o.States = append(o.States, stateCount{State: string(name), Count: st.ByState[string(name)]})
 	}
@@ -196,7 +203,7 @@ func uniqueBy[T any](in []T, key func(T) string) []T {
 }
 
 // listKeys are the query parameters a list page keeps from page to page.
-var listKeys = []string{"state", "provider", "type", "payment_prefix", "event_prefix", "since", "until"}
+var listKeys = []string{"state", "provider", "type", "payment_prefix", "event_prefix", "since", "until", "unmapped"}
 
 // listPage is what the list pages share: the filters the query set, the
 // providers to choose from, and the next page's address.

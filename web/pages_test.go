@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -524,4 +525,36 @@ func TestDashboardBulkCapsThePage(t *testing.T) {
 	require.Contains(t, page, "Retry acts on at most 100 fulfilments at a time")
 	_, page, _ = op.get(fmt.Sprintf("/fulfilments?state=failed&limit=%d", fulfilment.MaxBulk))
 	require.Contains(t, page, "Retry the 100 on this page")
+}
+
+// TestUnmappedPaidEventsAreSeen: a paid event naming no payment Guardian
+// can read is stored, acknowledged and flagged, shown on the overview, the
+// events page and the event's page, and listed by the API's filter.
+func TestUnmappedPaidEventsAreSeen(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	unmapped := `{"id":"evt_unmapped","object":"event","type":"checkout.session.completed","data":{"object":{"object":"checkout.session","payment_status":"paid"}}}`
+	require.Equal(t, http.StatusOK, b.postStripe(t, unmapped).code, "well signed: acknowledged")
+	require.Equal(t, http.StatusOK, b.postStripe(t, intentEvent("evt_mapped", "pi_mapped")).code)
+
+	code, body := b.api(t, "GET", "/api/v1/events?unmapped=true", b.token, nil)
+	require.Equal(t, http.StatusOK, code, string(body))
+	var list web.EventList
+	require.NoError(t, json.Unmarshal(body, &list))
+	require.Len(t, list.Events, 1)
+	require.Equal(t, "evt_unmapped", list.Events[0].EventID)
+	require.Equal(t, "no payment id in data.object", list.Events[0].Unmapped)
+	code, _ = b.api(t, "GET", "/api/v1/events?unmapped=maybe", b.token, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment f JOIN webhook_event e ON e.id = f.event_pk WHERE e.event_id = 'evt_unmapped'`))
+
+	br := newBrowser(t, b)
+	br.signIn(b.token)
+	_, page, _ := br.get("/")
+	require.Contains(t, page, "1 paid event names no payment Guardian can read")
+	_, page, _ = br.get("/events?unmapped=true")
+	require.Contains(t, page, "unmapped: no payment id in data.object")
+	require.NotContains(t, page, "evt_mapped")
+	_, page, _ = br.get("/events/stripe/evt_unmapped")
+	require.Contains(t, page, "none Guardian can read")
 }

@@ -85,6 +85,11 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 		s.cfg.Logger.InfoContext(ctx, "event stored, fulfilment created", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "fulfilment_id", res.FulfilmentID, "event_type", ev.Type)
 	case res.Outcome == NewEvent && ev.Fulfils():
 		s.cfg.Logger.InfoContext(ctx, "event stored; payment already has a fulfilment", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "event_type", ev.Type)
+	case res.Outcome == NewEvent && ev.Unmapped != "":
+		// Paid, by its own word, and no payment Guardian can read: stored,
+		// acknowledged and flagged, never silently dropped.
+		s.cfg.Metrics.Unmapped(ev.Provider)
+		s.cfg.Logger.WarnContext(ctx, "paid event names no payment Guardian can read: flagged for an operator", "provider", ev.Provider, "event_id", ev.ID, "event_type", ev.Type, "why", ev.Unmapped)
 	case res.Outcome == NewEvent && ev.Note != "":
 		s.cfg.Logger.InfoContext(ctx, "event stored; it does not fulfil", "provider", ev.Provider, "event_id", ev.ID, "event_type", ev.Type, "why", ev.Note)
 	case res.Outcome == NewEvent:
@@ -141,16 +146,44 @@ type ReplayResult struct {
 	Fulfils bool
 }
 
+// remap applies the event's provider's rules to its stored body again, and
+// records the payment it names now (clearing an unmapped flag); nothing
+// changes when the rules still name none.
+func (s *Service) remap(ctx context.Context, tx pgx.Tx, ev db.Event) (db.Event, error) {
+	m, ok := s.cfg.Mappers[ev.Provider]
+	if !ok {
+		return ev, nil
+	}
+	mapped, err := m.Map(ev.Type, ev.Payload)
+	if err != nil || mapped.PaymentID == "" {
+		return ev, nil
+	}
+	if err := db.SetEventPayment(ctx, tx, ev.ID, mapped.PaymentID); err != nil {
+		return ev, err
+	}
+	s.cfg.Logger.InfoContext(ctx, "replayed event mapped to a payment by the rules as they are now", "provider", ev.Provider, "event_id", ev.EventID, "payment_id", mapped.PaymentID, "was_unmapped", ev.Unmapped)
+	ev.PaymentID, ev.Unmapped = mapped.PaymentID, ""
+	return ev, nil
+}
+
 // Replay runs a stored event through the fulfilment dedup path again, for
 // an operator: it creates a fulfilment only if the payment has none that
 // holds it, so replaying an event that is fulfilled, in flight, parked or
-// cancelled changes nothing. It returns db.ErrNotFound for an unknown event.
+// cancelled changes nothing. An event stored without a payment is mapped
+// again by its provider's rules as they are now (Config.Mappers): once the
+// configuration behind an unmapped event is fixed, its replay fulfils it.
+// It returns db.ErrNotFound for an unknown event.
 func (s *Service) Replay(ctx context.Context, providerName, eventID, operator string) (ReplayResult, error) {
 	var res ReplayResult
 	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
 		ev, err := db.GetEvent(ctx, tx, providerName, eventID)
 		if err != nil {
 			return err
+		}
+		if ev.PaymentID == "" {
+			if ev, err = s.remap(ctx, tx, ev); err != nil {
+				return err
+			}
 		}
 		res = ReplayResult{Event: ev, Fulfils: ev.PaymentID != ""}
 		if !res.Fulfils {
@@ -240,6 +273,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		ev := groups[k][0].ev
 		events[i] = db.BatchEvent{Deliveries: len(groups[k]), EventParams: db.EventParams{
 			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload, Origin: ev.Origin,
+			Unmapped: ev.Unmapped,
 		}}
 	}
 	stored, err := db.InsertEvents(ctx, tx, events)

@@ -222,3 +222,29 @@ func TestIntakeBatches(t *testing.T) {
 		require.Equal(t, 40, b.db.Count(t, `SELECT count(DISTINCT xmin::text) FROM webhook_event`), "Batch 1: a transaction each")
 	})
 }
+
+// TestReplayMapsAnUnmappedEventAgain: a paid event the sender shaped
+// differently from the configured payment path is stored flagged; once the
+// path is fixed, the operator's replay maps it by the rules as they are
+// now, clears the flag and fulfils it, once.
+func TestReplayMapsAnUnmappedEventAgain(t *testing.T) {
+	t.Parallel()
+	fixed, err := provider.NewStandard(provider.StandardConfig{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, PaymentPath: "data.object.payment.id"})
+	require.NoError(t, err)
+	b := setup(t, func(c *fulfilment.Config) { c.Mappers = map[string]provider.Mapper{"standard": fixed} })
+	body := []byte(`{"type":"payment.succeeded","data":{"object":{"payment":{"id":"pay_42"}}}}`)
+	res, err := b.svc.Accept(b.ctx, provider.Event{Provider: "standard", ID: "msg_1", Type: "payment.succeeded", Payload: body, Unmapped: "no string payment id at data.payment_id"})
+	require.NoError(t, err)
+	require.Empty(t, res.FulfilmentID)
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE unmapped IS NOT NULL`))
+
+	rep, err := b.svc.Replay(b.ctx, "standard", "msg_1", "ana")
+	require.NoError(t, err)
+	require.NotEmpty(t, rep.FulfilmentID, "mapped by the fixed path, and fulfilled")
+	require.Equal(t, "pay_42", b.db.Fulfilment(t, rep.FulfilmentID).PaymentID)
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE unmapped IS NOT NULL`), "the flag is cleared")
+
+	again, err := b.svc.Replay(b.ctx, "standard", "msg_1", "ana")
+	require.NoError(t, err)
+	require.Empty(t, again.FulfilmentID, "replayed again: the payment is held")
+}

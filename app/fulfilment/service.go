@@ -13,6 +13,7 @@ import (
 	"github.com/guardian-pay/guardian/app/batch"
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/filter"
+	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -67,6 +68,10 @@ type Config struct {
 	Looker connector.Looker
 	// Filter is the optional duplicate filter in front of intake.
 	Filter filter.Filter
+	// Mappers, by provider name, apply each provider's payment rules to a
+	// stored event again when an operator replays one that named no
+	// payment (the configuration behind it fixed since). Optional.
+	Mappers map[string]provider.Mapper
 	// Metrics counts transitions, dispatches and filter errors; nil counts
 	// nothing.
 	Metrics *metrics.Metrics

@@ -33,6 +33,7 @@ type Metrics struct {
 	filterErrors    *prometheus.CounterVec
 	refused         *prometheus.CounterVec
 	refusedDropped  prometheus.Counter
+	unmapped        *prometheus.CounterVec
 	table           *tableCollector
 }
 
@@ -83,6 +84,10 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 		Name: "guardian_refused_dropped_total",
 		Help: "Refused requests counted but not recorded in refused_delivery: more arrived than the record takes (1,000 a second).",
 	})
+	m.unmapped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "guardian_unmapped_events_total",
+		Help: "Events that say they are paid but name no payment Guardian can read, by provider: stored, acknowledged and flagged (GET /api/v1/events?unmapped=true). Alert on any.",
+	}, []string{"provider"})
 	version, revision, goVersion := buildInfo()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "guardian_build_info",
@@ -91,7 +96,7 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 	})
 	buildInfo.Set(1)
 	for _, c := range []prometheus.Collector{
-		buildInfo, m.refused, m.refusedDropped,
+		buildInfo, m.refused, m.refusedDropped, m.unmapped,
 		m.deliveries, m.intakeSeconds, m.transitions, m.dispatchSeconds, m.dispatches, m.connectorErrors, m.filterErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.table,
@@ -182,6 +187,15 @@ func closedClass(class string) string {
 		return class
 	}
 	return "other"
+}
+
+// Unmapped counts one stored event that says it is paid but names no
+// payment Guardian can read (flagged on the event).
+func (m *Metrics) Unmapped(provider string) {
+	if m == nil {
+		return
+	}
+	m.unmapped.WithLabelValues(provider).Inc()
 }
 
 // Refused counts one refused webhook request.

@@ -97,9 +97,23 @@ func (p *Paddle) Verify(header http.Header, body []byte, now time.Time) (Event, 
 	if hasNUL(id, typ) {
 		return Event{}, errNUL
 	}
-	ev := Event{Provider: p.Name(), ID: id, Type: typ, Payload: body}
-	if typ != PaddleFulfilType {
-		return ev, nil
+	return p.mapEnvelope(Event{Provider: p.Name(), ID: id, Type: typ, Payload: body}, env), nil
+}
+
+// Map applies Paddle's rules to a stored body (Mapper).
+func (p *Paddle) Map(eventType string, body []byte) (Event, error) {
+	env, err := parseObject(body)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return p.mapEnvelope(Event{Provider: p.Name(), Type: eventType, Payload: body}, env), nil
+}
+
+// mapEnvelope applies the rule for "paid" to ev: a completed transaction
+// names its payment, anything else says why not.
+func (p *Paddle) mapEnvelope(ev Event, env map[string]any) Event {
+	if ev.Type != PaddleFulfilType {
+		return ev
 	}
 	data, _ := env["data"].(map[string]any)
 	txn, _ := data["id"].(string)
@@ -108,7 +122,7 @@ func (p *Paddle) Verify(header http.Header, body []byte, now time.Time) (Event, 
 	switch {
 	case txn == "" || len(txn) > maxIDLength || hasNUL(txn):
 		// Well signed, so stored and acknowledged; it cannot fulfil.
-		ev.Note = "no string transaction id at data.id"
+		ev.Unmapped = "no string transaction id at data.id"
 	case status != "completed":
 		ev.Note = "transaction status is " + strconv.Quote(status) + ", not completed"
 	case origin == "subscription_recurring" && !p.fulfilRenewals:
@@ -116,7 +130,7 @@ func (p *Paddle) Verify(header http.Header, body []byte, now time.Time) (Event, 
 	default:
 		ev.PaymentID = txn
 	}
-	return ev, nil
+	return ev
 }
 
 // signed reports whether any secret produced any of sigs over ts and body.

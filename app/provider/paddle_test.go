@@ -142,8 +142,11 @@ func TestPaddleRules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ev.ID != "evt_01h8e1jxjnw9ra6zarhnz1a7y1" || ev.PaymentID != tt.payment || !strings.Contains(ev.Note, tt.note) {
-				t.Errorf("event = id %q payment %q note %q, want payment %q note ~%q", ev.ID, ev.PaymentID, ev.Note, tt.payment, tt.note)
+			if ev.ID != "evt_01h8e1jxjnw9ra6zarhnz1a7y1" || ev.PaymentID != tt.payment || !strings.Contains(ev.Note+ev.Unmapped, tt.note) {
+				t.Errorf("event = id %q payment %q note %q unmapped %q, want payment %q note ~%q", ev.ID, ev.PaymentID, ev.Note, ev.Unmapped, tt.payment, tt.note)
+			}
+			if (tt.name == "NumericIDIsFlagged") != (ev.Unmapped != "") {
+				t.Errorf("unmapped = %q: only a paid transaction without a readable id is flagged", ev.Unmapped)
 			}
 		})
 	}

@@ -21,9 +21,16 @@ type Event struct {
 	// event fulfils under the provider's rules: a fulfilling type whose
 	// payload says it is paid.
 	PaymentID string
-	// Note says why an event of a fulfilling type does not fulfil (not paid
-	// yet, failed, no payment id), for the log; empty otherwise.
+	// Note says why an event of a fulfilling type does not fulfil by the
+	// provider's rules (not paid yet, failed, a renewal), for the log;
+	// empty otherwise.
 	Note string
+	// Unmapped says why an event that says it is paid could not be mapped
+	// to a payment (no payment id where the rules look, an id that is not a
+	// string, a payment status Guardian does not know). Such an event is
+	// stored, acknowledged and flagged for an operator: nothing paid goes
+	// unseen. Empty otherwise.
+	Unmapped string
 	// Payload is the raw body as received.
 	Payload []byte
 	// Origin says how the event arrived: "" or "webhook" for a delivery,
@@ -46,6 +53,15 @@ type Provider interface {
 	// Name is the provider's path segment and storage name ("stripe").
 	Name() string
 	Verify(header http.Header, body []byte, now time.Time) (Event, error)
+}
+
+// Mapper applies a provider's payment rules to a stored event's body, as
+// they are configured now: an operator who fixed the configuration behind
+// an unmapped event (a payment path, a fulfilling type) replays it, and
+// the replay maps it again. Only the returned Event's PaymentID, Note and
+// Unmapped are meaningful.
+type Mapper interface {
+	Map(eventType string, body []byte) (Event, error)
 }
 
 var (

@@ -59,7 +59,28 @@ func TestStripe(t *testing.T) {
 		ev, err := s.Verify(SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
 		require.NoError(t, err, "well signed: acknowledged")
 		require.False(t, ev.Fulfils())
-		require.NotEmpty(t, ev.Note)
+		require.Equal(t, "no payment id in data.object", ev.Unmapped, "paid, but no purchase to map: flagged")
+		require.Empty(t, ev.Note)
+	})
+
+	t.Run("UnknownPaymentStatusIsFlagged", func(t *testing.T) {
+		t.Parallel()
+		s := newStripe(t, stripeSecret)
+		body := `{"id":"e","type":"checkout.session.completed","data":{"object":{"id":"cs_1","payment_status":"paid_later","payment_intent":"pi_1"}}}`
+		ev, err := s.Verify(SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
+		require.NoError(t, err)
+		require.False(t, ev.Fulfils())
+		require.Contains(t, ev.Unmapped, `payment_status Guardian does not know: "paid_later"`)
+	})
+
+	t.Run("UnpaidIsANoteNotAFlag", func(t *testing.T) {
+		t.Parallel()
+		s := newStripe(t, stripeSecret)
+		body := `{"id":"e","type":"checkout.session.completed","data":{"object":{"id":"cs_1","payment_status":"unpaid","payment_intent":"pi_1"}}}`
+		ev, err := s.Verify(SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
+		require.NoError(t, err)
+		require.Empty(t, ev.Unmapped)
+		require.Contains(t, ev.Note, "not paid yet")
 	})
 
 	t.Run("RotationAcceptsEitherSecret", func(t *testing.T) {
@@ -187,7 +208,7 @@ func TestStandard(t *testing.T) {
 		ev, err := s.Verify(sign("msg_1", noPay, standardSecret, now), noPay, now)
 		require.NoError(t, err)
 		require.False(t, ev.Fulfils())
-		require.Contains(t, ev.Note, "data.payment_id")
+		require.Contains(t, ev.Unmapped, "data.payment_id")
 		for _, tt := range tests {
 			_, err := s.Verify(tt.header, tt.body, now)
 			require.ErrorIs(t, err, tt.want, tt.name)

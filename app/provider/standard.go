@@ -122,9 +122,24 @@ func (s *Standard) Verify(header http.Header, body []byte, now time.Time) (Event
 	if hasNUL(id, typ) {
 		return Event{}, errNUL
 	}
-	ev := Event{Provider: s.Name(), ID: id, Type: typ, Payload: body}
-	if !slices.Contains(s.fulfilTypes, typ) {
-		return ev, nil
+	return s.mapEnvelope(Event{Provider: s.Name(), ID: id, Type: typ, Payload: body}, env), nil
+}
+
+// Map applies the configured fulfilling types and payment path to a stored
+// body (Mapper).
+func (s *Standard) Map(eventType string, body []byte) (Event, error) {
+	env, err := parseObject(body)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return s.mapEnvelope(Event{Provider: s.Name(), Type: eventType, Payload: body}, env), nil
+}
+
+// mapEnvelope names ev's payment when its type fulfils: the string at the
+// payment path, or why there is none.
+func (s *Standard) mapEnvelope(ev Event, env map[string]any) Event {
+	if !slices.Contains(s.fulfilTypes, ev.Type) {
+		return ev
 	}
 	var at any = env
 	for _, key := range s.paymentPath {
@@ -134,9 +149,9 @@ func (s *Standard) Verify(header http.Header, body []byte, now time.Time) (Event
 	pid, _ := at.(string)
 	if pid == "" || len(pid) > maxIDLength || hasNUL(pid) {
 		// Well signed, so stored and acknowledged; it cannot fulfil.
-		ev.Note = "no string payment id at " + strings.Join(s.paymentPath, ".")
-		return ev, nil
+		ev.Unmapped = "no string payment id at " + strings.Join(s.paymentPath, ".")
+		return ev
 	}
 	ev.PaymentID = pid
-	return ev, nil
+	return ev
 }

@@ -118,17 +118,20 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 	if !slices.Contains(s.fulfilTypes, typ) {
 		return ev, nil
 	}
-	ev.PaymentID, ev.Note = stripeRule(typ, object)
+	ev.PaymentID, ev.Note, ev.Unmapped = stripeRule(typ, object)
 	switch {
 	case len(ev.PaymentID) > maxIDLength:
-		ev.PaymentID, ev.Note = "", "payment id longer than any Stripe id"
+		ev.PaymentID, ev.Unmapped = "", "payment id longer than any Stripe id"
 	case hasNUL(ev.PaymentID):
-		ev.PaymentID, ev.Note = "", "payment id holds a NUL character"
-	case ev.PaymentID == "" && ev.Note == "":
-		ev.Note = "no payment id in data.object"
+		ev.PaymentID, ev.Unmapped = "", "payment id holds a NUL character"
+	case ev.PaymentID == "" && ev.Note == "" && ev.Unmapped == "":
+		ev.Unmapped = "no payment id in data.object"
 	}
 	return ev, nil
 }
+
+// Map applies Stripe's rules to a stored body (Mapper).
+func (s *Stripe) Map(_ string, body []byte) (Event, error) { return s.Read(body) }
 
 // dataObject returns an event's data.object: absent is empty, anything but
 // an object where one belongs is malformed.
@@ -161,38 +164,40 @@ func (s *Stripe) RuleTypes() []string {
 // stripeRule applies Stripe's rule for whether an event of a fulfilling
 // type pays for its purchase, and names the purchase (docs/design.md, "What
 // a Stripe payment is"). It returns "" and why not when the event does not
-// fulfil: the event is still stored and acknowledged.
-func stripeRule(eventType string, object map[string]any) (paymentID, note string) {
+// fulfil (note), or "" and what could not be read when the event says it
+// is paid but names no purchase Guardian can read (unmapped): the event is
+// stored and acknowledged either way.
+func stripeRule(eventType string, object map[string]any) (paymentID, note, unmapped string) {
 	str := func(m map[string]any, k string) string { v, _ := m[k].(string); return v }
 	switch eventType {
 	case "checkout.session.completed", "checkout.session.async_payment_succeeded":
 		switch str(object, "payment_status") {
 		case "paid", "no_payment_required":
 		case "unpaid":
-			return "", "checkout session not paid yet: waits for checkout.session.async_payment_succeeded"
+			return "", "checkout session not paid yet: waits for checkout.session.async_payment_succeeded", ""
 		default:
-			return "", "checkout session without a payment_status Guardian knows"
+			return "", "", "checkout session with a payment_status Guardian does not know: " + strconv.Quote(str(object, "payment_status"))
 		}
-		return checkoutPurchase(object), ""
+		return checkoutPurchase(object), "", ""
 	case "checkout.session.async_payment_failed":
-		return "", "checkout session payment failed: never fulfils"
+		return "", "checkout session payment failed: never fulfils", ""
 	case "payment_intent.succeeded":
 		if str(object, "status") != "succeeded" {
-			return "", "payment intent not succeeded"
+			return "", "payment intent not succeeded", ""
 		}
-		return str(object, "id"), ""
+		return str(object, "id"), "", ""
 	case "invoice.paid":
 		if str(object, "billing_reason") == "subscription_create" {
-			return "", "a subscription's first invoice is the Checkout purchase that created it"
+			return "", "a subscription's first invoice is the Checkout purchase that created it", ""
 		}
-		return str(object, "id"), ""
+		return str(object, "id"), "", ""
 	}
 	// A type configured without a rule of its own: its payment intent, else
 	// the object.
 	if id := checkoutPurchase(object); id != "" {
-		return id, ""
+		return id, "", ""
 	}
-	return "", "no payment id in data.object"
+	return "", "", "no payment id in data.object"
 }
 
 // checkoutPurchase names the purchase a Checkout Session (or another object)

@@ -118,7 +118,7 @@ func (a *App) build(ctx context.Context) error {
 	// One reader of the table's counts for the gauges, the overview and
 	// /api/v1/stats: one count everywhere.
 	stats := db.NewStatsReader(a.pool)
-	service, enqueuer, err := a.buildDomain(store, stats, conn, looker, dupFilter)
+	service, enqueuer, err := a.buildDomain(store, stats, conn, looker, dupFilter, providers)
 	if err != nil {
 		return err
 	}
@@ -211,7 +211,7 @@ func (a *App) buildFilter(ctx context.Context) (filter.Filter, error) {
 
 // buildDomain makes the metrics, the insert-only enqueuer and the
 // fulfilment domain that uses both.
-func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, conn connector.Connector, looker connector.Looker, dupFilter filter.Filter) (*fulfilment.Service, *jobs.Enqueuer, error) {
+func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, conn connector.Connector, looker connector.Looker, dupFilter filter.Filter, providers []provider.Provider) (*fulfilment.Service, *jobs.Enqueuer, error) {
 	cfg := a.cfg
 	a.registry = prometheus.NewRegistry()
 	m, err := metrics.New(a.registry, stats, a.logger)
@@ -223,8 +223,14 @@ func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, conn connector
 	if err != nil {
 		return nil, nil, err
 	}
+	mappers := map[string]provider.Mapper{}
+	for _, p := range providers {
+		if m, ok := p.(provider.Mapper); ok {
+			mappers[p.Name()] = m
+		}
+	}
 	service, err := fulfilment.New(fulfilment.Config{
-		Store: store, Enqueuer: enqueuer, Logger: a.logger, Connector: conn, Looker: looker,
+		Store: store, Enqueuer: enqueuer, Logger: a.logger, Connector: conn, Looker: looker, Mappers: mappers,
 		Filter: dupFilter, Metrics: m, ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
 		ReconcileGrace: cfg.ReconcileGrace, Batch: cfg.Batch, BatchWriters: cfg.BatchWriters,
 	})
