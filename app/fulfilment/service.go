@@ -13,8 +13,8 @@ import (
 	"github.com/guardian-pay/guardian/app/batch"
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/filter"
-	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/metrics"
+	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/db"
 )
 
