@@ -49,6 +49,7 @@ func TestBackfillFetchesWhatWasNeverDelivered(t *testing.T) {
 	e := baseEnv(t, d, conn)
 	e["GUARDIAN_STRIPE_API_KEY"] = stripeAPIKey
 	e["GUARDIAN_STRIPE_API_URL"] = api.URL
+	e["GUARDIAN_MODE"] = "test" // a test-mode key and a fake of Stripe in test mode
 	g := start(t, e)
 	require.Eventually(t, func() bool { return stateCount(t, d, "fulfilled") == 2 }, 20*time.Second, 50*time.Millisecond)
 	require.Equal(t, 2, d.Count(t, `SELECT count(*) FROM webhook_event WHERE origin = 'backfill'`))

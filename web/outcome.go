@@ -91,6 +91,8 @@ func verificationRefusal(err error) deliveryOutcome {
 		return refused("timestamp", provider.ErrTimestamp.Error(), "the signed timestamp is outside the tolerance window (a clock off, or a replay)")
 	case errors.Is(err, provider.ErrMalformed):
 		return refused("malformed", err.Error(), err.Error())
+	case errors.Is(err, provider.ErrMode):
+		return refused("mode", err.Error(), err.Error())
 	default:
 		return refused("invalid", "invalid delivery", "invalid delivery")
 	}

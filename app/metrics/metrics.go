@@ -78,7 +78,7 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 	}
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "guardian_refused_total",
-		Help: "Refused webhook requests by provider (a configured one, or unknown) and reason: signature, timestamp, malformed, too_large, unreadable, unknown_provider, invalid.",
+		Help: "Refused webhook requests by provider (a configured one, or unknown) and reason: signature, timestamp, malformed, mode, too_large, unreadable, unknown_provider, invalid.",
 	}, []string{"provider", "reason"})
 	m.refusedDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "guardian_refused_dropped_total",

@@ -46,7 +46,7 @@ func (e Event) Fulfils() bool { return e.PaymentID != "" }
 // Verify must be safe for concurrent use. It checks the signature over the
 // exact bytes of body, the timestamp against now within the provider's
 // tolerance both ways, and the payload's shape. Every error it returns wraps
-// one of ErrSignature, ErrTimestamp or ErrMalformed, whose text is fit to show
+// one of ErrSignature, ErrTimestamp, ErrMalformed or ErrMode, whose text is fit to show
 // the sender; the wrapping text never holds a secret or an expected
 // signature.
 type Provider interface {
@@ -74,6 +74,20 @@ var (
 	// ErrMalformed means the signed body is not an event this provider sends:
 	// invalid or non-strict JSON, or a required field missing.
 	ErrMalformed = errors.New("malformed event")
+	// ErrMode means a well-signed event of the other mode: test money at a
+	// live deployment, or live money at a test one (a test endpoint's
+	// secret left in a live deployment's list, say). It never fulfils.
+	ErrMode = errors.New("event of the other mode")
+)
+
+// Mode is the money a deployment serves: live or test. The zero Mode
+// checks nothing (a provider whose events do not say).
+type Mode string
+
+// The modes.
+const (
+	ModeLive Mode = "live"
+	ModeTest Mode = "test"
 )
 
 // DefaultTolerance is how far a signed timestamp may be from now, either way.

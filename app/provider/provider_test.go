@@ -363,3 +363,39 @@ func FuzzParseStrict(f *testing.F) {
 		}
 	})
 }
+
+// TestStripeMode: test money never fulfils at a live deployment, nor live
+// money at a test one: refused with the reason; an event that does not
+// say (no livemode) passes.
+func TestStripeMode(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	body := func(live string) []byte {
+		return []byte(`{"id":"evt_m","type":"checkout.session.completed"` + live + `,"data":{"object":{"id":"cs_1","payment_status":"paid","payment_intent":"pi_1"}}}`)
+	}
+	for _, tt := range []struct {
+		mode Mode
+		live string
+		want error
+	}{
+		{ModeLive, `,"livemode":true`, nil},
+		{ModeLive, `,"livemode":false`, ErrMode},
+		{ModeTest, `,"livemode":false`, nil},
+		{ModeTest, `,"livemode":true`, ErrMode},
+		{ModeLive, ``, nil},
+		{"", `,"livemode":false`, nil},
+	} {
+		s, err := NewStripe(StripeConfig{Secrets: []string{stripeSecret}, Mode: tt.mode})
+		require.NoError(t, err)
+		b := body(tt.live)
+		ev, err := s.Verify(SignStripe(b, stripeSecret, now), b, now)
+		require.ErrorIs(t, err, tt.want, "mode %q, %s", tt.mode, tt.live)
+		if tt.want == nil {
+			require.Equal(t, "pi_1", ev.PaymentID)
+		} else {
+			require.Contains(t, err.Error(), "mode")
+		}
+	}
+	_, err := NewStripe(StripeConfig{Secrets: []string{stripeSecret}, Mode: "sandbox"})
+	require.Error(t, err)
+}

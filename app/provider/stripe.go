@@ -25,6 +25,9 @@ type StripeConfig struct {
 	// FulfilTypes are the event types that may fulfil, each under its own
 	// rule (StripeRules). Defaults to DefaultStripeFulfilTypes.
 	FulfilTypes []string
+	// Mode is the money the deployment serves: an event whose livemode says
+	// otherwise is refused (ErrMode). The zero Mode checks nothing.
+	Mode Mode
 }
 
 // DefaultStripeFulfilTypes are the Stripe events that fulfil by default:
@@ -43,6 +46,7 @@ type Stripe struct {
 	secrets     []string
 	tolerance   time.Duration
 	fulfilTypes []string
+	mode        Mode
 }
 
 // NewStripe returns a Stripe provider, or an error if no usable secret is given.
@@ -54,10 +58,14 @@ func NewStripe(cfg StripeConfig) (*Stripe, error) {
 	if cfg.Tolerance < 0 {
 		return nil, errors.New("stripe: tolerance must not be negative")
 	}
+	if cfg.Mode != "" && cfg.Mode != ModeLive && cfg.Mode != ModeTest {
+		return nil, fmt.Errorf("stripe: mode %q is neither live nor test", cfg.Mode)
+	}
 	return &Stripe{
 		secrets:     secrets,
 		tolerance:   cmp.Or(cfg.Tolerance, DefaultTolerance),
 		fulfilTypes: orDefault(cfg.FulfilTypes, DefaultStripeFulfilTypes),
+		mode:        cfg.Mode,
 	}, nil
 }
 
@@ -109,6 +117,12 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 	}
 	if hasNUL(id, typ) {
 		return Event{}, errNUL
+	}
+	if live, ok := env["livemode"].(bool); ok && s.mode != "" && live != (s.mode == ModeLive) {
+		if live {
+			return Event{}, fmt.Errorf("%w: a live-mode event at a test deployment (GUARDIAN_MODE=test)", ErrMode)
+		}
+		return Event{}, fmt.Errorf("%w: a test-mode event at a live deployment: is a test endpoint's secret in GUARDIAN_STRIPE_SECRETS?", ErrMode)
 	}
 	object, err := dataObject(env)
 	if err != nil {

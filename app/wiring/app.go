@@ -152,7 +152,7 @@ func (a *App) buildSchema(ctx context.Context) error {
 // returns Stripe apart too, for the backfill.
 func (a *App) buildProviders() (*provider.Stripe, []provider.Provider, error) {
 	cfg := a.cfg
-	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes})
+	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes, Mode: cfg.Mode})
 	if err != nil {
 		return nil, nil, err
 	}

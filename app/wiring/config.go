@@ -50,8 +50,13 @@ type Config struct {
 	// StripeAPIKey, when set, turns on the periodic Stripe backfill and
 	// `guardian backfill stripe`. A secret: never logged.
 	StripeAPIKey string
-	// StripeAPIURL is Stripe's API (tests point it at a fake).
+	// StripeAPIURL is Stripe's API (tests point it at a fake). https
+	// outside the development profile.
 	StripeAPIURL string
+	// Mode is the money this deployment serves, "live" or "test": events of
+	// the other mode are refused, and a test API key is refused in live
+	// mode. Defaults to live, or test in the development profile.
+	Mode provider.Mode
 	// BackfillInterval is how often the leader backfills from Stripe.
 	BackfillInterval time.Duration
 	// Tolerance bounds signed timestamps both ways. Defaults to 300 seconds.
@@ -211,6 +216,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		PaddleFulfilRenewals: boolean("GUARDIAN_PADDLE_FULFIL_RENEWALS", false),
 		StripeAPIKey:         getenv("GUARDIAN_STRIPE_API_KEY"),
 		StripeAPIURL:         getenv("GUARDIAN_STRIPE_API_URL"),
+		Mode:                 provider.Mode(getenv("GUARDIAN_MODE")),
 		BackfillInterval:     dur("GUARDIAN_STRIPE_BACKFILL_INTERVAL", backfill.DefaultInterval),
 		Tolerance:            dur("GUARDIAN_TIMESTAMP_TOLERANCE", provider.DefaultTolerance),
 		MaxBodyBytes:         integer("GUARDIAN_MAX_BODY_BYTES", web.DefaultMaxBodyBytes),
@@ -250,6 +256,12 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		cfg.LogFormat = "json"
 		if cfg.Dev {
 			cfg.LogFormat = "text"
+		}
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = provider.ModeLive
+		if cfg.Dev {
+			cfg.Mode = provider.ModeTest
 		}
 	}
 	if cfg.Dev {
@@ -305,6 +317,21 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("GUARDIAN_TOKEN_STORE: want postgres or redis, got %q", c.TokenStore))
 	case c.TokenStore == "redis" && c.RedisURL == "":
 		errs = append(errs, errors.New("GUARDIAN_TOKEN_STORE=redis needs REDIS_URL"))
+	}
+	switch {
+	case c.Mode != provider.ModeLive && c.Mode != provider.ModeTest:
+		errs = append(errs, fmt.Errorf("GUARDIAN_MODE: want live or test, got %q", c.Mode))
+	case c.Mode == provider.ModeLive && (strings.HasPrefix(c.StripeAPIKey, "sk_test_") || strings.HasPrefix(c.StripeAPIKey, "rk_test_")):
+		errs = append(errs, errors.New("GUARDIAN_STRIPE_API_KEY is a test-mode key in a live deployment: the backfill would fetch test money (set GUARDIAN_MODE=test for a test deployment)"))
+	case c.Mode == provider.ModeTest && (strings.HasPrefix(c.StripeAPIKey, "sk_live_") || strings.HasPrefix(c.StripeAPIKey, "rk_live_")):
+		errs = append(errs, errors.New("GUARDIAN_STRIPE_API_KEY is a live-mode key in a test deployment (GUARDIAN_MODE=test)"))
+	}
+	if c.StripeAPIURL != "" && !c.Dev {
+		// The API key travels with every request: https, but for a loopback
+		// host (a local fake or proxy), whose traffic never leaves the machine.
+		if u, err := url.Parse(c.StripeAPIURL); err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && loopback(u.Host))) {
+			errs = append(errs, errors.New("GUARDIAN_STRIPE_API_URL: want an https URL outside the development profile (http only to a loopback address): the API key travels with every request"))
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
@@ -462,7 +489,7 @@ var Variables = []string{
 	"GUARDIAN_ADDR", "GUARDIAN_ADMIN_TOKEN", "GUARDIAN_API", "GUARDIAN_BATCH", "GUARDIAN_BATCH_WRITERS",
 	"GUARDIAN_CONNECTOR_LOOKUP_URL", "GUARDIAN_CONNECTOR_SECRET", "GUARDIAN_CONNECTOR_TIMEOUT", "GUARDIAN_CONNECTOR_URL",
 	"GUARDIAN_DEV", "GUARDIAN_DISPATCH_LEASE", "GUARDIAN_DISPATCH_WORKERS", "GUARDIAN_LOG_FORMAT", "GUARDIAN_LOG_LEVEL",
-	"GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH", "GUARDIAN_METRICS_URL", "GUARDIAN_MIGRATE",
+	"GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH", "GUARDIAN_METRICS_URL", "GUARDIAN_MIGRATE", "GUARDIAN_MODE",
 	"GUARDIAN_OPERATOR_TOKEN", "GUARDIAN_PPROF", "GUARDIAN_PPROF_ADDR", "GUARDIAN_PPROF_ALLOW_REMOTE", "GUARDIAN_PUBLIC_URL",
 	"GUARDIAN_RECONCILE_GRACE", "GUARDIAN_RECONCILE_INTERVAL", "GUARDIAN_REDIS_PREFIX", "GUARDIAN_SESSION_TTL",
 	"GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_SECRETS",

@@ -239,3 +239,35 @@ func TestConfigTimings(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigMode: test money never meets a live deployment's backfill, and
+// the API key never travels in the clear.
+func TestConfigMode(t *testing.T) {
+	t.Parallel()
+	cfg, err := ConfigFromEnv(production(nil))
+	if err != nil || cfg.Mode != provider.ModeLive {
+		t.Fatalf("the default outside the development profile: mode %q, %v", cfg.Mode, err)
+	}
+	for _, tt := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"GUARDIAN_MODE": "sandbox"}, "GUARDIAN_MODE: want live or test"},
+		{map[string]string{"GUARDIAN_STRIPE_API_KEY": "sk_test_abc"}, "test-mode key in a live deployment"},
+		{map[string]string{"GUARDIAN_MODE": "test", "GUARDIAN_STRIPE_API_KEY": "rk_live_abc"}, "live-mode key in a test deployment"},
+		{map[string]string{"GUARDIAN_STRIPE_API_KEY": "rk_live_abc", "GUARDIAN_STRIPE_API_URL": "http://stripe.internal"}, "want an https URL"},
+	} {
+		_, err := ConfigFromEnv(production(tt.env))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: error %v, want %q", tt.env, err, tt.want)
+		}
+	}
+	for _, ok := range []map[string]string{
+		{"GUARDIAN_STRIPE_API_KEY": "rk_live_abc", "GUARDIAN_STRIPE_API_URL": "https://api.stripe.com"},
+		{"GUARDIAN_MODE": "test", "GUARDIAN_STRIPE_API_KEY": "sk_test_abc", "GUARDIAN_STRIPE_API_URL": "http://127.0.0.1:8111"},
+	} {
+		if _, err := ConfigFromEnv(production(ok)); err != nil {
+			t.Errorf("%v: %v", ok, err)
+		}
+	}
+}
