@@ -29,11 +29,11 @@ type BatchEventResult struct {
 // Results are in the order of events.
 func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEventResult, error) {
 	n := len(events)
-	providers, ids, types, payments, origins, unmapped := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	providers, ids, types, payments, origins, unmapped, deliveryIDs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	bodies, counts := make([][]byte, n), make([]int32, n)
 	index := make(map[[2]string]int, n)
 	for i, e := range events {
-		providers[i], ids[i], types[i], payments[i], origins[i], unmapped[i] = e.Provider, e.EventID, e.Type, e.PaymentID, e.Origin, e.Unmapped
+		providers[i], ids[i], types[i], payments[i], origins[i], unmapped[i], deliveryIDs[i] = e.Provider, e.EventID, e.Type, e.PaymentID, e.Origin, e.Unmapped, e.DeliveryID
 		bodies[i], counts[i] = e.Payload, int32(e.Deliveries)
 		index[[2]string{e.Provider, e.EventID}] = i
 	}
@@ -57,13 +57,13 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 		return wrap(op, rows.Err())
 	}
 	if err := collect("insert events", true, `
-		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin, deliveries, unmapped)
-		SELECT p, e, t, NULLIF(pay, ''), b, coalesce(NULLIF(o, ''), 'webhook'), n, NULLIF(um, '')
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[]) WITH ORDINALITY AS u(p, e, t, pay, b, o, n, um, ord)
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin, deliveries, unmapped, delivery_id)
+		SELECT p, e, t, NULLIF(pay, ''), b, coalesce(NULLIF(o, ''), 'webhook'), n, NULLIF(um, ''), NULLIF(d, '')
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[], $9::text[]) WITH ORDINALITY AS u(p, e, t, pay, b, o, n, um, d, ord)
 		ORDER BY ord
 		ON CONFLICT (provider, event_id) DO NOTHING
 		RETURNING id, provider, event_id`,
-		providers, ids, types, payments, bodies, origins, counts, unmapped); err != nil {
+		providers, ids, types, payments, bodies, origins, counts, unmapped, deliveryIDs); err != nil {
 		return nil, err
 	}
 	if found == n {

@@ -445,7 +445,7 @@ func TestInTxRunsAgainAfterADeadlock(t *testing.T) {
 	wg.Go(func() { errs[1] = lockInOrder(2, 1) })
 	wg.Wait()
 	require.NoError(t, errors.Join(errs...))
-	require.EqualValues(t, 3, runs.Load(), "one transaction lost the deadlock and ran again")
+	require.GreaterOrEqual(t, runs.Load(), int32(3), "a transaction lost the deadlock and ran again")
 	require.Equal(t, 4, d.Count(t, `SELECT sum(n)::int FROM pair`), "both transactions' writes, once each")
 	require.True(t, db.Retryable(&pgconn.PgError{Code: "40P01"}))
 	require.True(t, db.Retryable(fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40001"})))

@@ -18,6 +18,9 @@ type Event struct {
 	// Unmapped says why an event that says it is paid names no payment
 	// Guardian can read; empty for every other event.
 	Unmapped string
+	// DeliveryID is the first delivery's own id where the provider sends
+	// one beside the event's (Shopify); empty otherwise.
+	DeliveryID string
 	// Payload is the body exactly as the provider signed it.
 	Payload     json.RawMessage
 	Deliveries  int
@@ -34,14 +37,17 @@ type EventParams struct {
 	Payload   []byte // the exact signed bytes
 	Origin    string // "webhook" (the default) or "backfill"
 	Unmapped  string // why a paid event names no readable payment; "" for the rest
+	// DeliveryID is the delivery's own id beside the event's, where the
+	// provider sends one (Shopify's X-Shopify-Webhook-Id).
+	DeliveryID string
 }
 
-const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), coalesce(unmapped, ''), body, deliveries, first_seen_at, last_seen_at`
+const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), coalesce(unmapped, ''), coalesce(delivery_id, ''), body, deliveries, first_seen_at, last_seen_at`
 
 func scanEvent(row pgx.Row) (Event, error) {
 	var e Event
 	var payload []byte
-	err := row.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Unmapped, &payload, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt)
+	err := row.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Unmapped, &e.DeliveryID, &payload, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt)
 	e.Payload = payload
 	return e, err
 }

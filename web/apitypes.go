@@ -45,6 +45,9 @@ type Event struct {
 	// no payment Guardian can read: it fulfilled nothing and waits for an
 	// operator.
 	Unmapped string `json:"unmapped,omitempty"`
+	// DeliveryID is the first delivery's own id, where the provider sends
+	// one beside the event's (Shopify).
+	DeliveryID string `json:"delivery_id,omitempty"`
 	// Payload is absent in listings.
 	Payload     json.RawMessage `json:"payload,omitempty"`
 	Deliveries  int             `json:"deliveries"`
@@ -81,7 +84,7 @@ func apiFulfilment(f db.Fulfilment) Fulfilment {
 
 func apiEvent(e db.Event) Event {
 	return Event{
-		Provider: e.Provider, EventID: e.EventID, Type: e.Type, PaymentID: e.PaymentID, Unmapped: e.Unmapped, Payload: e.Payload,
+		Provider: e.Provider, EventID: e.EventID, Type: e.Type, PaymentID: e.PaymentID, Unmapped: e.Unmapped, DeliveryID: e.DeliveryID, Payload: e.Payload,
 		Deliveries: e.Deliveries, FirstSeenAt: e.FirstSeenAt, LastSeenAt: e.LastSeenAt,
 	}
 }

@@ -1,8 +1,10 @@
 package web_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/web"
 )
 
 // conformant is one provider as the conformance suite drives it: how it
@@ -24,6 +27,12 @@ type conformant struct {
 	// the same purchase that must not fulfil it again; unpaid is an event
 	// of a fulfilling type that does not pay.
 	paid, other, unpaid func(purchase string) (id string, body []byte)
+	// unsignedTime says the scheme signs no time (Shopify): no delivery is
+	// stale, and a replay is stopped by the event's identity instead.
+	unsignedTime bool
+	// delivery is the delivery id stored beside the event's, where the
+	// provider sends one (Shopify); nil where it sends none.
+	delivery func(id string) string
 }
 
 var conformants = []conformant{
@@ -85,6 +94,42 @@ var conformants = []conformant{
 			return "evt_pastdue_" + p, paddleEvent("evt_pastdue_"+p, "transaction.completed", "txn_u_"+p, "past_due")
 		},
 	},
+	{
+		name:         "shopify",
+		unsignedTime: true,
+		delivery:     func(id string) string { return "whd_" + id },
+		sign: func(t *testing.T, id string, body []byte, _ time.Time, old bool) http.Header {
+			secret := shopifySecret
+			if old {
+				secret = shopifyOldSecret
+			}
+			var topic struct{ Topic string }
+			require.NoError(t, json.Unmarshal(body, &topic))
+			return provider.SignShopify(body, secret, topic.Topic, id)
+		},
+		// The topic rides in a header; these bodies carry it too, for sign.
+		paid: func(p string) (string, []byte) {
+			return "evt-paid-" + p, shopifyOrder("orders/paid", p, "paid")
+		},
+		other: func(p string) (string, []byte) {
+			return "evt-create-" + p, shopifyOrder("orders/create", p, "paid")
+		},
+		unpaid: func(p string) (string, []byte) {
+			return "evt-pending-" + p, shopifyOrder("orders/paid", "9"+p, "pending")
+		},
+	},
+}
+
+// shopifyOrder is an order as Shopify's webhooks carry it, its id made of
+// the purchase's digits.
+func shopifyOrder(topic, purchase, status string) []byte {
+	digits := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return r
+		}
+		return -1
+	}, purchase)
+	return []byte(fmt.Sprintf(`{"topic":%q,"id":45078%s,"financial_status":%q,"test":false,"currency":"USD","total_price":"409.94"}`, topic, digits, status))
 }
 
 func paddleEvent(id, typ, txn, status string) []byte {
@@ -118,6 +163,19 @@ func TestProviderConformance(t *testing.T) {
 				require.Equal(t, http.StatusOK, code)
 			}
 			require.Equal(t, 1, count(`SELECT count(*) FROM webhook_event WHERE provider = $1 AND event_id = $2`, c.name, id))
+			var delivery *string
+			require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT delivery_id FROM webhook_event WHERE provider = $1 AND event_id = $2`, c.name, id).Scan(&delivery))
+			if c.delivery != nil {
+				require.NotNil(t, delivery)
+				require.Equal(t, c.delivery(id), *delivery, "the delivery's own id is stored beside the event's")
+				code, raw := b.api(t, "GET", "/api/v1/events/"+c.name+"/"+id, b.token, nil)
+				require.Equal(t, http.StatusOK, code)
+				var got web.EventDetail
+				require.NoError(t, json.Unmarshal(raw, &got))
+				require.Equal(t, c.delivery(id), got.Event.DeliveryID, "and answered by the API")
+			} else {
+				require.Nil(t, delivery)
+			}
 			require.Eventually(t, func() bool {
 				return count(`SELECT count(*) FROM fulfilment WHERE provider = $1 AND state = 'fulfilled'`, c.name) == 1
 			}, 15*time.Second, 10*time.Millisecond)
@@ -133,15 +191,24 @@ func TestProviderConformance(t *testing.T) {
 			require.Len(t, fs, 1)
 			require.Equal(t, 1, b.rec.CallsForPayment(fs[0].PaymentID), "the receiver saw the purchase once")
 
-			refused := []struct {
+			type refusal struct {
 				name   string
 				header http.Header
 				body   []byte
-			}{
+			}
+			refused := []refusal{
 				{"Unsigned", http.Header{}, body},
-				{"Stale", c.sign(t, id, body, now.Add(-time.Hour), false), body},
-				{"FromTheFuture", c.sign(t, id, body, now.Add(time.Hour), false), body},
 				{"AlteredByOneByte", c.sign(t, id, body, now, false), altered(body)},
+			}
+			if c.unsignedTime {
+				// Nothing is stale: a delivery replayed an hour on is the
+				// event already stored, and fulfils nothing more.
+				require.Equal(t, http.StatusOK, b.post(t, path, c.sign(t, id, body, now.Add(-time.Hour), false), body).code)
+				require.Equal(t, 1, count(`SELECT count(*) FROM fulfilment WHERE provider = $1`, c.name))
+			} else {
+				refused = append(refused,
+					refusal{"Stale", c.sign(t, id, body, now.Add(-time.Hour), false), body},
+					refusal{"FromTheFuture", c.sign(t, id, body, now.Add(time.Hour), false), body})
 			}
 			for _, r := range refused {
 				require.Equal(t, http.StatusBadRequest, b.post(t, path, r.header, r.body).code, r.name)

@@ -273,7 +273,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		ev := groups[k][0].ev
 		events[i] = db.BatchEvent{Deliveries: len(groups[k]), EventParams: db.EventParams{
 			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload, Origin: ev.Origin,
-			Unmapped: ev.Unmapped,
+			Unmapped: ev.Unmapped, DeliveryID: ev.DeliveryID,
 		}}
 	}
 	stored, err := db.InsertEvents(ctx, tx, events)

@@ -14,9 +14,10 @@ type paddleVector struct {
 	Secret, Signature, Body string
 }
 
-func loadPaddle(t *testing.T, name string, into any) []byte {
+// loadTestdata reads testdata/<name>, and decodes it into into unless nil.
+func loadTestdata(t *testing.T, name string, into any) []byte {
 	t.Helper()
-	b, err := os.ReadFile("testdata/paddle/" + name)
+	b, err := os.ReadFile("testdata/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func headerOf(k, v string) map[string][]string { return map[string][]string{k: {
 func TestPaddleVerifiesTheSDKVector(t *testing.T) {
 	t.Parallel()
 	var v paddleVector
-	loadPaddle(t, "sdk_vector.json", &v)
+	loadTestdata(t, "paddle/sdk_vector.json", &v)
 	signedAt := time.Unix(1710929255, 0)
 	p, err := NewPaddle(PaddleConfig{Secrets: []string{"pdl_ntfset_another_secret_rotated_out", v.Secret}})
 	if err != nil {
@@ -63,7 +64,7 @@ func TestPaddleVerifiesTheSDKVector(t *testing.T) {
 func TestPaddleSignatures(t *testing.T) {
 	t.Parallel()
 	const oldSecret, newSecret = "pdl_ntfset_old_0123456789abcdef", "pdl_ntfset_new_0123456789abcdef"
-	body := loadPaddle(t, "transaction_completed.json", nil)
+	body := loadTestdata(t, "paddle/transaction_completed.json", nil)
 	now := time.Unix(1767225600, 0)
 	p, err := NewPaddle(PaddleConfig{Secrets: []string{newSecret}})
 	if err != nil {
@@ -103,7 +104,7 @@ func TestPaddleSignatures(t *testing.T) {
 func TestPaddleRules(t *testing.T) {
 	t.Parallel()
 	var fixture map[string]any
-	loadPaddle(t, "transaction_completed.json", &fixture)
+	loadTestdata(t, "paddle/transaction_completed.json", &fixture)
 	const secret = "pdl_ntfset_rules_0123456789abcdef"
 	now := time.Unix(1767225600, 0)
 	variant := func(typ string, edit func(data map[string]any)) []byte {

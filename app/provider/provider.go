@@ -15,6 +15,10 @@ type Event struct {
 	Provider string
 	// ID is the provider's event id; (Provider, ID) is unique.
 	ID string
+	// DeliveryID is the delivery's own id where the provider sends one
+	// beside the event's (Shopify's X-Shopify-Webhook-Id); empty otherwise.
+	// It is stored with the event as first delivered.
+	DeliveryID string
 	// Type is the provider's event type.
 	Type string
 	// PaymentID is the purchase the event pays for. It is set only when the

@@ -74,3 +74,15 @@ func PaddleSecret(secret string) error {
 	}
 	return nil
 }
+
+// MinShopifySecretLen is the least characters of a Shopify signing secret:
+// an app's client secret and a store's webhook signing key are 32 or more.
+const MinShopifySecretLen = 32
+
+// ShopifySecret checks a Shopify signing secret's length.
+func ShopifySecret(secret string) error {
+	if len(strings.TrimSpace(secret)) < MinShopifySecretLen {
+		return fmt.Errorf("shorter than %d characters: not an app's client secret or a store's webhook signing key as Shopify shows them", MinShopifySecretLen)
+	}
+	return nil
+}

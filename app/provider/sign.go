@@ -3,6 +3,7 @@ package provider
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"net/http"
 	"strconv"
@@ -56,5 +57,21 @@ func SignPaddle(body []byte, secret string, at time.Time) http.Header {
 	mac.Write(body)
 	h := http.Header{}
 	h.Set("Paddle-Signature", "ts="+ts+";h1="+hex.EncodeToString(mac.Sum(nil)))
+	return h
+}
+
+// SignShopify makes the headers Shopify sends with an orders/paid or other
+// topic's body, signed as Shopify signs, for tests and the demo: eventID is
+// X-Shopify-Event-Id, and the delivery's X-Shopify-Webhook-Id is derived
+// from it.
+func SignShopify(body []byte, secret, topic, eventID string) http.Header {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Shopify-Hmac-Sha256", base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	h.Set("X-Shopify-Topic", topic)
+	h.Set("X-Shopify-Event-Id", eventID)
+	h.Set("X-Shopify-Webhook-Id", "whd_"+eventID)
 	return h
 }

@@ -148,8 +148,8 @@ func (a *App) buildSchema(ctx context.Context) error {
 }
 
 // buildProviders makes the providers that verify deliveries: Stripe and
-// Standard Webhooks always, Paddle when its secrets are configured. It
-// returns Stripe apart too, for the backfill.
+// Standard Webhooks always, Paddle and Shopify when their secrets are
+// configured. It returns Stripe apart too, for the backfill.
 func (a *App) buildProviders() (*provider.Stripe, []provider.Provider, error) {
 	cfg := a.cfg
 	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes, Mode: cfg.Mode})
@@ -167,6 +167,13 @@ func (a *App) buildProviders() (*provider.Stripe, []provider.Provider, error) {
 			return nil, nil, err
 		}
 		providers = append(providers, paddle)
+	}
+	if len(cfg.ShopifySecrets) > 0 {
+		shopify, err := provider.NewShopify(provider.ShopifyConfig{Secrets: cfg.ShopifySecrets, Mode: cfg.Mode})
+		if err != nil {
+			return nil, nil, err
+		}
+		providers = append(providers, shopify)
 	}
 	return stripe, providers, nil
 }

@@ -47,6 +47,10 @@ type Config struct {
 	// PaddleFulfilRenewals makes a Paddle subscription's recurring
 	// transactions fulfil too. Off by default.
 	PaddleFulfilRenewals bool
+	// ShopifySecrets, when set, serves Shopify at /webhooks/shopify with
+	// these signing secrets (the app's client secret or the store's webhook
+	// signing key; comma-separated, old and new while rotating).
+	ShopifySecrets []string
 	// StripeAPIKey, when set, turns on the periodic Stripe backfill and
 	// `guardian backfill stripe`. A secret: never logged.
 	StripeAPIKey string
@@ -214,6 +218,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		StandardPaymentPath:  getenv("GUARDIAN_STANDARD_PAYMENT_PATH"),
 		PaddleSecrets:        List(getenv("GUARDIAN_PADDLE_SECRETS"), ","),
 		PaddleFulfilRenewals: boolean("GUARDIAN_PADDLE_FULFIL_RENEWALS", false),
+		ShopifySecrets:       List(getenv("GUARDIAN_SHOPIFY_SECRETS"), ","),
 		StripeAPIKey:         getenv("GUARDIAN_STRIPE_API_KEY"),
 		StripeAPIURL:         getenv("GUARDIAN_STRIPE_API_URL"),
 		Mode:                 provider.Mode(getenv("GUARDIAN_MODE")),
@@ -375,16 +380,20 @@ func (c *Config) validateExposure() []error {
 				errs = append(errs, fmt.Errorf("%s holds a public development constant: it is published in Guardian's source; generate a secret of your own", v.name))
 			}
 		}
-		for i, v := range c.StripeSecrets {
-			if err := provider.StripeSecret(v); err != nil {
-				errs = append(errs, fmt.Errorf("GUARDIAN_STRIPE_SECRETS: secret %d is %w", i+1, err))
-				break
-			}
-		}
-		for i, v := range c.PaddleSecrets {
-			if err := provider.PaddleSecret(v); err != nil {
-				errs = append(errs, fmt.Errorf("GUARDIAN_PADDLE_SECRETS: secret %d is %w", i+1, err))
-				break
+		for _, f := range []struct {
+			name   string
+			values []string
+			check  func(string) error
+		}{
+			{"GUARDIAN_STRIPE_SECRETS", c.StripeSecrets, provider.StripeSecret},
+			{"GUARDIAN_PADDLE_SECRETS", c.PaddleSecrets, provider.PaddleSecret},
+			{"GUARDIAN_SHOPIFY_SECRETS", c.ShopifySecrets, provider.ShopifySecret},
+		} {
+			for i, v := range f.values {
+				if err := f.check(v); err != nil {
+					errs = append(errs, fmt.Errorf("%s: secret %d is %w", f.name, i+1, err))
+					break
+				}
 			}
 		}
 		for i, v := range c.StandardSecrets {
@@ -489,7 +498,7 @@ var Variables = []string{
 	"GUARDIAN_ADDR", "GUARDIAN_ADMIN_TOKEN", "GUARDIAN_API", "GUARDIAN_BATCH", "GUARDIAN_BATCH_WRITERS",
 	"GUARDIAN_CONNECTOR_LOOKUP_URL", "GUARDIAN_CONNECTOR_SECRET", "GUARDIAN_CONNECTOR_TIMEOUT", "GUARDIAN_CONNECTOR_URL",
 	"GUARDIAN_DEV", "GUARDIAN_DISPATCH_LEASE", "GUARDIAN_DISPATCH_WORKERS", "GUARDIAN_LOG_FORMAT", "GUARDIAN_LOG_LEVEL",
-	"GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH", "GUARDIAN_METRICS_URL", "GUARDIAN_MIGRATE", "GUARDIAN_MODE",
+	"GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS", "GUARDIAN_SHOPIFY_SECRETS", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH", "GUARDIAN_METRICS_URL", "GUARDIAN_MIGRATE", "GUARDIAN_MODE",
 	"GUARDIAN_OPERATOR_TOKEN", "GUARDIAN_PPROF", "GUARDIAN_PPROF_ADDR", "GUARDIAN_PPROF_ALLOW_REMOTE", "GUARDIAN_PUBLIC_URL",
 	"GUARDIAN_RECONCILE_GRACE", "GUARDIAN_RECONCILE_INTERVAL", "GUARDIAN_REDIS_PREFIX", "GUARDIAN_SESSION_TTL",
 	"GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_SECRETS",

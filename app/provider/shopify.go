@@ -1,0 +1,142 @@
+package provider
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// ShopifyConfig configures Shopify's verification and rules.
+type ShopifyConfig struct {
+	// Secrets are the keys Shopify signs with: the app's client secret, or
+	// the signing key a store shows for webhooks made in its admin. A
+	// delivery verifies if any of them produced its signature: list the old
+	// and the new while rotating. At least one is required.
+	Secrets []string
+	// Mode is the money the deployment serves: an order whose "test" says
+	// otherwise is refused (ErrMode). The zero Mode checks nothing.
+	Mode Mode
+}
+
+// Shopify verifies Shopify's HTTPS webhook deliveries: X-Shopify-Hmac-Sha256
+// is the base64 HMAC-SHA256 of the exact body, keyed with the secret. The
+// scheme signs no time and no header: docs/security.md says what stops a
+// replay.
+//
+// The rules, by Shopify's documentation (docs/design.md, the rule table):
+// events dedupe on X-Shopify-Event-Id (one event delivered to several
+// subscriptions carries one event id; its retries carry it too), and
+// X-Shopify-Webhook-Id, which Shopify's older pages name for it, is stored
+// beside it as the delivery's id; an orders/paid delivery fulfils, its
+// payment the order (its numeric id); orders/create never does, paid or not.
+type Shopify struct {
+	secrets [][]byte
+	mode    Mode
+}
+
+// ShopifyFulfilTopic is the one Shopify topic that fulfils.
+const ShopifyFulfilTopic = "orders/paid"
+
+// NewShopify returns a Shopify provider, or an error if no secret is given.
+func NewShopify(cfg ShopifyConfig) (*Shopify, error) {
+	secrets, err := cleanSecrets(cfg.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("shopify: %w", err)
+	}
+	if cfg.Mode != "" && cfg.Mode != ModeLive && cfg.Mode != ModeTest {
+		return nil, fmt.Errorf("shopify: mode %q is neither live nor test", cfg.Mode)
+	}
+	s := &Shopify{mode: cfg.Mode}
+	for _, secret := range secrets {
+		s.secrets = append(s.secrets, []byte(secret))
+	}
+	return s, nil
+}
+
+// Name returns "shopify".
+func (s *Shopify) Name() string { return "shopify" }
+
+// Verify checks X-Shopify-Hmac-Sha256 over the exact body and reads the
+// event: its topic and ids from Shopify's headers, its order from the body.
+// now is unused: the scheme signs no time.
+func (s *Shopify) Verify(header http.Header, body []byte, _ time.Time) (Event, error) {
+	sig, err := base64.StdEncoding.DecodeString(header.Get("X-Shopify-Hmac-Sha256"))
+	if err != nil || len(sig) != sha256.Size {
+		return Event{}, fmt.Errorf("%w: missing or unreadable X-Shopify-Hmac-Sha256 header", ErrSignature)
+	}
+	if !s.signed(body, sig) {
+		return Event{}, ErrSignature
+	}
+
+	topic := header.Get("X-Shopify-Topic")
+	delivery := header.Get("X-Shopify-Webhook-Id")
+	id := header.Get("X-Shopify-Event-Id")
+	if id == "" {
+		id = delivery // a delivery from before Shopify sent event ids
+	}
+	if id == "" || topic == "" || len(id) > maxIDLength || len(delivery) > maxIDLength || len(topic) > maxIDLength {
+		return Event{}, fmt.Errorf("%w: X-Shopify-Topic and X-Shopify-Event-Id (or X-Shopify-Webhook-Id) are required", ErrMalformed)
+	}
+	if hasNUL(id, topic, delivery) {
+		return Event{}, errNUL
+	}
+	order, err := parseObject(body)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if test, ok := order["test"].(bool); ok && s.mode != "" && test != (s.mode == ModeTest) {
+		if test {
+			return Event{}, fmt.Errorf("%w: a test order at a live deployment: is a development store's secret in GUARDIAN_SHOPIFY_SECRETS?", ErrMode)
+		}
+		return Event{}, fmt.Errorf("%w: a live order at a test deployment (GUARDIAN_MODE=test)", ErrMode)
+	}
+	ev := Event{Provider: s.Name(), ID: id, DeliveryID: delivery, Type: topic, Payload: body}
+	return shopifyMap(ev, order), nil
+}
+
+// Map applies Shopify's rules to a stored body (Mapper).
+func (s *Shopify) Map(topic string, body []byte) (Event, error) {
+	order, err := parseObject(body)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return shopifyMap(Event{Provider: s.Name(), Type: topic, Payload: body}, order), nil
+}
+
+// shopifyMap applies the rule for "paid" to ev: an orders/paid delivery
+// names its order, unless the order says it is not paid.
+func shopifyMap(ev Event, order map[string]any) Event {
+	if ev.Type != ShopifyFulfilTopic {
+		return ev
+	}
+	id, ok := order["id"].(json.Number)
+	n, err := strconv.ParseUint(string(id), 10, 64)
+	status, _ := order["financial_status"].(string)
+	switch {
+	case !ok || err != nil || n == 0:
+		// Well signed, so stored and acknowledged; it cannot fulfil.
+		ev.Unmapped = "no positive integer order id at id"
+	case status != "" && status != "paid":
+		ev.Note = "order financial_status is " + strconv.Quote(status) + ", not paid"
+	default:
+		ev.PaymentID = strconv.FormatUint(n, 10)
+	}
+	return ev
+}
+
+// signed reports whether any secret produced sig over body.
+func (s *Shopify) signed(body, sig []byte) bool {
+	for _, secret := range s.secrets {
+		mac := hmac.New(sha256.New, secret)
+		mac.Write(body)
+		if hmac.Equal(sig, mac.Sum(nil)) {
+			return true
+		}
+	}
+	return false
+}
