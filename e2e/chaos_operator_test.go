@@ -255,7 +255,7 @@ func TestChaosPostgresBlipStrandsNoPayment(t *testing.T) {
 		h.fault(start)
 		up := time.Now()
 		for i := first; i < first+perRound; i++ {
-			pi := fmt.Sprintf("pi_chaos_%d", i)
+			_, pi := chaosPurchase(i)
 			if _, failed := h.unpaid.Load(pi); failed {
 				continue // its payment failed: it must never act (check says so)
 			}

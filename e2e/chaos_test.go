@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,7 +71,7 @@ type chaosHarness struct {
 	// when faults were injected: [start, end] pairs
 	faultTimes [][2]time.Time
 	// what the provider saw
-	acked     sync.Map // event id -> payment id
+	acked     sync.Map // event id -> chaosDelivery
 	unpaid    sync.Map // payment id -> true: a purchase whose payment failed
 	fulfils   sync.Map // event id -> true: the event that pays for its purchase
 	fivexxAt  []time.Time
@@ -115,6 +116,8 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 		"DATABASE_URL":                  u.String(),
 		"GUARDIAN_STRIPE_SECRETS":       stripeSecret,
 		"GUARDIAN_STANDARD_SECRETS":     standardSecret,
+		"GUARDIAN_PADDLE_SECRETS":       paddleSecret,
+		"GUARDIAN_SHOPIFY_SECRETS":      shopifySecret,
 		"GUARDIAN_CONNECTOR_URL":        h.conn.url + "/",
 		"GUARDIAN_CONNECTOR_SECRET":     connectorSecret,
 		"GUARDIAN_CONNECTOR_LOOKUP_URL": h.conn.url + "/lookup/{key}",
@@ -180,46 +183,99 @@ func (h *chaosHarness) deliverRange(first, n int) {
 	h.deliverFrom(first, n, 1, 8, 30*time.Second)
 }
 
+// chaosPurchase says who sells purchase i and the payment it is: most are
+// Stripe's (their events cover Checkout's paid, delayed and failed
+// payments), one in eight Paddle's and one in eight Shopify's, so every
+// scenario delivers a mix of providers to the same processes.
+func chaosPurchase(i int) (providerName, payment string) {
+	switch i % 8 {
+	case 2:
+		return "paddle", fmt.Sprintf("txn_chaos_%d", i)
+	case 6:
+		return "shopify", strconv.Itoa(910000000 + i)
+	}
+	return "stripe", fmt.Sprintf("pi_chaos_%d", i)
+}
+
+// chaosDelivery is one event as its provider sends it.
+type chaosDelivery struct {
+	provider, id, payment string
+	topic                 string // Shopify's X-Shopify-Topic
+	body                  []byte
+}
+
+// sign signs the delivery as its provider would, now.
+func (d chaosDelivery) sign() http.Header {
+	switch d.provider {
+	case "paddle":
+		return provider.SignPaddle(d.body, paddleSecret, time.Now())
+	case "shopify":
+		return provider.SignShopify(d.body, shopifySecret, d.topic, d.id)
+	}
+	return provider.SignStripe(d.body, stripeSecret, time.Now())
+}
+
+// purchaseEvents are purchase i's events, each noted in the harness as
+// paying for it or not.
+func (h *chaosHarness) purchaseEvents(i int) []chaosDelivery {
+	name, pay := chaosPurchase(i)
+	switch name {
+	case "paddle": // transaction.paid comes first and never fulfils
+		paddle := func(id, typ, status string) chaosDelivery {
+			return chaosDelivery{provider: name, id: id, payment: pay, body: []byte(fmt.Sprintf(
+				`{"event_id":%q,"event_type":%q,"occurred_at":"2026-12-01T00:00:00Z","data":{"id":%q,"status":%q,"origin":"web"}}`, id, typ, pay, status))}
+		}
+		h.fulfils.Store(fmt.Sprintf("evt_pd_done_%d", i), true)
+		return []chaosDelivery{
+			paddle(fmt.Sprintf("evt_pd_paid_%d", i), "transaction.paid", "paid"),
+			paddle(fmt.Sprintf("evt_pd_done_%d", i), "transaction.completed", "completed"),
+		}
+	case "shopify": // orders/create never fulfils, paid or not
+		shopify := func(id, topic string) chaosDelivery {
+			return chaosDelivery{provider: name, id: id, payment: pay, topic: topic, body: []byte(fmt.Sprintf(
+				`{"id":%s,"financial_status":"paid","test":false,"currency":"USD","total_price":"19.00"}`, pay))}
+		}
+		h.fulfils.Store(fmt.Sprintf("evt-sh-paid-%d", i), true)
+		return []chaosDelivery{shopify(fmt.Sprintf("evt-sh-create-%d", i), "orders/create"), shopify(fmt.Sprintf("evt-sh-paid-%d", i), "orders/paid")}
+	}
+	session := func(status string) string {
+		return fmt.Sprintf(`"data":{"object":{"id":"cs_%d","object":"checkout.session","mode":"payment","payment_status":%q,"payment_intent":%q}}}`, i, status, pay)
+	}
+	stripe := func(prefix, typ, rest string) chaosDelivery {
+		id := fmt.Sprintf("%s%d", prefix, i)
+		return chaosDelivery{provider: name, id: id, payment: pay, body: []byte(fmt.Sprintf(`{"id":%q,"type":%q,`, id, typ) + rest)}
+	}
+	intent := stripe("evt_pi_", "payment_intent.succeeded", fmt.Sprintf(`"data":{"object":{"id":%q,"status":"succeeded"}}}`, pay))
+	// Most purchases are paid by card at completion; one in four pays
+	// later by a delayed method, and one in eight in all fails: Stripe's
+	// Checkout as it is.
+	switch i % 8 {
+	case 1, 5:
+		h.fulfils.Store(fmt.Sprintf("evt_async_%d", i), true)
+		return []chaosDelivery{intent,
+			stripe("evt_cs_", "checkout.session.completed", session("unpaid")),
+			stripe("evt_async_", "checkout.session.async_payment_succeeded", session("paid"))}
+	case 3:
+		h.unpaid.Store(pay, true)
+		return []chaosDelivery{
+			stripe("evt_cs_", "checkout.session.completed", session("unpaid")),
+			stripe("evt_async_", "checkout.session.async_payment_failed", session("unpaid"))}
+	}
+	h.fulfils.Store(fmt.Sprintf("evt_cs_%d", i), true)
+	return []chaosDelivery{intent, stripe("evt_cs_", "checkout.session.completed", session("paid"))}
+}
+
 func (h *chaosHarness) deliverFrom(first, payments, copies, concurrency int, giveUp time.Duration) {
-	type delivery struct {
-		id, payment string
-		body        []byte
-	}
-	var ds []delivery
-	session := func(i int, pi, status string) string {
-		return fmt.Sprintf(`"data":{"object":{"id":"cs_%d","object":"checkout.session","mode":"payment","payment_status":%q,"payment_intent":%q}}}`, i, status, pi)
-	}
+	var ds []chaosDelivery
 	for i := first; i < first+payments; i++ {
-		pi := fmt.Sprintf("pi_chaos_%d", i)
-		// Most purchases are paid by card at completion; one in four pays
-		// later by a delayed method, and one in four of those... one in
-		// eight in all, fails: Stripe's Checkout as it is.
-		events := map[string]string{
-			"evt_pi_": fmt.Sprintf(`{"id":"evt_pi_%d","type":"payment_intent.succeeded","data":{"object":{"id":%q,"status":"succeeded"}}}`, i, pi),
-		}
-		switch i % 8 {
-		case 1, 5:
-			events["evt_cs_"] = fmt.Sprintf(`{"id":"evt_cs_%d","type":"checkout.session.completed",`, i) + session(i, pi, "unpaid")
-			events["evt_async_"] = fmt.Sprintf(`{"id":"evt_async_%d","type":"checkout.session.async_payment_succeeded",`, i) + session(i, pi, "paid")
-			h.fulfils.Store(fmt.Sprintf("evt_async_%d", i), true)
-		case 3:
-			events = map[string]string{
-				"evt_cs_":    fmt.Sprintf(`{"id":"evt_cs_%d","type":"checkout.session.completed",`, i) + session(i, pi, "unpaid"),
-				"evt_async_": fmt.Sprintf(`{"id":"evt_async_%d","type":"checkout.session.async_payment_failed",`, i) + session(i, pi, "unpaid"),
-			}
-			h.unpaid.Store(pi, true)
-		default:
-			events["evt_cs_"] = fmt.Sprintf(`{"id":"evt_cs_%d","type":"checkout.session.completed",`, i) + session(i, pi, "paid")
-			h.fulfils.Store(fmt.Sprintf("evt_cs_%d", i), true)
-		}
-		for prefix, body := range events {
+		for _, d := range h.purchaseEvents(i) {
 			for range copies {
-				ds = append(ds, delivery{prefix + fmt.Sprint(i), pi, []byte(body)})
+				ds = append(ds, d)
 			}
 		}
 	}
 	rand.Shuffle(len(ds), func(i, j int) { ds[i], ds[j] = ds[j], ds[i] })
-	work := make(chan delivery)
+	work := make(chan chaosDelivery)
 	deadline := time.Now().Add(giveUp)
 	client := &http.Client{Timeout: 5 * time.Second}
 	var wg sync.WaitGroup
@@ -229,14 +285,14 @@ func (h *chaosHarness) deliverFrom(first, payments, copies, concurrency int, giv
 				backoff := 10 * time.Millisecond
 				for n := 0; time.Now().Before(deadline); n++ {
 					h.sent.Add(1)
-					target := "http://" + h.addrs[rand.IntN(len(h.addrs))] + "/webhooks/stripe"
+					target := "http://" + h.addrs[rand.IntN(len(h.addrs))] + "/webhooks/" + d.provider
 					req, _ := http.NewRequest(http.MethodPost, target, bytes.NewReader(d.body))
-					req.Header = provider.SignStripe(d.body, stripeSecret, time.Now())
+					req.Header = d.sign()
 					resp, err := client.Do(req)
 					if err == nil {
 						resp.Body.Close()
 						if resp.StatusCode/100 == 2 {
-							h.acked.Store(d.id, d.payment)
+							h.acked.Store(d.id, d)
 							break
 						}
 						if resp.StatusCode >= 500 {
@@ -372,14 +428,15 @@ func (h *chaosHarness) check(payments int) report {
 	paid := map[string]bool{}
 	purchases := map[string]bool{}
 	h.acked.Range(func(k, v any) bool {
-		purchases[v.(string)] = true
+		d := v.(chaosDelivery)
+		purchases[d.payment] = true
 		// Paid once the event that pays for it was acknowledged: a
 		// provider that gave up on it (Postgres down for its whole retry
 		// budget) leaves a purchase whose other events alone fulfil nothing.
 		if _, pays := h.fulfils.Load(k); pays {
-			paid[v.(string)] = true
+			paid[d.payment] = true
 		}
-		if count(`SELECT count(*) FROM webhook_event WHERE provider = 'stripe' AND event_id = $1`, k) != 1 {
+		if count(`SELECT count(*) FROM webhook_event WHERE provider = $1 AND event_id = $2`, d.provider, k) != 1 {
 			r.lost++
 			t.Errorf("event %s was acknowledged but is not stored", k)
 		}
@@ -412,6 +469,11 @@ func (h *chaosHarness) check(payments int) report {
 		return true
 	})
 	require.Equal(t, payments, len(purchases), "every purchase's events were acknowledged in the end")
+	if payments >= 8 { // every provider of the mix sold something, and it fulfilled
+		for _, name := range []string{"stripe", "paddle", "shopify"} {
+			require.Positive(t, count(`SELECT count(*) FROM fulfilment WHERE provider = $1 AND state = 'fulfilled'`, name), "no %s purchase fulfilled", name)
+		}
+	}
 	r.parked = count(`SELECT count(*) FROM fulfilment WHERE state = 'needs_reconciliation'`)
 	if r.parked > 0 {
 		rows, err := h.d.Pool.Query(ctx, `SELECT f.id, f.attempt, f.checks, coalesce(f.next_check_at::text, '-'),
@@ -518,7 +580,7 @@ func TestChaosKillLoop(t *testing.T) {
 func TestChaosBatchesKilledAndPoisoned(t *testing.T) {
 	parallel(t)
 	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal"})
-	poison := []string{"evt_pi_7", "evt_cs_42"}
+	poison := []string{"evt_pi_7", "evt_cs_44"}
 	_, err := h.d.Pool.Exec(context.Background(), fmt.Sprintf(`
 		CREATE FUNCTION chaos_poison() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
@@ -709,7 +771,8 @@ func TestChaosRestore(t *testing.T) {
 	out, err = exec.Command("pg_restore", "--clean", "--if-exists", "--single-transaction", "--dbname="+h.d.URL, dump).CombinedOutput()
 	require.NoError(t, err, "pg_restore: %s", out)
 	h.d.Pool.Reset() // its prepared statements name the dropped tables
-	require.Zero(t, h.d.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = $1`, fmt.Sprintf("pi_chaos_%d", before)), "the restore forgot the later payments")
+	_, later := chaosPurchase(before)
+	require.Zero(t, h.d.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = $1`, later), "the restore forgot the later payments")
 	rotate := exec.Command(binary, "epoch", "rotate")
 	rotate.Env = []string{"DATABASE_URL=" + h.d.URL}
 	out, err = rotate.CombinedOutput()
