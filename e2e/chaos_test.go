@@ -118,6 +118,7 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 		"GUARDIAN_STANDARD_SECRETS":     standardSecret,
 		"GUARDIAN_PADDLE_SECRETS":       paddleSecret,
 		"GUARDIAN_SHOPIFY_SECRETS":      shopifySecret,
+		"GUARDIAN_LEMONSQUEEZY_SECRETS": lemonSecret,
 		"GUARDIAN_CONNECTOR_URL":        h.conn.url + "/",
 		"GUARDIAN_CONNECTOR_SECRET":     connectorSecret,
 		"GUARDIAN_CONNECTOR_LOOKUP_URL": h.conn.url + "/lookup/{key}",
@@ -185,12 +186,14 @@ func (h *chaosHarness) deliverRange(first, n int) {
 
 // chaosPurchase says who sells purchase i and the payment it is: most are
 // Stripe's (their events cover Checkout's paid, delayed and failed
-// payments), one in eight Paddle's and one in eight Shopify's, so every
-// scenario delivers a mix of providers to the same processes.
+// payments), one in eight each Paddle's, Lemon Squeezy's and Shopify's, so
+// every scenario delivers a mix of providers to the same processes.
 func chaosPurchase(i int) (providerName, payment string) {
 	switch i % 8 {
 	case 2:
 		return "paddle", fmt.Sprintf("txn_chaos_%d", i)
+	case 4:
+		return "lemonsqueezy", fmt.Sprintf("ls_chaos_%d", i)
 	case 6:
 		return "shopify", strconv.Itoa(910000000 + i)
 	}
@@ -200,7 +203,7 @@ func chaosPurchase(i int) (providerName, payment string) {
 // chaosDelivery is one event as its provider sends it.
 type chaosDelivery struct {
 	provider, id, payment string
-	topic                 string // Shopify's X-Shopify-Topic
+	topic                 string // Shopify's X-Shopify-Topic, Lemon Squeezy's X-Event-Name
 	body                  []byte
 }
 
@@ -211,6 +214,8 @@ func (d chaosDelivery) sign() http.Header {
 		return provider.SignPaddle(d.body, paddleSecret, time.Now())
 	case "shopify":
 		return provider.SignShopify(d.body, shopifySecret, d.topic, d.id)
+	case "lemonsqueezy":
+		return provider.SignLemonSqueezy(d.body, lemonSecret, d.topic)
 	}
 	return provider.SignStripe(d.body, stripeSecret, time.Now())
 }
@@ -230,6 +235,14 @@ func (h *chaosHarness) purchaseEvents(i int) []chaosDelivery {
 			paddle(fmt.Sprintf("evt_pd_paid_%d", i), "transaction.paid", "paid"),
 			paddle(fmt.Sprintf("evt_pd_done_%d", i), "transaction.completed", "completed"),
 		}
+	case "lemonsqueezy": // the order, then its subscription, which never fulfils
+		lemon := func(eventName, typ, id, attrs string) chaosDelivery {
+			return chaosDelivery{provider: name, id: eventName + ":" + typ + ":" + id + ":2026-12-01T00:00:00.000000Z", payment: pay, topic: eventName, body: []byte(fmt.Sprintf(
+				`{"meta":{"test_mode":false,"event_name":%q},"data":{"type":%q,"id":%q,"attributes":{%s,"updated_at":"2026-12-01T00:00:00.000000Z"}}}`, eventName, typ, id, attrs))}
+		}
+		order := lemon("order_created", "orders", pay, `"status":"paid"`)
+		h.fulfils.Store(order.id, true)
+		return []chaosDelivery{order, lemon("subscription_created", "subscriptions", "sub_"+pay, `"status":"active"`)}
 	case "shopify": // orders/create never fulfils, paid or not
 		shopify := func(id, topic string) chaosDelivery {
 			return chaosDelivery{provider: name, id: id, payment: pay, topic: topic, body: []byte(fmt.Sprintf(
@@ -470,7 +483,7 @@ func (h *chaosHarness) check(payments int) report {
 	})
 	require.Equal(t, payments, len(purchases), "every purchase's events were acknowledged in the end")
 	if payments >= 8 { // every provider of the mix sold something, and it fulfilled
-		for _, name := range []string{"stripe", "paddle", "shopify"} {
+		for _, name := range []string{"stripe", "paddle", "shopify", "lemonsqueezy"} {
 			require.Positive(t, count(`SELECT count(*) FROM fulfilment WHERE provider = $1 AND state = 'fulfilled'`, name), "no %s purchase fulfilled", name)
 		}
 	}
@@ -580,7 +593,7 @@ func TestChaosKillLoop(t *testing.T) {
 func TestChaosBatchesKilledAndPoisoned(t *testing.T) {
 	parallel(t)
 	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal"})
-	poison := []string{"evt_pi_7", "evt_cs_44"}
+	poison := []string{"evt_pi_7", "evt_cs_40"}
 	_, err := h.d.Pool.Exec(context.Background(), fmt.Sprintf(`
 		CREATE FUNCTION chaos_poison() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN

@@ -30,6 +30,7 @@ const (
 	standardSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	paddleSecret    = "pdl_ntfset_01e2e0chaos0destination_secretforguardian"
 	shopifySecret   = "shopify_e2e_client_secret_0123456789abcdef"
+	lemonSecret     = "lemonsqueezy_e2e_signing_secret_01"
 	connectorSecret = "whsec_Y29ubmVjdG9yIHNlY3JldCBmb3IgZTJl"
 	adminToken      = "e2e-admin-token-0123456789"
 )

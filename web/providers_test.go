@@ -118,6 +118,38 @@ var conformants = []conformant{
 			return "evt-pending-" + p, shopifyOrder("orders/paid", "9"+p, "pending")
 		},
 	},
+	{
+		name:         "lemonsqueezy",
+		unsignedTime: true,
+		sign: func(t *testing.T, _ string, body []byte, _ time.Time, old bool) http.Header {
+			secret := lemonSecret
+			if old {
+				secret = lemonOldSecret
+			}
+			var ev struct {
+				Meta struct {
+					EventName string `json:"event_name"`
+				}
+			}
+			require.NoError(t, json.Unmarshal(body, &ev))
+			return provider.SignLemonSqueezy(body, secret, ev.Meta.EventName)
+		},
+		// Lemon Squeezy's event ids are made from the event's name and object.
+		paid: func(p string) (string, []byte) {
+			return "order_created:orders:" + p + ":2026-12-01T00:00:00.000000Z", lemonEvent("order_created", "orders", p, `"status":"paid"`)
+		},
+		other: func(p string) (string, []byte) {
+			return "subscription_created:subscriptions:s" + p + ":2026-12-01T00:00:00.000000Z", lemonEvent("subscription_created", "subscriptions", "s"+p, `"status":"active","order_id":1`)
+		},
+		unpaid: func(p string) (string, []byte) {
+			return "order_created:orders:u" + p + ":2026-12-01T00:00:00.000000Z", lemonEvent("order_created", "orders", "u"+p, `"status":"pending"`)
+		},
+	},
+}
+
+// lemonEvent is a Lemon Squeezy webhook body: a JSON:API object under meta.
+func lemonEvent(name, typ, id, attrs string) []byte {
+	return []byte(fmt.Sprintf(`{"meta":{"test_mode":false,"event_name":%q},"data":{"type":%q,"id":%q,"attributes":{%s,"updated_at":"2026-12-01T00:00:00.000000Z"}}}`, name, typ, id, attrs))
 }
 
 // shopifyOrder is an order as Shopify's webhooks carry it, its id made of

@@ -50,6 +50,10 @@ const (
 	// rotated out.
 	shopifySecret    = "shopify_client_secret_for_guardian_tests_0001"
 	shopifyOldSecret = "shopify_client_secret_for_guardian_tests_0000"
+	// lemonSecrets: the webhook's current signing secret, and the one being
+	// rotated out.
+	lemonSecret    = "lemonsqueezy_signing_secret_tests_01"
+	lemonOldSecret = "lemonsqueezy_signing_secret_tests_00"
 )
 
 type filterMode int
@@ -143,6 +147,8 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	require.NoError(t, err)
 	shopify, err := provider.NewShopify(provider.ShopifyConfig{Secrets: []string{shopifySecret, shopifyOldSecret}})
 	require.NoError(t, err)
+	lemon, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: []string{lemonSecret, lemonOldSecret}})
+	require.NoError(t, err)
 	ui, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client.River(), nil), Logger: logger, Prefix: "/riverui"})
 	require.NoError(t, err)
 	b.operators = operators.New(db.New(d.Pool), []string{"old-operator-token", adminToken})
@@ -151,7 +157,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	key, err := b.operators.SessionKey(ctx)
 	require.NoError(t, err)
 	s, err := web.New(web.Config{
-		Providers: []provider.Provider{stripe, standard, paddle, shopify}, Service: service, Logger: logger,
+		Providers: []provider.Provider{stripe, standard, paddle, shopify, lemon}, Service: service, Logger: logger,
 		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: 64 << 10,
 		Operators: b.operators, SessionKey: key, Store: db.New(d.Pool),
 		RiverUI: ui, Tokens: tokens.New(tokens.Postgres{Store: db.New(d.Pool)}, nil),

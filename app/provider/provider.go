@@ -4,7 +4,10 @@
 package provider
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -94,6 +97,18 @@ const (
 	ModeTest Mode = "test"
 )
 
+// check returns an error naming provider if m is neither a mode nor zero.
+func (m Mode) check(provider string) error {
+	if m != "" && m != ModeLive && m != ModeTest {
+		return fmt.Errorf("%s: mode %q is neither live nor test", provider, m)
+	}
+	return nil
+}
+
+// refuses reports whether a deployment serving m refuses an event whose
+// own flag says test (or live): the zero Mode refuses nothing.
+func (m Mode) refuses(test bool) bool { return m != "" && test != (m == ModeTest) }
+
 // DefaultTolerance is how far a signed timestamp may be from now, either way.
 const DefaultTolerance = 300 * time.Second
 
@@ -112,4 +127,18 @@ func orDefault(list, def []string) []string {
 		return def
 	}
 	return list
+}
+
+// bodySigned reports whether any of secrets produced sig, an HMAC-SHA256
+// of the body alone (Shopify's scheme and Lemon Squeezy's), in constant time
+// for each secret.
+func bodySigned(secrets [][]byte, body, sig []byte) bool {
+	for _, secret := range secrets {
+		mac := hmac.New(sha256.New, secret)
+		mac.Write(body)
+		if hmac.Equal(sig, mac.Sum(nil)) {
+			return true
+		}
+	}
+	return false
 }

@@ -86,3 +86,16 @@ func ShopifySecret(secret string) error {
 	}
 	return nil
 }
+
+// MinLemonSqueezySecretLen is the least characters of a Lemon Squeezy
+// signing secret outside the development profile. Lemon Squeezy takes any
+// secret of 6 to 40 characters; a short one is guessable.
+const MinLemonSqueezySecretLen = 24
+
+// LemonSqueezySecret checks a Lemon Squeezy signing secret's length.
+func LemonSqueezySecret(secret string) error {
+	if n := len(strings.TrimSpace(secret)); n < MinLemonSqueezySecretLen || n > 40 {
+		return fmt.Errorf("not %d to 40 characters: Lemon Squeezy takes up to 40, and fewer than %d are guessable; generate one (openssl rand -hex 20)", MinLemonSqueezySecretLen, MinLemonSqueezySecretLen)
+	}
+	return nil
+}

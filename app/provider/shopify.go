@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -48,8 +47,8 @@ func NewShopify(cfg ShopifyConfig) (*Shopify, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shopify: %w", err)
 	}
-	if cfg.Mode != "" && cfg.Mode != ModeLive && cfg.Mode != ModeTest {
-		return nil, fmt.Errorf("shopify: mode %q is neither live nor test", cfg.Mode)
+	if err := cfg.Mode.check("shopify"); err != nil {
+		return nil, err
 	}
 	s := &Shopify{mode: cfg.Mode}
 	for _, secret := range secrets {
@@ -69,7 +68,7 @@ func (s *Shopify) Verify(header http.Header, body []byte, _ time.Time) (Event, e
 	if err != nil || len(sig) != sha256.Size {
 		return Event{}, fmt.Errorf("%w: missing or unreadable X-Shopify-Hmac-Sha256 header", ErrSignature)
 	}
-	if !s.signed(body, sig) {
+	if !bodySigned(s.secrets, body, sig) {
 		return Event{}, ErrSignature
 	}
 
@@ -89,7 +88,7 @@ func (s *Shopify) Verify(header http.Header, body []byte, _ time.Time) (Event, e
 	if err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if test, ok := order["test"].(bool); ok && s.mode != "" && test != (s.mode == ModeTest) {
+	if test, ok := order["test"].(bool); ok && s.mode.refuses(test) {
 		if test {
 			return Event{}, fmt.Errorf("%w: a test order at a live deployment: is a development store's secret in GUARDIAN_SHOPIFY_SECRETS?", ErrMode)
 		}
@@ -127,16 +126,4 @@ func shopifyMap(ev Event, order map[string]any) Event {
 		ev.PaymentID = strconv.FormatUint(n, 10)
 	}
 	return ev
-}
-
-// signed reports whether any secret produced sig over body.
-func (s *Shopify) signed(body, sig []byte) bool {
-	for _, secret := range s.secrets {
-		mac := hmac.New(sha256.New, secret)
-		mac.Write(body)
-		if hmac.Equal(sig, mac.Sum(nil)) {
-			return true
-		}
-	}
-	return false
 }

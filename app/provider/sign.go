@@ -75,3 +75,15 @@ func SignShopify(body []byte, secret, topic, eventID string) http.Header {
 	h.Set("X-Shopify-Webhook-Id", "whd_"+eventID)
 	return h
 }
+
+// SignLemonSqueezy makes the headers Lemon Squeezy sends with body: the
+// hex HMAC-SHA256 of it in X-Signature, and the event's name.
+func SignLemonSqueezy(body []byte, secret, eventName string) http.Header {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Signature", hex.EncodeToString(mac.Sum(nil)))
+	h.Set("X-Event-Name", eventName)
+	return h
+}

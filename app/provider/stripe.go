@@ -58,8 +58,8 @@ func NewStripe(cfg StripeConfig) (*Stripe, error) {
 	if cfg.Tolerance < 0 {
 		return nil, errors.New("stripe: tolerance must not be negative")
 	}
-	if cfg.Mode != "" && cfg.Mode != ModeLive && cfg.Mode != ModeTest {
-		return nil, fmt.Errorf("stripe: mode %q is neither live nor test", cfg.Mode)
+	if err := cfg.Mode.check("stripe"); err != nil {
+		return nil, err
 	}
 	return &Stripe{
 		secrets:     secrets,
@@ -118,7 +118,7 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 	if hasNUL(id, typ) {
 		return Event{}, errNUL
 	}
-	if live, ok := env["livemode"].(bool); ok && s.mode != "" && live != (s.mode == ModeLive) {
+	if live, ok := env["livemode"].(bool); ok && s.mode.refuses(!live) {
 		if live {
 			return Event{}, fmt.Errorf("%w: a live-mode event at a test deployment (GUARDIAN_MODE=test)", ErrMode)
 		}

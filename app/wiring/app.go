@@ -148,8 +148,8 @@ func (a *App) buildSchema(ctx context.Context) error {
 }
 
 // buildProviders makes the providers that verify deliveries: Stripe and
-// Standard Webhooks always, Paddle and Shopify when their secrets are
-// configured. It returns Stripe apart too, for the backfill.
+// Standard Webhooks always; Paddle, Shopify and Lemon Squeezy when their
+// secrets are configured. It returns Stripe apart too, for the backfill.
 func (a *App) buildProviders() (*provider.Stripe, []provider.Provider, error) {
 	cfg := a.cfg
 	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes, Mode: cfg.Mode})
@@ -174,6 +174,13 @@ func (a *App) buildProviders() (*provider.Stripe, []provider.Provider, error) {
 			return nil, nil, err
 		}
 		providers = append(providers, shopify)
+	}
+	if len(cfg.LemonSqueezySecrets) > 0 {
+		lemon, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: cfg.LemonSqueezySecrets, Mode: cfg.Mode})
+		if err != nil {
+			return nil, nil, err
+		}
+		providers = append(providers, lemon)
 	}
 	return stripe, providers, nil
 }

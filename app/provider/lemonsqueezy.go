@@ -1,0 +1,146 @@
+package provider
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// LemonSqueezyConfig configures Lemon Squeezy's verification and rules.
+type LemonSqueezyConfig struct {
+	// Secrets are the webhook's signing secrets, as entered when it was
+	// made. A delivery verifies if any of them produced its signature: list
+	// the old and the new while rotating. At least one is required.
+	Secrets []string
+	// Mode is the money the deployment serves: an event whose
+	// meta.test_mode says otherwise is refused (ErrMode). The zero Mode
+	// checks nothing.
+	Mode Mode
+}
+
+// LemonSqueezy verifies Lemon Squeezy's webhook deliveries: X-Signature is
+// the hex HMAC-SHA256 of the exact body, keyed with the signing secret. The
+// scheme signs no time, and a delivery carries no id of its own:
+// docs/security.md says what stops a replay.
+//
+// The rules, by Lemon Squeezy's documentation (docs/design.md, the rule
+// table): an event is known by its name and the version of its object
+// (meta.event_name, data.type, data.id and data.attributes.updated_at), so
+// a retry is a duplicate and a later change of the same subscription is
+// not; order_created with data.attributes.status "paid" fulfils, its
+// payment the order (data.id).
+type LemonSqueezy struct {
+	secrets [][]byte
+	mode    Mode
+}
+
+// LemonSqueezyFulfilEvent is the one Lemon Squeezy event that fulfils.
+const LemonSqueezyFulfilEvent = "order_created"
+
+// NewLemonSqueezy returns a Lemon Squeezy provider, or an error if no
+// secret is given.
+func NewLemonSqueezy(cfg LemonSqueezyConfig) (*LemonSqueezy, error) {
+	secrets, err := cleanSecrets(cfg.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("lemonsqueezy: %w", err)
+	}
+	if err := cfg.Mode.check("lemonsqueezy"); err != nil {
+		return nil, err
+	}
+	l := &LemonSqueezy{mode: cfg.Mode}
+	for _, s := range secrets {
+		l.secrets = append(l.secrets, []byte(s))
+	}
+	return l, nil
+}
+
+// Name returns "lemonsqueezy".
+func (l *LemonSqueezy) Name() string { return "lemonsqueezy" }
+
+// Verify checks X-Signature over the exact body and reads the event. now is
+// unused: the scheme signs no time.
+func (l *LemonSqueezy) Verify(header http.Header, body []byte, _ time.Time) (Event, error) {
+	sig, err := hex.DecodeString(header.Get("X-Signature"))
+	if err != nil || len(sig) != sha256.Size {
+		return Event{}, fmt.Errorf("%w: missing or unreadable X-Signature header", ErrSignature)
+	}
+	if !bodySigned(l.secrets, body, sig) {
+		return Event{}, ErrSignature
+	}
+	env, err := parseObject(body)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	meta, _ := env["meta"].(map[string]any)
+	data, _ := env["data"].(map[string]any)
+	attrs, _ := data["attributes"].(map[string]any)
+	name, _ := meta["event_name"].(string)
+	objType, _ := data["type"].(string)
+	objID := idText(data["id"]) // a number still names the event; mapping flags it
+	updated, _ := attrs["updated_at"].(string)
+	if name == "" || objType == "" || objID == "" {
+		return Event{}, fmt.Errorf("%w: meta.event_name, data.type and data.id are required", ErrMalformed)
+	}
+	id := strings.Join([]string{name, objType, objID, updated}, ":")
+	if len(id) > maxIDLength {
+		return Event{}, fmt.Errorf("%w: the event's name and object are too long to be real", ErrMalformed)
+	}
+	if hasNUL(id) {
+		return Event{}, errNUL
+	}
+	if test, ok := meta["test_mode"].(bool); ok && l.mode.refuses(test) {
+		if test {
+			return Event{}, fmt.Errorf("%w: a test-mode event at a live deployment: is a test-mode webhook's secret in GUARDIAN_LEMONSQUEEZY_SECRETS?", ErrMode)
+		}
+		return Event{}, fmt.Errorf("%w: a live event at a test deployment (GUARDIAN_MODE=test)", ErrMode)
+	}
+	return lemonSqueezyMap(Event{Provider: l.Name(), ID: id, Type: name, Payload: body}, data, attrs), nil
+}
+
+// Map applies Lemon Squeezy's rules to a stored body (Mapper).
+func (l *LemonSqueezy) Map(eventName string, body []byte) (Event, error) {
+	env, err := parseObject(body)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	data, _ := env["data"].(map[string]any)
+	attrs, _ := data["attributes"].(map[string]any)
+	return lemonSqueezyMap(Event{Provider: l.Name(), Type: eventName, Payload: body}, data, attrs), nil
+}
+
+// lemonSqueezyMap applies the rule for "paid" to ev: a paid order names
+// itself, anything else says why not.
+func lemonSqueezyMap(ev Event, data, attrs map[string]any) Event {
+	if ev.Type != LemonSqueezyFulfilEvent {
+		return ev
+	}
+	order, _ := data["id"].(string)
+	objType, _ := data["type"].(string)
+	status, _ := attrs["status"].(string)
+	switch {
+	case status != "paid":
+		ev.Note = "order status is " + strconv.Quote(status) + ", not paid"
+	case objType != "orders" || order == "" || len(order) > maxIDLength || hasNUL(order):
+		// Well signed, so stored and acknowledged; it cannot fulfil.
+		ev.Unmapped = "no string order id at data.id of an orders object"
+	default:
+		ev.PaymentID = order
+	}
+	return ev
+}
+
+// idText reads an id that is a JSON string or number, as text.
+func idText(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case json.Number:
+		return string(v)
+	}
+	return ""
+}

@@ -1,0 +1,120 @@
+package provider
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLemonSqueezySignature: the hex HMAC-SHA256 of the body, as Lemon
+// Squeezy documents it. The expected value was computed apart from Go, by
+// `printf '%s' '{"meta":{"event_name":"order_created"}}' | openssl dgst
+// -sha256 -hmac guardian-ls-vector`: Lemon Squeezy publishes no vector.
+func TestLemonSqueezySignature(t *testing.T) {
+	t.Parallel()
+	const secret, body = "guardian-ls-vector", `{"meta":{"event_name":"order_created"}}`
+	const want = "330e50796aba29a740ba15303e09d1e7d93a3ec21148d8cd36781b3a811dbdaf"
+	if got := SignLemonSqueezy([]byte(body), secret, "order_created").Get("X-Signature"); got != want {
+		t.Fatalf("SignLemonSqueezy = %s, want %s", got, want)
+	}
+	fixture := loadTestdata(t, "lemonsqueezy/order_created.json", nil)
+	const current, retired = "ls_signing_secret_current_0123456789", "ls_signing_secret_retired_0123456789"
+	l, err := NewLemonSqueezy(LemonSqueezyConfig{Secrets: []string{retired, current}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		header http.Header
+		body   []byte
+		want   error
+	}{
+		{"Signed", SignLemonSqueezy(fixture, current, "order_created"), fixture, nil},
+		{"RetiredSecretWhileRotating", SignLemonSqueezy(fixture, retired, "order_created"), fixture, nil},
+		{"OtherSecret", SignLemonSqueezy(fixture, "someone_elses_secret_0123456789", "order_created"), fixture, ErrSignature},
+		{"AlteredByOneByte", SignLemonSqueezy(fixture, current, "order_created"), []byte(strings.Replace(string(fixture), `"total": 1199`, `"total": 1198`, 1)), ErrSignature},
+		{"Missing", http.Header{}, fixture, ErrSignature},
+		{"NotHex", http.Header{"X-Signature": {"zz"}}, fixture, ErrSignature},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ev, err := l.Verify(tt.header, tt.body, time.Now())
+			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+				t.Fatalf("Verify = %v, want %v", err, tt.want)
+			}
+			if err == nil && (ev.ID != "order_created:orders:1:2021-08-17T09:45:53.000000Z" || ev.PaymentID != "1") {
+				t.Errorf("event = id %q payment %q", ev.ID, ev.PaymentID)
+			}
+		})
+	}
+}
+
+// TestLemonSqueezyRules: a paid order_created fulfils the order; another
+// status waits; another event never fulfils; a numeric order id is
+// flagged; a later version of one object is another event; the other
+// mode's events are refused.
+func TestLemonSqueezyRules(t *testing.T) {
+	t.Parallel()
+	var fixture map[string]any
+	loadTestdata(t, "lemonsqueezy/order_created.json", &fixture)
+	const secret = "ls_signing_secret_rules_0123456789"
+	variant := func(edit func(meta, data, attrs map[string]any)) []byte {
+		var ev map[string]any
+		b, _ := json.Marshal(fixture)
+		_ = json.Unmarshal(b, &ev)
+		data := ev["data"].(map[string]any)
+		if edit != nil {
+			edit(ev["meta"].(map[string]any), data, data["attributes"].(map[string]any))
+		}
+		out, _ := json.Marshal(ev)
+		return out
+	}
+	tests := []struct {
+		name    string
+		mode    Mode
+		body    []byte
+		id      string
+		payment string
+		note    string
+		err     error
+	}{
+		{"PaidOrderFulfils", ModeLive, variant(nil), "order_created:orders:1:2021-08-17T09:45:53.000000Z", "1", "", nil},
+		{"PendingWaits", ModeLive, variant(func(_, _, a map[string]any) { a["status"] = "pending" }), "", "", `status is "pending"`, nil},
+		{"RefundNeverFulfils", ModeLive, variant(func(m, _, a map[string]any) { m["event_name"] = "order_refunded"; a["status"] = "refunded" }), "order_refunded:orders:1:2021-08-17T09:45:53.000000Z", "", "", nil},
+		{"LaterVersionIsAnotherEvent", ModeLive, variant(func(_, _, a map[string]any) { a["updated_at"] = "2021-08-18T00:00:00.000000Z" }), "order_created:orders:1:2021-08-18T00:00:00.000000Z", "1", "", nil},
+		{"NumericIDIsFlagged", ModeLive, variant(func(_, d, _ map[string]any) { d["id"] = 1 }), "order_created:orders:1:2021-08-17T09:45:53.000000Z", "", "no string order id", nil},
+		{"TestModeAtLive", ModeLive, variant(func(m, _, _ map[string]any) { m["test_mode"] = true }), "", "", "", ErrMode},
+		{"LiveAtTest", ModeTest, variant(nil), "", "", "", ErrMode},
+		{"NoEventName", ModeLive, variant(func(m, _, _ map[string]any) { delete(m, "event_name") }), "", "", "", ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l, err := NewLemonSqueezy(LemonSqueezyConfig{Secrets: []string{secret}, Mode: tt.mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, err := l.Verify(SignLemonSqueezy(tt.body, secret, "order_created"), tt.body, time.Now())
+			if !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+				t.Fatalf("Verify = %v, want %v", err, tt.err)
+			}
+			if err != nil {
+				return
+			}
+			if (tt.id != "" && ev.ID != tt.id) || ev.PaymentID != tt.payment || !strings.Contains(ev.Note+ev.Unmapped, tt.note) {
+				t.Errorf("event = id %q payment %q note %q unmapped %q, want id %q payment %q note ~%q", ev.ID, ev.PaymentID, ev.Note, ev.Unmapped, tt.id, tt.payment, tt.note)
+			}
+			if strings.HasSuffix(tt.name, "IsFlagged") != (ev.Unmapped != "") {
+				t.Errorf("unmapped = %q: only a paid order without a readable id is flagged", ev.Unmapped)
+			}
+			m, err := l.Map(ev.Type, tt.body)
+			if err != nil || m.PaymentID != ev.PaymentID || m.Unmapped != ev.Unmapped {
+				t.Errorf("Map = %+v, %v; want the same reading as Verify", m, err)
+			}
+		})
+	}
+}
