@@ -34,6 +34,10 @@ type overview struct {
 	// Unmapped counts events flagged as paid but naming no payment
 	// Guardian can read: each waits for an operator.
 	Unmapped int
+	// Providers are the served providers' deliveries over the last hour,
+	// by name: one silent where traffic was expected is a misconfigured
+	// endpoint or secret.
+	Providers []providerActivity
 }
 
 type stateCount struct {
@@ -97,12 +101,9 @@ func (s *Server) handleOverview(c echo.Context) error {
 		o.States = append(o.States, stateCount{State: string(name), Count: st.ByState[string(name)]})
 	}
 	for _, m := range o.Minutes {
-		o.Totals.New += m.New
-		o.Totals.DupRedis += m.DupRedis
-		o.Totals.DupPG += m.DupPG
-		o.Totals.Rejected += m.Rejected
-		o.Totals.Failed += m.Failed
+		o.Totals = o.Totals.plus(m)
 	}
+	o.Providers = s.activity.providerTotals(s.now(), sortedNames(s.providers))
 	o.Chart = buildChart(o.Minutes)
 	return s.render(c, http.StatusOK, "overview", page{Title: "Overview", Data: o})
 }

@@ -49,7 +49,7 @@ func (s *Server) handleWebhook(c echo.Context) error {
 	if outcome.kind == kindRefused {
 		s.refuse(c, name, outcome)
 	}
-	s.activity.record(s.now(), outcome.kind)
+	s.activity.record(s.now(), name, outcome.kind)
 	return err
 }
 
