@@ -1,9 +1,16 @@
-// Package cli is the guardian command: serve, migrate and the operator
-// commands. Serving builds the App of app/wiring; the client commands
-// (reconcile, fulfilments, events) talk to a running Guardian's operator
-// API over HTTP (opsclient.go), and the operators and epoch commands to its
-// database. main.go calls Main; nothing else imports it.
-package cli
+// Command guardian turns payment providers' webhooks into fulfilment that
+// happens exactly once. Run `guardian help` for its commands.
+//
+// This package is the composition root, the one place that imports every
+// layer: cli.go and its neighbours are the command (serve, migrate and the
+// operator commands; the client commands talk to a running Guardian's
+// operator API over HTTP, opsclient.go, and the operators and epoch
+// commands to its database); config.go reads the configuration from the
+// environment; app.go builds the pool, migrations, providers, connector,
+// filter, River client and HTTP server from it and starts and stops them in
+// order. Nothing in app/ imports web/ or jobs/: they are the edges, wired
+// here.
+package main
 
 import (
 	"cmp"
@@ -21,7 +28,6 @@ import (
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/loadgen"
 	"github.com/guardian-pay/guardian/app/metrics"
-	"github.com/guardian-pay/guardian/app/wiring"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/goose"
 )
@@ -84,7 +90,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	case "demo":
 		return runDemo(ctx, rest, getenv, stdout, stderr)
 	case "bench":
-		return loadgen.Main(ctx, rest, defaultURL, "http://"+wiring.DefaultMetricsAddr, getenv, stdout, stderr)
+		return loadgen.Main(ctx, rest, defaultURL, "http://"+DefaultMetricsAddr, getenv, stdout, stderr)
 	case "fulfilments", "reconcile", "events":
 		return runOps(ctx, cmd, rest, getenv, stdout, stderr)
 	case "connector":
@@ -130,10 +136,10 @@ func runConfig(args []string, getenv func(string) string, stdout, stderr io.Writ
 		fmt.Fprint(stderr, commandUsage["config"])
 		return ExitUsage
 	}
-	for _, w := range wiring.UnknownVariables(os.Environ()) {
+	for _, w := range UnknownVariables(os.Environ()) {
 		fmt.Fprintln(stderr, "guardian: warning: "+w)
 	}
-	if _, err := wiring.ConfigFromEnv(getenv); err != nil {
+	if _, err := ConfigFromEnv(getenv); err != nil {
 		fmt.Fprintf(stderr, "guardian: configuration refused:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitUsage
 	}
@@ -162,7 +168,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := fs.Parse(args); err != nil {
 		return usageExit(err)
 	}
-	a, logger, code := appFrom(ctx, getenv, stderr, func(cfg *wiring.Config) error {
+	a, logger, code := appFrom(ctx, getenv, stderr, func(cfg *Config) error {
 		cfg.Migrate = cfg.Migrate && !*noMigrate
 		return nil
 	})
@@ -193,8 +199,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 // appFrom builds an App from the environment's configuration, after
 // adjust. When it cannot, it says why on stderr and returns a nil App and
 // the exit code: 2 for configuration, 1 for a start that failed.
-func appFrom(ctx context.Context, getenv func(string) string, stderr io.Writer, adjust func(*wiring.Config) error) (*wiring.App, *slog.Logger, int) {
-	cfg, err := wiring.ConfigFromEnv(getenv)
+func appFrom(ctx context.Context, getenv func(string) string, stderr io.Writer, adjust func(*Config) error) (*App, *slog.Logger, int) {
+	cfg, err := ConfigFromEnv(getenv)
 	if err == nil {
 		err = adjust(&cfg)
 	}
@@ -207,10 +213,10 @@ func appFrom(ctx context.Context, getenv func(string) string, stderr io.Writer, 
 		fmt.Fprintf(stderr, "guardian: %v\n", err)
 		return nil, nil, ExitUsage
 	}
-	for _, w := range wiring.UnknownVariables(os.Environ()) {
+	for _, w := range UnknownVariables(os.Environ()) {
 		logger.Warn(w)
 	}
-	a, err := wiring.New(ctx, cfg, logger)
+	a, err := New(ctx, cfg, logger)
 	if err != nil {
 		logger.Error("cannot start", "error", err)
 		return nil, nil, ExitFailure
@@ -231,7 +237,7 @@ func runBackfill(ctx context.Context, args []string, getenv func(string) string,
 	if err := fs.Parse(args[1:]); err != nil {
 		return usageExit(err)
 	}
-	a, logger, code := appFrom(ctx, getenv, stderr, func(cfg *wiring.Config) error {
+	a, logger, code := appFrom(ctx, getenv, stderr, func(cfg *Config) error {
 		if cfg.StripeAPIKey == "" {
 			return errors.New("GUARDIAN_STRIPE_API_KEY is empty: a backfill needs a Stripe key that may read events")
 		}
@@ -262,7 +268,7 @@ func runEpoch(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stderr, "usage: guardian epoch show|rotate")
 		return ExitUsage
 	}
-	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), wiring.DefaultDatabaseURL))
+	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL))
 	if err != nil {
 		fmt.Fprintf(stderr, "guardian: %v\n", err)
 		return ExitFailure
@@ -288,7 +294,7 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	url := getenv("DATABASE_URL")
 	if url == "" {
-		url = wiring.DefaultDatabaseURL
+		url = DefaultDatabaseURL
 	}
 	logger, _ := NewLogger(stderr, "text", "info")
 	pool, err := db.Connect(ctx, url)
@@ -299,7 +305,7 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	defer pool.Close()
 	switch args[0] {
 	case "up":
-		if err := wiring.Migrate(ctx, pool, logger); err != nil {
+		if err := Migrate(ctx, pool, logger); err != nil {
 			fmt.Fprintf(stderr, "guardian: %v\n", err)
 			return ExitFailure
 		}

@@ -1,4 +1,4 @@
-package wiring
+package main
 
 import (
 	"os"
@@ -182,7 +182,7 @@ func TestConfigAPIOff(t *testing.T) {
 func TestVariablesAreTheOnesRead(t *testing.T) {
 	t.Parallel()
 	read := map[string]bool{}
-	for _, dir := range []string{".", "../cli", "../loadgen"} {
+	for _, dir := range []string{".", "app/loadgen"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

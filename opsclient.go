@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/guardian-pay/guardian/app/wiring"
 	"github.com/guardian-pay/guardian/web"
 )
 
@@ -39,7 +38,7 @@ func (e *apiError) Error() string {
 }
 
 func newOpsClient(getenv func(string) string) (*opsClient, error) {
-	token := cmp.Or(strings.TrimSpace(getenv("GUARDIAN_OPERATOR_TOKEN")), first(wiring.List(getenv("GUARDIAN_ADMIN_TOKEN"), ","), ""))
+	token := cmp.Or(strings.TrimSpace(getenv("GUARDIAN_OPERATOR_TOKEN")), first(List(getenv("GUARDIAN_ADMIN_TOKEN"), ","), ""))
 	if token == "" {
 		return nil, errors.New("GUARDIAN_OPERATOR_TOKEN is empty: set your operator token (from `guardian operators add NAME`) for the server in GUARDIAN_URL")
 	}

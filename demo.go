@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"bytes"
@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/guardian-pay/guardian/app/provider"
-	"github.com/guardian-pay/guardian/app/wiring"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -28,8 +27,8 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	if err := fs.Parse(args); err != nil {
 		return usageExit(err)
 	}
-	stripeSecret := first(wiring.List(getenv("GUARDIAN_STRIPE_SECRETS"), ","), provider.DevStripeSecret)
-	standardSecret := first(wiring.List(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"), provider.DevStandardSecret)
+	stripeSecret := first(List(getenv("GUARDIAN_STRIPE_SECRETS"), ","), provider.DevStripeSecret)
+	standardSecret := first(List(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"), provider.DevStandardSecret)
 
 	run := randomID()
 	pi := "pi_demo_" + run
@@ -88,7 +87,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	_ = tw.Flush()
 
-	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), wiring.DefaultDatabaseURL))
+	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL))
 	if err != nil {
 		fmt.Fprintf(stderr, "guardian demo: cannot read fulfilments: %v\n", err)
 		return ExitFailure

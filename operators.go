@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"cmp"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/guardian-pay/guardian/app/operators"
-	"github.com/guardian-pay/guardian/app/wiring"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -43,7 +42,7 @@ func runOperators(ctx context.Context, args []string, getenv func(string) string
 		fmt.Fprint(stderr, operatorsUsage)
 		return ExitUsage
 	}
-	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), wiring.DefaultDatabaseURL))
+	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL))
 	if err != nil {
 		fmt.Fprintf(stderr, "guardian: %v\n", err)
 		return ExitFailure

@@ -1,8 +1,4 @@
-// Package wiring is Guardian's composition root: configuration from the
-// environment, and the App that builds the pool, migrations, providers,
-// connector, filter, River client and HTTP server from a Config, and starts
-// and stops them in order. Only the CLI (app/cli) imports it.
-package wiring
+package main
 
 import (
 	"context"
