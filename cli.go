@@ -270,8 +270,7 @@ func runEpoch(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL))
 	if err != nil {
-		fmt.Fprintf(stderr, "guardian: %v\n", err)
-		return ExitFailure
+		return fail(stderr, ExitFailure, err)
 	}
 	defer pool.Close()
 	read := db.Epoch
@@ -280,8 +279,7 @@ func runEpoch(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	epoch, err := read(ctx, pool)
 	if err != nil {
-		fmt.Fprintf(stderr, "guardian: %v\n", err)
-		return ExitFailure
+		return fail(stderr, ExitFailure, err)
 	}
 	fmt.Fprintln(stdout, epoch)
 	return ExitOK
@@ -299,22 +297,19 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	logger, _ := NewLogger(stderr, "text", "info")
 	pool, err := db.Connect(ctx, url)
 	if err != nil {
-		fmt.Fprintf(stderr, "guardian: %v\n", err)
-		return ExitFailure
+		return fail(stderr, ExitFailure, err)
 	}
 	defer pool.Close()
 	switch args[0] {
 	case "up":
 		if err := Migrate(ctx, pool, logger); err != nil {
-			fmt.Fprintf(stderr, "guardian: %v\n", err)
-			return ExitFailure
+			return fail(stderr, ExitFailure, err)
 		}
 		return ExitOK
 	}
 	m, err := goose.NewMigrator(pool)
 	if err != nil {
-		fmt.Fprintf(stderr, "guardian: %v\n", err)
-		return ExitFailure
+		return fail(stderr, ExitFailure, err)
 	}
 	defer m.Close()
 	if args[0] == "down" {
@@ -324,18 +319,16 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 			return ExitOK
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "guardian: %v\n", err)
-			return ExitFailure
+			return fail(stderr, ExitFailure, err)
 		}
 		fmt.Fprintf(stdout, "rolled back %s\n", res.Source.Path)
 		return ExitOK
 	}
 	st, err := m.Status(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "guardian: %v\n", err)
-		return ExitFailure
+		return fail(stderr, ExitFailure, err)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	tw := table(stdout)
 	fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tFILE")
 	for _, s := range st {
 		applied := ""
@@ -347,3 +340,13 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	_ = tw.Flush()
 	return ExitOK
 }
+
+// fail reports err as the command's failure and returns code, for
+// `return fail(stderr, ExitFailure, err)`.
+func fail(stderr io.Writer, code int, err error) int {
+	fmt.Fprintf(stderr, "guardian: %v\n", err)
+	return code
+}
+
+// table returns the writer every listing aligns its columns with.
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/guardian-pay/guardian/app/connector"
@@ -60,8 +59,7 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 		Timeout: timeout, LookupURL: getenv("GUARDIAN_CONNECTOR_LOOKUP_URL"),
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "guardian: %v\n", err)
-		return ExitUsage
+		return fail(stderr, ExitUsage, err)
 	}
 	steps := h.Conform(ctx)
 	ok := true
@@ -83,7 +81,7 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(map[string]any{"ok": ok, "steps": out})
 	} else {
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		tw := table(stdout)
 		for _, s := range steps {
 			mark := "ok"
 			if !s.OK {

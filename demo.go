@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/guardian-pay/guardian/app/provider"
@@ -66,7 +65,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	}
 
 	client := &http.Client{Timeout: 10 * time.Second}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	tw := table(stdout)
 	fmt.Fprintf(tw, "DELIVERY\tSTATUS\tANSWER\n")
 	for _, d := range deliveries {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(*base, "/")+"/webhooks/"+d.path, bytes.NewReader([]byte(d.body)))
@@ -110,7 +109,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 			settled = settled && (f.State != "pending" && f.State != "dispatching")
 		}
 		if settled || time.Now().After(deadline) {
-			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			tw := table(stdout)
 			fmt.Fprintf(tw, "PAYMENT\tFULFILMENT\tSTATE\tATTEMPT\n")
 			for _, f := range rows {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", f.PaymentID, f.ID, f.State, f.Attempt)

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/guardian-pay/guardian/app/operators"
@@ -44,8 +43,7 @@ func runOperators(ctx context.Context, args []string, getenv func(string) string
 	}
 	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL))
 	if err != nil {
-		fmt.Fprintf(stderr, "guardian: %v\n", err)
-		return ExitFailure
+		return fail(stderr, ExitFailure, err)
 	}
 	defer pool.Close()
 	ops := operators.New(db.New(pool), nil)
@@ -53,8 +51,7 @@ func runOperators(ctx context.Context, args []string, getenv func(string) string
 	case "add":
 		token, c, err := ops.Add(ctx, pos[0])
 		if err != nil {
-			fmt.Fprintf(stderr, "guardian: %v\n", err)
-			return ExitUsage
+			return fail(stderr, ExitUsage, err)
 		}
 		fmt.Fprintf(stderr, "credential %d for operator %s; the token below is shown once and stored only as a hash:\n", c.ID, c.Operator)
 		fmt.Fprintln(stdout, token)
@@ -62,10 +59,9 @@ func runOperators(ctx context.Context, args []string, getenv func(string) string
 	case "list":
 		creds, err := ops.List(ctx)
 		if err != nil {
-			fmt.Fprintf(stderr, "guardian: %v\n", err)
-			return ExitFailure
+			return fail(stderr, ExitFailure, err)
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		tw := table(stdout)
 		fmt.Fprintln(tw, "ID\tOPERATOR\tCREATED\tSTATUS")
 		for _, c := range creds {
 			status := "active"
@@ -79,8 +75,7 @@ func runOperators(ctx context.Context, args []string, getenv func(string) string
 	case "revoke":
 		n, err := ops.Revoke(ctx, pos[0], *id)
 		if err != nil {
-			fmt.Fprintf(stderr, "guardian: %v\n", err)
-			return ExitFailure
+			return fail(stderr, ExitFailure, err)
 		}
 		if n == 0 {
 			which := "credential"
@@ -95,8 +90,7 @@ func runOperators(ctx context.Context, args []string, getenv func(string) string
 	default: // signout
 		n, err := ops.EndSessions(ctx, pos[0])
 		if err != nil {
-			fmt.Fprintf(stderr, "guardian: %v\n", err)
-			return ExitFailure
+			return fail(stderr, ExitFailure, err)
 		}
 		if n == 0 {
 			fmt.Fprintf(stderr, "guardian: %s has no active credential\n", pos[0])

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/guardian-pay/guardian/web"
@@ -76,8 +75,7 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 
 	client, err := newOpsClient(getenv)
 	if err != nil {
-		fmt.Fprintf(stderr, "guardian: %v\n", err)
-		return ExitUsage
+		return fail(stderr, ExitUsage, err)
 	}
 	out := &opsOutput{stdout: stdout, json: *asJSON}
 	var raw []byte
@@ -248,7 +246,7 @@ func printMoved(w io.Writer, f web.Fulfilment) {
 }
 
 func printFulfilments(w io.Writer, list web.FulfilmentList, parked bool) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := table(w)
 	if parked {
 		fmt.Fprintln(tw, "FULFILMENT\tPROVIDER\tPAYMENT\tATTEMPT\tPARKED FOR\tCHECKS")
 	} else {
@@ -268,7 +266,7 @@ func printFulfilments(w io.Writer, list web.FulfilmentList, parked bool) {
 }
 
 func printBulk(w io.Writer, a web.BulkAnswer) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := table(w)
 	fmt.Fprintln(tw, "FULFILMENT\tRESULT\tNEW FULFILMENT")
 	for _, r := range a.Results {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.ID, r.Result, cmp.Or(r.FulfilmentID, "-"))
@@ -277,7 +275,7 @@ func printBulk(w io.Writer, a web.BulkAnswer) {
 }
 
 func printEvents(w io.Writer, list web.EventList) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := table(w)
 	fmt.Fprintln(tw, "PROVIDER\tEVENT\tTYPE\tPAYMENT\tDELIVERIES\tFIRST SEEN")
 	for _, e := range list.Events {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.Provider, e.EventID, e.Type, cmp.Or(e.PaymentID, "-"), e.Deliveries, e.FirstSeenAt.UTC().Format(time.RFC3339))
@@ -292,7 +290,7 @@ func printDetail(w io.Writer, d web.FulfilmentDetail) {
 	f := d.Fulfilment
 	fmt.Fprintf(w, "fulfilment %s\n  payment   %s %s\n  key       %s\n  state     %s (attempt %d)\n  event     %s (%s), %d deliveries\n  created   %s\n\n",
 		f.ID, f.Provider, f.PaymentID, f.IdempotencyKey, f.State, f.Attempt, d.Event.EventID, d.Event.Type, d.Event.Deliveries, f.CreatedAt.UTC().Format(time.RFC3339))
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := table(w)
 	fmt.Fprintln(tw, "WHEN\tFROM\tTO\tATTEMPT\tACTOR\tREASON\tEVIDENCE")
 	for _, t := range d.Transitions {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", t.CreatedAt.UTC().Format(time.RFC3339), cmp.Or(t.From, "-"), t.To, t.Attempt, t.Actor, t.Reason, string(t.Evidence))
@@ -300,7 +298,7 @@ func printDetail(w io.Writer, d web.FulfilmentDetail) {
 	_ = tw.Flush()
 	if len(d.Checks) > 0 {
 		fmt.Fprintln(w, "\nlookups:")
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		tw := table(w)
 		for _, c := range d.Checks {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", c.CreatedAt.UTC().Format(time.RFC3339), c.Answer, string(c.Evidence))
 		}
