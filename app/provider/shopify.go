@@ -108,19 +108,24 @@ func (s *Shopify) Map(topic string, body []byte) (Event, error) {
 }
 
 // shopifyMap applies the rule for "paid" to ev: an orders/paid delivery
-// names its order, unless the order says it is not paid.
+// names its order when the order itself says it is paid. The topic rides
+// in an unsigned header, so the signed body must say "paid" on its own: a
+// signed body of another kind (a customer, with a numeric id too) sent
+// under orders/paid names no order and is flagged, never fulfilled.
 func shopifyMap(ev Event, order map[string]any) Event {
 	if ev.Type != ShopifyFulfilTopic {
 		return ev
 	}
 	id, ok := order["id"].(json.Number)
 	n, err := strconv.ParseUint(string(id), 10, 64)
-	status, _ := order["financial_status"].(string)
+	status, isOrder := order["financial_status"].(string)
 	switch {
 	case !ok || err != nil || n == 0:
 		// Well signed, so stored and acknowledged; it cannot fulfil.
 		ev.Unmapped = "no positive integer order id at id"
-	case status != "" && status != "paid":
+	case !isOrder:
+		ev.Unmapped = "no financial_status: not an order, whatever the unsigned X-Shopify-Topic says"
+	case status != "paid":
 		ev.Note = "order financial_status is " + strconv.Quote(status) + ", not paid"
 	default:
 		ev.PaymentID = strconv.FormatUint(n, 10)

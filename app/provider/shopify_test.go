@@ -117,6 +117,7 @@ func TestShopifyRules(t *testing.T) {
 		{"CreateNeverFulfils", ModeLive, "orders/create", variant(nil), "", "", nil},
 		{"AuthorizedWaits", ModeLive, "orders/paid", variant(func(o map[string]any) { o["financial_status"] = "authorized" }), "", `financial_status is "authorized"`, nil},
 		{"StringIDIsFlagged", ModeLive, "orders/paid", variant(func(o map[string]any) { o["id"] = "450789469" }), "", "no positive integer order id", nil},
+		{"NotAnOrderIsFlagged", ModeLive, "orders/paid", []byte(`{"id":207119551,"email":"bob.norman@hostmail.com","orders_count":1}`), "", "not an order", nil},
 		{"FractionIDIsFlagged", ModeLive, "orders/paid", variant(func(o map[string]any) { o["id"] = 4.5 }), "", "no positive integer order id", nil},
 		{"TestOrderAtLive", ModeLive, "orders/paid", variant(func(o map[string]any) { o["test"] = true }), "", "", ErrMode},
 		{"LiveOrderAtTest", ModeTest, "orders/paid", variant(nil), "", "", ErrMode},
