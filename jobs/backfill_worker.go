@@ -33,15 +33,15 @@ type BackfillWorker struct {
 	logger   *slog.Logger
 }
 
-// backfillLockTTL bounds one run; the job's timeout ends it well before.
-const backfillLockTTL = 20 * time.Minute
+// backfillRun bounds one run; the checkpoint keeps what it got through.
+const backfillRun = 10 * time.Minute
 
-// Timeout ends a run before its lock expires.
-func (w *BackfillWorker) Timeout(*river.Job[BackfillArgs]) time.Duration { return backfillLockTTL / 2 }
+// Timeout ends a run that runs too long.
+func (w *BackfillWorker) Timeout(*river.Job[BackfillArgs]) time.Duration { return backfillRun }
 
 // Work runs one backfill.
 func (w *BackfillWorker) Work(ctx context.Context, job *river.Job[BackfillArgs]) error {
-	return exclusive(ctx, w.locker, w.logger, "guardian_backfill_stripe", backfillLockTTL, func(lock.Lease) error {
+	return exclusive(ctx, w.locker, w.logger, "guardian_backfill_stripe", leaseTTL, func(ctx context.Context, _ lock.Lease) error {
 		_, err := w.backfill.Run(ctx, time.Time{})
 		return err
 	})

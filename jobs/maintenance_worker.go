@@ -41,8 +41,8 @@ const DefaultMaintenanceInterval = 10 * time.Minute
 // tokenGrace keeps expired tokens' consumption records a day past expiry.
 const tokenGrace = 24 * time.Hour
 
-// maintenanceLockTTL bounds one round.
-const maintenanceLockTTL = 5 * time.Minute
+// maintenanceRound bounds one round.
+const maintenanceRound = 150 * time.Second
 
 // MaintenanceWorker prunes what only grows otherwise: expired single-use
 // tokens (a day after expiry) and refused-request records (past
@@ -58,15 +58,15 @@ type MaintenanceWorker struct {
 	logger   *slog.Logger
 }
 
-// Timeout ends a round before its lock expires.
+// Timeout ends a round that runs too long.
 func (w *MaintenanceWorker) Timeout(*river.Job[MaintenanceArgs]) time.Duration {
-	return maintenanceLockTTL / 2
+	return maintenanceRound
 }
 
 // Work prunes once. A pruner that fails is logged; the next round tries
 // again.
 func (w *MaintenanceWorker) Work(ctx context.Context, job *river.Job[MaintenanceArgs]) error {
-	return exclusive(ctx, w.locker, w.logger, "guardian_maintenance", maintenanceLockTTL, func(lock.Lease) error {
+	return exclusive(ctx, w.locker, w.logger, "guardian_maintenance", leaseTTL, func(ctx context.Context, _ lock.Lease) error {
 		if w.tokens != nil {
 			if n, err := w.tokens.Prune(ctx, time.Now().Add(-tokenGrace)); err != nil {
 				w.logger.WarnContext(ctx, "maintenance: prune tokens", "error", err)

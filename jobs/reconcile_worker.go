@@ -36,18 +36,15 @@ type ReconcileWorker struct {
 	actor   string
 }
 
-// reconcileLockTTL bounds one round; the job's timeout ends it well before.
-// If a holder dies without releasing, rounds resume after it.
-const reconcileLockTTL = 2 * time.Minute
+// reconcileRound bounds one round; what it leaves waits for the next.
+const reconcileRound = time.Minute
 
-// Timeout ends a round before its lock expires; the rest waits for the next.
-func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration {
-	return reconcileLockTTL / 2
-}
+// Timeout ends a round that runs too long.
+func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration { return reconcileRound }
 
 // Work runs one round.
 func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs]) error {
-	return exclusive(ctx, w.locker, w.logger, "guardian_reconcile", reconcileLockTTL, func(lock.Lease) error {
+	return exclusive(ctx, w.locker, w.logger, "guardian_reconcile", leaseTTL, func(ctx context.Context, _ lock.Lease) error {
 		sum, err := w.service.Reconcile(ctx, w.actor)
 		if sum.Checked > 0 {
 			w.logger.InfoContext(ctx, "reconcile: round done", "checked", sum.Checked, "fulfilled", sum.Fulfilled,

@@ -39,15 +39,15 @@ type SweepWorker struct {
 	actor   string
 }
 
-// sweepLockTTL bounds one sweep.
-const sweepLockTTL = time.Minute
+// sweepRound bounds one sweep.
+const sweepRound = 30 * time.Second
 
-// Timeout ends a sweep before its lock expires.
-func (w *SweepWorker) Timeout(*river.Job[SweepArgs]) time.Duration { return sweepLockTTL / 2 }
+// Timeout ends a sweep that runs too long.
+func (w *SweepWorker) Timeout(*river.Job[SweepArgs]) time.Duration { return sweepRound }
 
 // Work sweeps once.
 func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error {
-	return exclusive(ctx, w.locker, w.logger, "guardian_sweep", sweepLockTTL, func(l lock.Lease) error {
+	return exclusive(ctx, w.locker, w.logger, "guardian_sweep", leaseTTL, func(ctx context.Context, l lock.Lease) error {
 		_, err := w.service.Sweep(ctx, w.actor, l)
 		return err
 	})
