@@ -144,8 +144,8 @@ func (a *App) buildSchema(ctx context.Context) error {
 }
 
 // buildProviders makes the providers that verify deliveries: Stripe and
-// Standard Webhooks always; Paddle, Shopify and Lemon Squeezy when their
-// secrets are configured. It returns Stripe apart too, for the backfill.
+// Standard Webhooks always; Paddle, Shopify, Lemon Squeezy and Adyen when
+// their secrets are configured. It returns Stripe apart too, for the backfill.
 func (a *App) buildProviders() (*provider.Stripe, []provider.Provider, error) {
 	cfg := a.cfg
 	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes, Mode: cfg.Mode})
@@ -177,6 +177,13 @@ func (a *App) buildProviders() (*provider.Stripe, []provider.Provider, error) {
 			return nil, nil, err
 		}
 		providers = append(providers, lemon)
+	}
+	if len(cfg.AdyenHMACKeys) > 0 {
+		adyen, err := provider.NewAdyen(provider.AdyenConfig{HMACKeys: cfg.AdyenHMACKeys, Capture: cfg.AdyenCapture, Mode: cfg.Mode})
+		if err != nil {
+			return nil, nil, err
+		}
+		providers = append(providers, adyen)
 	}
 	return stripe, providers, nil
 }

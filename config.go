@@ -55,6 +55,13 @@ type Config struct {
 	// /webhooks/lemonsqueezy with these signing secrets (comma-separated;
 	// old and new while rotating).
 	LemonSqueezySecrets []string
+	// AdyenHMACKeys, when set, serves Adyen at /webhooks/adyen with these
+	// HMAC keys (hex; comma-separated, old and new while rotating).
+	AdyenHMACKeys []string
+	// AdyenCapture is "automatic" (a successful AUTHORISATION pays) or
+	// "manual" (a successful CAPTURE pays), as the merchant account
+	// captures. Defaults to automatic.
+	AdyenCapture string
 	// StripeAPIKey, when set, turns on the periodic Stripe backfill and
 	// `guardian backfill stripe`. A secret: never logged.
 	StripeAPIKey string
@@ -224,6 +231,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		PaddleFulfilRenewals: boolean("GUARDIAN_PADDLE_FULFIL_RENEWALS", false),
 		ShopifySecrets:       List(getenv("GUARDIAN_SHOPIFY_SECRETS"), ","),
 		LemonSqueezySecrets:  List(getenv("GUARDIAN_LEMONSQUEEZY_SECRETS"), ","),
+		AdyenHMACKeys:        List(getenv("GUARDIAN_ADYEN_HMAC_KEYS"), ","),
+		AdyenCapture:         cmp.Or(getenv("GUARDIAN_ADYEN_CAPTURE"), provider.AdyenCaptureAutomatic),
 		StripeAPIKey:         getenv("GUARDIAN_STRIPE_API_KEY"),
 		StripeAPIURL:         getenv("GUARDIAN_STRIPE_API_URL"),
 		Mode:                 provider.Mode(getenv("GUARDIAN_MODE")),
@@ -319,6 +328,9 @@ func (c *Config) Validate() error {
 	if err := fulfilment.CheckTimings(c.ConnectorTimeout, c.DispatchLease, c.ReconcileGrace); err != nil {
 		errs = append(errs, fmt.Errorf("GUARDIAN_CONNECTOR_TIMEOUT, GUARDIAN_DISPATCH_LEASE, GUARDIAN_RECONCILE_GRACE: %w", err))
 	}
+	if c.AdyenCapture != provider.AdyenCaptureAutomatic && c.AdyenCapture != provider.AdyenCaptureManual {
+		errs = append(errs, fmt.Errorf("GUARDIAN_ADYEN_CAPTURE: want %s or %s, as the merchant account captures; got %q", provider.AdyenCaptureAutomatic, provider.AdyenCaptureManual, c.AdyenCapture))
+	}
 	if c.ConnectorLookupURL != "" && c.ConnectorURL == "" {
 		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_LOOKUP_URL needs GUARDIAN_CONNECTOR_URL"))
 	}
@@ -394,6 +406,7 @@ func (c *Config) validateExposure() []error {
 			{"GUARDIAN_PADDLE_SECRETS", c.PaddleSecrets, provider.PaddleSecret},
 			{"GUARDIAN_SHOPIFY_SECRETS", c.ShopifySecrets, provider.ShopifySecret},
 			{"GUARDIAN_LEMONSQUEEZY_SECRETS", c.LemonSqueezySecrets, provider.LemonSqueezySecret},
+			{"GUARDIAN_ADYEN_HMAC_KEYS", c.AdyenHMACKeys, provider.AdyenHMACKey},
 		} {
 			for i, v := range f.values {
 				if err := f.check(v); err != nil {
@@ -501,7 +514,7 @@ func List(v, seps string) []string {
 // configuration and the CLI's. TestVariablesAreTheOnesRead keeps it equal
 // to the names the source reads.
 var Variables = []string{
-	"GUARDIAN_ADDR", "GUARDIAN_ADMIN_TOKEN", "GUARDIAN_API", "GUARDIAN_BATCH", "GUARDIAN_BATCH_WRITERS",
+	"GUARDIAN_ADDR", "GUARDIAN_ADMIN_TOKEN", "GUARDIAN_ADYEN_CAPTURE", "GUARDIAN_ADYEN_HMAC_KEYS", "GUARDIAN_API", "GUARDIAN_BATCH", "GUARDIAN_BATCH_WRITERS",
 	"GUARDIAN_CONNECTOR_LOOKUP_URL", "GUARDIAN_CONNECTOR_SECRET", "GUARDIAN_CONNECTOR_TIMEOUT", "GUARDIAN_CONNECTOR_URL",
 	"GUARDIAN_DEV", "GUARDIAN_DISPATCH_LEASE", "GUARDIAN_DISPATCH_WORKERS", "GUARDIAN_LEMONSQUEEZY_SECRETS",
 	"GUARDIAN_LOG_FORMAT", "GUARDIAN_LOG_LEVEL", "GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH",

@@ -123,6 +123,8 @@ func TestConfigRefusesExposure(t *testing.T) {
 		{"NotAPaddleSecret", production(map[string]string{"GUARDIAN_PADDLE_SECRETS": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}), "GUARDIAN_PADDLE_SECRETS: secret 1 is not pdl_ntfset_"},
 		{"ShortShopifySecret", production(map[string]string{"GUARDIAN_SHOPIFY_SECRETS": "steffi"}), "GUARDIAN_SHOPIFY_SECRETS: secret 1 is shorter than 32 characters"},
 		{"ShortLemonSqueezySecret", production(map[string]string{"GUARDIAN_LEMONSQUEEZY_SECRETS": "secret"}), "GUARDIAN_LEMONSQUEEZY_SECRETS: secret 1 is not 24 to 40 characters"},
+		{"AdyenKeyNotHex", production(map[string]string{"GUARDIAN_ADYEN_HMAC_KEYS": "my-adyen-key"}), "GUARDIAN_ADYEN_HMAC_KEYS: secret 1 is not 64 hex characters"},
+		{"AdyenCaptureUnknown", production(map[string]string{"GUARDIAN_ADYEN_CAPTURE": "delayed"}), "GUARDIAN_ADYEN_CAPTURE: want automatic or manual"},
 		{"ShortStandardSecret", production(map[string]string{"GUARDIAN_STANDARD_SECRETS": "whsec_c2hvcnQ="}), "at least 24 random bytes"},
 		{"ShortConnectorSecret", production(map[string]string{"GUARDIAN_CONNECTOR_SECRET": "whsec_c2hvcnQ="}), "GUARDIAN_CONNECTOR_SECRET holds 5 random bytes; at least 24 random bytes wanted"},
 		{"MetricsOnThePublicListener", production(map[string]string{"GUARDIAN_ADDR": ":8080", "GUARDIAN_METRICS_ADDR": ":8080"}), "never served on the public listener"},

@@ -119,6 +119,7 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 		"GUARDIAN_PADDLE_SECRETS":       paddleSecret,
 		"GUARDIAN_SHOPIFY_SECRETS":      shopifySecret,
 		"GUARDIAN_LEMONSQUEEZY_SECRETS": lemonSecret,
+		"GUARDIAN_ADYEN_HMAC_KEYS":      adyenKey,
 		"GUARDIAN_CONNECTOR_URL":        h.conn.url + "/",
 		"GUARDIAN_CONNECTOR_SECRET":     connectorSecret,
 		"GUARDIAN_CONNECTOR_LOOKUP_URL": h.conn.url + "/lookup/{key}",
@@ -186,10 +187,13 @@ func (h *chaosHarness) deliverRange(first, n int) {
 
 // chaosPurchase says who sells purchase i and the payment it is: most are
 // Stripe's (their events cover Checkout's paid, delayed and failed
-// payments), one in eight each Paddle's, Lemon Squeezy's and Shopify's, so
-// every scenario delivers a mix of providers to the same processes.
+// payments), one in eight each Adyen's, Paddle's, Lemon Squeezy's and
+// Shopify's, so every scenario delivers a mix of providers to the same
+// processes.
 func chaosPurchase(i int) (providerName, payment string) {
 	switch i % 8 {
+	case 0:
+		return "adyen", fmt.Sprintf("PSPCHAOS%d", i)
 	case 2:
 		return "paddle", fmt.Sprintf("txn_chaos_%d", i)
 	case 4:
@@ -216,6 +220,8 @@ func (d chaosDelivery) sign() http.Header {
 		return provider.SignShopify(d.body, shopifySecret, d.topic, d.id)
 	case "lemonsqueezy":
 		return provider.SignLemonSqueezy(d.body, lemonSecret, d.topic)
+	case "adyen": // each item carries its signature
+		return http.Header{"Content-Type": {"application/json"}}
 	}
 	return provider.SignStripe(d.body, stripeSecret, time.Now())
 }
@@ -243,6 +249,18 @@ func (h *chaosHarness) purchaseEvents(i int) []chaosDelivery {
 		order := lemon("order_created", "orders", pay, `"status":"paid"`)
 		h.fulfils.Store(order.id, true)
 		return []chaosDelivery{order, lemon("subscription_created", "subscriptions", "sub_"+pay, `"status":"active"`)}
+	case "adyen": // the automatic capture's CAPTURE never fulfils again
+		adyen := func(code, psp string) chaosDelivery {
+			body, err := provider.SignAdyen([]provider.AdyenItem{{EventCode: code, PSPReference: psp, OriginalReference: pay,
+				MerchantAccount: "ChaosShop", MerchantReference: fmt.Sprint(i), Value: 1900, Currency: "EUR", Success: true}}, adyenKey, true)
+			if err != nil {
+				panic(err)
+			}
+			return chaosDelivery{provider: name, id: code + ":" + psp + ":true", payment: pay, body: body}
+		}
+		auth := adyen("AUTHORISATION", pay)
+		h.fulfils.Store(auth.id, true)
+		return []chaosDelivery{adyen("CAPTURE", "CAP"+pay), auth}
 	case "shopify": // orders/create never fulfils, paid or not
 		shopify := func(id, topic string) chaosDelivery {
 			return chaosDelivery{provider: name, id: id, payment: pay, topic: topic, body: []byte(fmt.Sprintf(
@@ -483,7 +501,7 @@ func (h *chaosHarness) check(payments int) report {
 	})
 	require.Equal(t, payments, len(purchases), "every purchase's events were acknowledged in the end")
 	if payments >= 8 { // every provider of the mix sold something, and it fulfilled
-		for _, name := range []string{"stripe", "paddle", "shopify", "lemonsqueezy"} {
+		for _, name := range []string{"stripe", "paddle", "shopify", "lemonsqueezy", "adyen"} {
 			require.Positive(t, count(`SELECT count(*) FROM fulfilment WHERE provider = $1 AND state = 'fulfilled'`, name), "no %s purchase fulfilled", name)
 		}
 	}
@@ -593,7 +611,7 @@ func TestChaosKillLoop(t *testing.T) {
 func TestChaosBatchesKilledAndPoisoned(t *testing.T) {
 	parallel(t)
 	h := newChaos(t, chaosOpts{processes: 1, connectorMode: "normal"})
-	poison := []string{"evt_pi_7", "evt_cs_40"}
+	poison := []string{"evt_pi_7", "evt_cs_47"}
 	_, err := h.d.Pool.Exec(context.Background(), fmt.Sprintf(`
 		CREATE FUNCTION chaos_poison() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN

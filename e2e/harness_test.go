@@ -31,6 +31,7 @@ const (
 	paddleSecret    = "pdl_ntfset_01e2e0chaos0destination_secretforguardian"
 	shopifySecret   = "shopify_e2e_client_secret_0123456789abcdef"
 	lemonSecret     = "lemonsqueezy_e2e_signing_secret_01"
+	adyenKey        = "9C2F5E7A1B3D4F6081A2B3C4D5E6F708192A3B4C5D6E7F8091A2B3C4D5E6F7A8"
 	connectorSecret = "whsec_Y29ubmVjdG9yIHNlY3JldCBmb3IgZTJl"
 	adminToken      = "e2e-admin-token-0123456789"
 )

@@ -33,6 +33,32 @@ type conformant struct {
 	// delivery is the delivery id stored beside the event's, where the
 	// provider sends one (Shopify); nil where it sends none.
 	delivery func(id string) string
+	// seal signs the body itself, where the signature travels inside it
+	// (Adyen): sign is unused then. alter changes one byte of what the
+	// signature covers, where not all of the body is (Adyen's items sign
+	// eight fields); nil alters a byte in the middle.
+	seal  func(t *testing.T, body []byte, old bool) []byte
+	alter func(body []byte) []byte
+}
+
+// request returns what the provider sends for body: its headers, and the
+// body as sent.
+func (c conformant) request(t *testing.T, id string, body []byte, at time.Time, old bool) (http.Header, []byte) {
+	if c.seal != nil {
+		return http.Header{"Content-Type": {"application/json"}}, c.seal(t, body, old)
+	}
+	return c.sign(t, id, body, at, old), body
+}
+
+// post sends body to path as the provider would.
+func (c conformant) post(t *testing.T, b *testBundle, path, id string, body []byte, at time.Time, old bool) answer {
+	h, sent := c.request(t, id, body, at, old)
+	return b.post(t, path, h, sent)
+}
+
+// rotates says whether the suite can sign with a secret being rotated out.
+func (c conformant) rotates(t *testing.T) bool {
+	return c.seal != nil || c.sign(t, "rot", []byte(`{}`), time.Now(), true) != nil
 }
 
 var conformants = []conformant{
@@ -145,6 +171,37 @@ var conformants = []conformant{
 			return "order_created:orders:u" + p + ":2026-12-01T00:00:00.000000Z", lemonEvent("order_created", "orders", "u"+p, `"status":"pending"`)
 		},
 	},
+	{
+		name:         "adyen",
+		unsignedTime: true,
+		seal: func(t *testing.T, body []byte, old bool) []byte {
+			key := adyenKey
+			if old {
+				key = adyenOldKey
+			}
+			sealed, err := provider.ResignAdyen(body, key)
+			require.NoError(t, err)
+			return sealed
+		},
+		alter: func(body []byte) []byte {
+			return []byte(strings.Replace(string(body), `"value":1999`, `"value":1998`, 1))
+		},
+		paid: func(p string) (string, []byte) {
+			return "AUTHORISATION:PSP_" + p + ":true", adyenItem("AUTHORISATION", "PSP_"+p, "", true)
+		},
+		// Under automatic capture the payment's CAPTURE fulfils nothing more.
+		other: func(p string) (string, []byte) {
+			return "CAPTURE:CAP_" + p + ":true", adyenItem("CAPTURE", "CAP_"+p, "PSP_"+p, true)
+		},
+		unpaid: func(p string) (string, []byte) {
+			return "AUTHORISATION:PSP_U_" + p + ":false", adyenItem("AUTHORISATION", "PSP_U_"+p, "", false)
+		},
+	},
+}
+
+// adyenItem is an Adyen delivery of one notification item, unsigned.
+func adyenItem(code, psp, original string, success bool) []byte {
+	return []byte(fmt.Sprintf(`{"live":"false","notificationItems":[{"NotificationRequestItem":{"additionalData":{},"amount":{"currency":"EUR","value":1999},"eventCode":%q,"eventDate":"2026-12-01T00:00:00+01:00","merchantAccountCode":"Shop","merchantReference":"order-1","originalReference":%q,"paymentMethod":"visa","pspReference":%q,"reason":"","success":"%t"}}]}`, code, original, psp, success))
 }
 
 // lemonEvent is a Lemon Squeezy webhook body: a JSON:API object under meta.
@@ -185,10 +242,11 @@ func TestProviderConformance(t *testing.T) {
 			count := func(q string, args ...any) int { return b.db.Count(t, q, args...) }
 
 			id, body := c.paid("p1")
+			h, sent := c.request(t, id, body, now, false)
 			var wg sync.WaitGroup
 			codes := make([]int, 8)
 			for i := range codes {
-				wg.Go(func() { codes[i] = b.post(t, path, c.sign(t, id, body, now, false), body).code })
+				wg.Go(func() { codes[i] = b.post(t, path, h, sent).code })
 			}
 			wg.Wait()
 			for _, code := range codes {
@@ -213,9 +271,9 @@ func TestProviderConformance(t *testing.T) {
 			}, 15*time.Second, 10*time.Millisecond)
 
 			otherID, other := c.other("p1")
-			require.Equal(t, http.StatusOK, b.post(t, path, c.sign(t, otherID, other, now, false), other).code)
+			require.Equal(t, http.StatusOK, c.post(t, b, path, otherID, other, now, false).code)
 			unpaidID, unpaid := c.unpaid("p1")
-			require.Equal(t, http.StatusOK, b.post(t, path, c.sign(t, unpaidID, unpaid, now, false), unpaid).code, "every well-signed event gets a 2xx")
+			require.Equal(t, http.StatusOK, c.post(t, b, path, unpaidID, unpaid, now, false).code, "every well-signed event gets a 2xx")
 			require.Equal(t, 3, count(`SELECT count(*) FROM webhook_event WHERE provider = $1`, c.name))
 			require.Equal(t, 1, count(`SELECT count(*) FROM fulfilment WHERE provider = $1`, c.name), "one fulfilment for the purchase, none for the unpaid")
 			fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, c.name, paymentOf(t, b, c.name))
@@ -228,14 +286,19 @@ func TestProviderConformance(t *testing.T) {
 				header http.Header
 				body   []byte
 			}
+			alter := altered
+			if c.alter != nil {
+				alter = c.alter
+			}
+			require.NotEqual(t, sent, alter(sent))
 			refused := []refusal{
 				{"Unsigned", http.Header{}, body},
-				{"AlteredByOneByte", c.sign(t, id, body, now, false), altered(body)},
+				{"AlteredByOneByte", h, alter(sent)},
 			}
 			if c.unsignedTime {
 				// Nothing is stale: a delivery replayed an hour on is the
 				// event already stored, and fulfils nothing more.
-				require.Equal(t, http.StatusOK, b.post(t, path, c.sign(t, id, body, now.Add(-time.Hour), false), body).code)
+				require.Equal(t, http.StatusOK, c.post(t, b, path, id, body, now.Add(-time.Hour), false).code)
 				require.Equal(t, 1, count(`SELECT count(*) FROM fulfilment WHERE provider = $1`, c.name))
 			} else {
 				refused = append(refused,
@@ -247,9 +310,9 @@ func TestProviderConformance(t *testing.T) {
 			}
 			require.Equal(t, 3, count(`SELECT count(*) FROM webhook_event WHERE provider = $1`, c.name), "refused requests change nothing")
 
-			if h := c.sign(t, "rot_"+id, body, now, true); h != nil {
+			if c.rotates(t) {
 				rid, rbody := c.paid("p2")
-				require.Equal(t, http.StatusOK, b.post(t, path, c.sign(t, rid, rbody, now, true), rbody).code, "a secret being rotated out still verifies")
+				require.Equal(t, http.StatusOK, c.post(t, b, path, rid, rbody, now, true).code, "a secret being rotated out still verifies")
 			}
 		})
 	}
@@ -273,4 +336,61 @@ func altered(body []byte) []byte {
 		}
 	}
 	return out
+}
+
+// TestABatchDeliveryIsEachOfItsEvents: Adyen's notificationItems are events
+// of their own: each stored and fulfilled once, a duplicate among them
+// answered as one, and one badly signed item refuses the whole delivery,
+// storing none of it.
+func TestABatchDeliveryIsEachOfItsEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	count := func(q string, args ...any) int { return b.db.Count(t, q, args...) }
+	items := func(psps ...string) []provider.AdyenItem {
+		var out []provider.AdyenItem
+		for _, p := range psps {
+			out = append(out, provider.AdyenItem{EventCode: "AUTHORISATION", PSPReference: p, MerchantAccount: "Shop", Value: 500, Currency: "EUR", Success: true})
+		}
+		return out
+	}
+	header := http.Header{"Content-Type": {"application/json"}}
+
+	one, err := provider.SignAdyen(items("PSP_A"), adyenKey, false)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, b.post(t, "/webhooks/adyen", header, one).code)
+
+	three, err := provider.SignAdyen(items("PSP_A", "PSP_B", "PSP_C"), adyenKey, false)
+	require.NoError(t, err)
+	a := b.post(t, "/webhooks/adyen", header, three)
+	require.Equal(t, http.StatusOK, a.code)
+	var got struct {
+		Events []struct {
+			Status  string `json:"status"`
+			EventID string `json:"event_id"`
+		} `json:"events"`
+	}
+	require.NoError(t, json.Unmarshal(a.raw, &got))
+	require.Len(t, got.Events, 3)
+	require.Equal(t, "duplicate", got.Events[0].Status)
+	require.Equal(t, "AUTHORISATION:PSP_B:true", got.Events[1].EventID)
+	require.Equal(t, "accepted", got.Events[1].Status)
+	require.Equal(t, 3, count(`SELECT count(*) FROM webhook_event WHERE provider = 'adyen'`))
+	require.Eventually(t, func() bool {
+		return count(`SELECT count(*) FROM fulfilment WHERE provider = 'adyen' AND state = 'fulfilled'`) == 3
+	}, 15*time.Second, 10*time.Millisecond)
+	for _, p := range []string{"PSP_A", "PSP_B", "PSP_C"} {
+		require.Equal(t, 1, b.rec.CallsForPayment(p), p)
+	}
+	var stored string
+	require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT convert_from(body, 'UTF8') FROM webhook_event WHERE event_id = 'AUTHORISATION:PSP_B:true'`).Scan(&stored))
+	require.Contains(t, stored, `"pspReference":"PSP_B"`, "each event stores its own item, as sent")
+	require.True(t, strings.HasPrefix(stored, "{") && !strings.Contains(stored, "notificationItems"), stored)
+	require.NotContains(t, stored, "PSP_C")
+
+	four, err := provider.SignAdyen(items("PSP_D", "PSP_E"), adyenKey, false)
+	require.NoError(t, err)
+	forged := []byte(strings.Replace(string(four), `"pspReference":"PSP_E"`, `"pspReference":"PSP_F"`, 1))
+	require.NotEqual(t, four, forged)
+	require.Equal(t, http.StatusBadRequest, b.post(t, "/webhooks/adyen", header, forged).code)
+	require.Equal(t, 3, count(`SELECT count(*) FROM webhook_event WHERE provider = 'adyen'`), "no item of a refused delivery is stored")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -66,9 +67,9 @@ func (s *Server) receive(c echo.Context, p provider.Provider) (deliveryOutcome, 
 		return o, &HTTPError{Code: http.StatusBadRequest, Msg: o.answer, Err: err}
 	}
 
-	ev, err := p.Verify(c.Request().Header, body, s.now())
-	if ev.ID != "" {
-		trace.SpanFromContext(c.Request().Context()).SetAttributes(attribute.String("guardian.event_id", ev.ID), attribute.String("guardian.payment_id", ev.PaymentID))
+	evs, err := provider.VerifyAll(p, c.Request().Header, body, s.now())
+	if len(evs) > 0 && evs[0].ID != "" {
+		trace.SpanFromContext(c.Request().Context()).SetAttributes(attribute.String("guardian.event_id", evs[0].ID), attribute.String("guardian.payment_id", evs[0].PaymentID))
 	}
 	if err != nil {
 		o := verificationRefusal(err)
@@ -77,20 +78,54 @@ func (s *Server) receive(c echo.Context, p provider.Provider) (deliveryOutcome, 
 
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.IntakeTimeout)
 	defer cancel()
-	res, err := s.cfg.Service.Accept(ctx, ev)
+	results, err := s.acceptAll(ctx, evs)
 	if err != nil && c.Request().Context().Err() != nil {
 		// The sender hung up first; it will retry. Nothing to answer.
 		return deliveryOutcome{kind: kindClientGone}, c.NoContent(statusClientClosed)
 	}
 	if err != nil {
-		// Nothing is known to be committed: the provider must retry.
+		// Not every event is known to be committed: the provider must
+		// retry the delivery; what was stored answers as a duplicate then.
 		return deliveryOutcome{kind: kindUnavailable}, &HTTPError{Code: http.StatusServiceUnavailable, Msg: "storage unavailable, retry later", Err: err}
 	}
-	status := "accepted"
-	if res.Outcome != fulfilment.NewEvent {
-		status = "duplicate"
+	answers := make([]webhookAnswer, len(evs))
+	outcome := results[0].Outcome
+	for i, res := range results {
+		answers[i] = webhookAnswer{Status: "accepted", EventID: evs[i].ID}
+		if res.Outcome != fulfilment.NewEvent {
+			answers[i].Status = "duplicate"
+		} else {
+			outcome = res.Outcome // the delivery stored something new
+		}
 	}
-	return accepted(res.Outcome), c.JSON(http.StatusOK, webhookAnswer{Status: status, EventID: ev.ID})
+	if len(answers) == 1 {
+		return accepted(outcome), c.JSON(http.StatusOK, answers[0])
+	}
+	return accepted(outcome), c.JSON(http.StatusOK, batchAnswer{Events: answers})
+}
+
+// batchAnswer is the body of a 200 to a delivery of several events.
+type batchAnswer struct {
+	Events []webhookAnswer `json:"events"`
+}
+
+// acceptAll takes every event of one delivery through intake at once, so
+// they share its group commits, and returns their results in order. An
+// error means at least one was not stored.
+func (s *Server) acceptAll(ctx context.Context, evs []provider.Event) ([]fulfilment.AcceptResult, error) {
+	results := make([]fulfilment.AcceptResult, len(evs))
+	if len(evs) == 1 {
+		var err error
+		results[0], err = s.cfg.Service.Accept(ctx, evs[0])
+		return results, err
+	}
+	errs := make([]error, len(evs))
+	var wg sync.WaitGroup
+	for i, ev := range evs {
+		wg.Go(func() { results[i], errs[i] = s.cfg.Service.Accept(ctx, ev) })
+	}
+	wg.Wait()
+	return results, errors.Join(errs...)
 }
 
 type errTooLarge struct{ limit int64 }

@@ -54,6 +54,10 @@ const (
 	// rotated out.
 	lemonSecret    = "lemonsqueezy_signing_secret_tests_01"
 	lemonOldSecret = "lemonsqueezy_signing_secret_tests_00"
+	// adyenKeys: the webhook's current HMAC key, and the one being rotated
+	// out.
+	adyenKey    = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+	adyenOldKey = "0B4E2A3C5F7D9E1A2B3C4D5E6F708192A3B4C5D6E7F8091A2B3C4D5E6F708192"
 )
 
 type filterMode int
@@ -149,6 +153,8 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	require.NoError(t, err)
 	lemon, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: []string{lemonSecret, lemonOldSecret}})
 	require.NoError(t, err)
+	adyen, err := provider.NewAdyen(provider.AdyenConfig{HMACKeys: []string{adyenKey, adyenOldKey}})
+	require.NoError(t, err)
 	ui, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client.River(), nil), Logger: logger, Prefix: "/riverui"})
 	require.NoError(t, err)
 	b.operators = operators.New(db.New(d.Pool), []string{"old-operator-token", adminToken})
@@ -157,7 +163,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	key, err := b.operators.SessionKey(ctx)
 	require.NoError(t, err)
 	s, err := web.New(web.Config{
-		Providers: []provider.Provider{stripe, standard, paddle, shopify, lemon}, Service: service, Logger: logger,
+		Providers: []provider.Provider{stripe, standard, paddle, shopify, lemon, adyen}, Service: service, Logger: logger,
 		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: 64 << 10,
 		Operators: b.operators, SessionKey: key, Store: db.New(d.Pool),
 		RiverUI: ui, Tokens: tokens.New(tokens.Postgres{Store: db.New(d.Pool)}, nil),
@@ -175,6 +181,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 type answer struct {
 	code int
 	body map[string]string
+	raw  []byte
 }
 
 func (b *testBundle) post(t *testing.T, path string, header http.Header, body []byte) answer {
@@ -189,7 +196,7 @@ func (b *testBundle) post(t *testing.T, path string, header http.Header, body []
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	_ = json.Unmarshal(raw, &m)
-	return answer{code: resp.StatusCode, body: m}
+	return answer{code: resp.StatusCode, body: m, raw: raw}
 }
 
 func (b *testBundle) postStripe(t *testing.T, body string) answer {

@@ -38,7 +38,8 @@ type Event struct {
 	// stored, acknowledged and flagged for an operator: nothing paid goes
 	// unseen. Empty otherwise.
 	Unmapped string
-	// Payload is the raw body as received.
+	// Payload is the raw body as received, or, in a delivery of several
+	// events (Batch), the event's own part of it, byte for byte.
 	Payload []byte
 	// Origin says how the event arrived: "" or "webhook" for a delivery,
 	// "backfill" for one fetched from the provider's events API.
@@ -60,6 +61,29 @@ type Provider interface {
 	// Name is the provider's path segment and storage name ("stripe").
 	Name() string
 	Verify(header http.Header, body []byte, now time.Time) (Event, error)
+}
+
+// Batch is a provider one of whose deliveries may carry several events,
+// each signed on its own (Adyen's notificationItems). VerifyBatch checks
+// every event of the delivery and returns them in order; one that fails
+// fails the delivery, so none of it is stored. Verify reads a delivery of
+// one event.
+type Batch interface {
+	Provider
+	VerifyBatch(header http.Header, body []byte, now time.Time) ([]Event, error)
+}
+
+// VerifyAll verifies a delivery and returns its events: a Batch provider's
+// several, any other provider's one.
+func VerifyAll(p Provider, header http.Header, body []byte, now time.Time) ([]Event, error) {
+	if b, ok := p.(Batch); ok {
+		return b.VerifyBatch(header, body, now)
+	}
+	ev, err := p.Verify(header, body, now)
+	if err != nil {
+		return []Event{ev}, err
+	}
+	return []Event{ev}, nil
 }
 
 // Mapper applies a provider's payment rules to a stored event's body, as
@@ -129,13 +153,13 @@ func orDefault(list, def []string) []string {
 	return list
 }
 
-// bodySigned reports whether any of secrets produced sig, an HMAC-SHA256
-// of the body alone (Shopify's scheme and Lemon Squeezy's), in constant time
-// for each secret.
-func bodySigned(secrets [][]byte, body, sig []byte) bool {
+// hmacSigned reports whether any of secrets produced sig, an HMAC-SHA256
+// of data (the body alone in Shopify's scheme and Lemon Squeezy's, an
+// item's signed fields in Adyen's), in constant time for each secret.
+func hmacSigned(secrets [][]byte, data, sig []byte) bool {
 	for _, secret := range secrets {
 		mac := hmac.New(sha256.New, secret)
-		mac.Write(body)
+		mac.Write(data)
 		if hmac.Equal(sig, mac.Sum(nil)) {
 			return true
 		}

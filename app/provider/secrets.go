@@ -2,6 +2,7 @@ package provider
 
 import (
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -96,6 +97,19 @@ const MinLemonSqueezySecretLen = 24
 func LemonSqueezySecret(secret string) error {
 	if n := len(strings.TrimSpace(secret)); n < MinLemonSqueezySecretLen || n > 40 {
 		return fmt.Errorf("not %d to 40 characters: Lemon Squeezy takes up to 40, and fewer than %d are guessable; generate one (openssl rand -hex 20)", MinLemonSqueezySecretLen, MinLemonSqueezySecretLen)
+	}
+	return nil
+}
+
+// AdyenHMACKeyLen is the length of an Adyen HMAC key as the Customer Area
+// shows it: 32 bytes in hex.
+const AdyenHMACKeyLen = 64
+
+// AdyenHMACKey checks an Adyen HMAC key: AdyenHMACKeyLen hex characters.
+func AdyenHMACKey(key string) error {
+	key = strings.TrimSpace(key)
+	if _, err := hex.DecodeString(key); err != nil || len(key) != AdyenHMACKeyLen {
+		return fmt.Errorf("not %d hex characters, as the Customer Area shows an HMAC key", AdyenHMACKeyLen)
 	}
 	return nil
 }

@@ -1,10 +1,12 @@
 package provider
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -86,4 +88,74 @@ func SignLemonSqueezy(body []byte, secret, eventName string) http.Header {
 	h.Set("X-Signature", hex.EncodeToString(mac.Sum(nil)))
 	h.Set("X-Event-Name", eventName)
 	return h
+}
+
+// AdyenItem is one notification item's fields, for SignAdyen.
+type AdyenItem struct {
+	EventCode, PSPReference, OriginalReference string
+	MerchantAccount, MerchantReference         string
+	Value                                      int64
+	Currency                                   string
+	Success                                    bool
+	Reason                                     string
+}
+
+// SignAdyen makes an Adyen delivery of items, as Adyen sends one, each
+// item signed with hexKey; live is the delivery's environment. For tests
+// and the demo.
+func SignAdyen(items []AdyenItem, hexKey string, live bool) ([]byte, error) {
+	list := make([]any, len(items))
+	for i, it := range items {
+		list[i] = map[string]any{"NotificationRequestItem": map[string]any{
+			"additionalData":      map[string]any{},
+			"amount":              map[string]any{"currency": it.Currency, "value": it.Value},
+			"eventCode":           it.EventCode,
+			"eventDate":           "2026-01-01T00:00:00+01:00",
+			"merchantAccountCode": it.MerchantAccount,
+			"merchantReference":   it.MerchantReference,
+			"originalReference":   it.OriginalReference,
+			"paymentMethod":       "visa",
+			"pspReference":        it.PSPReference,
+			"reason":              it.Reason,
+			"success":             strconv.FormatBool(it.Success),
+		}}
+	}
+	body, err := json.Marshal(map[string]any{"live": strconv.FormatBool(live), "notificationItems": list})
+	if err != nil {
+		return nil, err
+	}
+	return ResignAdyen(body, hexKey)
+}
+
+// ResignAdyen signs every notification item of an Adyen delivery with
+// hexKey, replacing each additionalData.hmacSignature: a published sample
+// becomes one a test's key verifies.
+func ResignAdyen(body []byte, hexKey string) ([]byte, error) {
+	key, err := hex.DecodeString(hexKey)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var env map[string]any
+	if err := dec.Decode(&env); err != nil {
+		return nil, err
+	}
+	list, _ := env["notificationItems"].([]any)
+	for _, w := range list {
+		item, _ := w.(map[string]any)["NotificationRequestItem"].(map[string]any)
+		f, err := readAdyenItem(item)
+		if err != nil {
+			return nil, err
+		}
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(f.signingString()))
+		extra, _ := item["additionalData"].(map[string]any)
+		if extra == nil {
+			extra = map[string]any{}
+			item["additionalData"] = extra
+		}
+		extra["hmacSignature"] = base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	}
+	return json.Marshal(env)
 }

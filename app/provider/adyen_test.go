@@ -1,0 +1,238 @@
+package provider
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Keys of the tests' own, 32 random bytes in hex as Adyen shows them.
+const (
+	adyenKey        = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+	adyenRetiredKey = "0B4E2A3C5F7D9E1A2B3C4D5E6F708192A3B4C5D6E7F8091A2B3C4D5E6F708192"
+	adyenOtherKey   = "A1B2C3D4E5F60718293A4B5C6D7E8F90A1B2C3D4E5F60718293A4B5C6D7E8F90"
+)
+
+// TestAdyenSignature: Adyen's official Go library's signed vector verifies,
+// and each item of a delivery is checked on its own with every key.
+func TestAdyenSignature(t *testing.T) {
+	t.Parallel()
+	var vector struct {
+		HMACKey       string          `json:"hmac_key"`
+		SigningString string          `json:"signing_string"`
+		Signature     string          `json:"signature"`
+		Body          json.RawMessage `json:"body"`
+	}
+	loadTestdata(t, "adyen/sdk_vector.json", &vector)
+	sdk, err := NewAdyen(AdyenConfig{HMACKeys: []string{vector.HMACKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := sdk.Verify(nil, vector.Body, time.Now())
+	if err != nil {
+		t.Fatalf("the SDK's vector: %v", err)
+	}
+	if ev.ID != "EVENT:pspReference:true" || ev.Type != "EVENT" || ev.Fulfils() {
+		t.Errorf("the SDK's vector read as %+v", ev)
+	}
+	f, err := readAdyenItem(mustItem(t, vector.Body, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.signingString() != vector.SigningString {
+		t.Errorf("signing string %q, want %q", f.signingString(), vector.SigningString)
+	}
+	resigned, err := ResignAdyen(vector.Body, vector.HMACKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustItem(t, resigned, 0)["additionalData"].(map[string]any)["hmacSignature"]; got != vector.Signature {
+		t.Errorf("ResignAdyen signed %v, want the SDK's %s", got, vector.Signature)
+	}
+
+	a, err := NewAdyen(AdyenConfig{HMACKeys: []string{adyenRetiredKey, adyenKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := loadTestdata(t, "adyen/authorisation.json", nil)
+	signed := func(key string) []byte {
+		b, err := ResignAdyen(auth, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	two, err := SignAdyen([]AdyenItem{
+		{EventCode: "AUTHORISATION", PSPReference: "PSP_A", MerchantAccount: "M", Value: 100, Currency: "EUR", Success: true},
+		{EventCode: "AUTHORISATION", PSPReference: "PSP_B", MerchantAccount: "M", Value: 200, Currency: "EUR", Success: true},
+	}, adyenKey, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secondForged := bytes.Replace(two, []byte(`"value":200`), []byte(`"value":1`), 1)
+	tests := []struct {
+		name string
+		body []byte
+		want error
+	}{
+		{"Signed", signed(adyenKey), nil},
+		{"RetiredKeyWhileRotating", signed(adyenRetiredKey), nil},
+		{"OtherKey", signed(adyenOtherKey), ErrSignature},
+		{"PublishedSignatureOfAnUnknownKey", auth, ErrSignature},
+		{"SignedFieldAlteredByOneByte", bytes.Replace(signed(adyenKey), []byte(`"value":10100`), []byte(`"value":10101`), 1), ErrSignature},
+		{"UnsignedFieldAltered", bytes.Replace(signed(adyenKey), []byte(`"paymentMethod":"visa"`), []byte(`"paymentMethod":"mc"`), 1), nil},
+		{"OneForgedItemRefusesTheDelivery", secondForged, ErrSignature},
+		{"NoSignature", bytes.Replace(signed(adyenKey), []byte(`"hmacSignature"`), []byte(`"hmacSignaturX"`), 1), ErrSignature},
+		{"NoItems", []byte(`{"live":"false","notificationItems":[]}`), ErrMalformed},
+		{"NotJSON", []byte(`{"live":`), ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			evs, err := a.VerifyBatch(nil, tt.body, time.Now())
+			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+				t.Fatalf("VerifyBatch = %v, want %v", err, tt.want)
+			}
+			if err == nil && (len(evs) != 1 || evs[0].ID != "AUTHORISATION:123456789:true" || evs[0].PaymentID != "123456789") {
+				t.Errorf("events = %+v", evs)
+			}
+			if err != nil && strings.Contains(err.Error(), adyenKey) {
+				t.Errorf("the error shows a key: %v", err)
+			}
+		})
+	}
+
+	t.Run("EachItemIsAnEventOfItsOwn", func(t *testing.T) {
+		t.Parallel()
+		evs, err := VerifyAll(a, nil, two, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 2 || evs[0].PaymentID != "PSP_A" || evs[1].PaymentID != "PSP_B" {
+			t.Fatalf("events = %+v", evs)
+		}
+		// Each event's payload is its own item, as sent.
+		for i, ev := range evs {
+			item := mustItem(t, two, i)
+			var got map[string]any
+			if err := json.Unmarshal(ev.Payload, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got["pspReference"] != item["pspReference"] || !bytes.Contains(two, ev.Payload) {
+				t.Errorf("event %d's payload is not its item: %s", i, ev.Payload)
+			}
+		}
+		if _, err := a.Verify(nil, two, time.Now()); !errors.Is(err, ErrMalformed) {
+			t.Errorf("Verify of two items = %v, want ErrMalformed", err)
+		}
+	})
+}
+
+// TestAdyenRules: what pays under each capture setting, what never does,
+// the identity of an event, and the mode.
+func TestAdyenRules(t *testing.T) {
+	t.Parallel()
+	item := func(code, psp, original string, success bool) AdyenItem {
+		return AdyenItem{EventCode: code, PSPReference: psp, OriginalReference: original, MerchantAccount: "Shop", MerchantReference: "order-7",
+			Value: 1999, Currency: "EUR", Success: success, Reason: "Refused"}
+	}
+	capture := loadTestdata(t, "adyen/capture.json", nil)
+	tests := []struct {
+		name     string
+		capture  string
+		mode     Mode
+		items    []AdyenItem
+		body     []byte // instead of items
+		live     bool
+		id       string
+		payment  string
+		note     string
+		unmapped bool
+		err      error
+	}{
+		{name: "AuthorisedUnderAutomaticCapturePays", items: []AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, id: "AUTHORISATION:PSP1:true", payment: "PSP1"},
+		{name: "RefusedNeverPays", items: []AdyenItem{item("AUTHORISATION", "PSP1", "", false)}, id: "AUTHORISATION:PSP1:false", note: "authorisation refused"},
+		{name: "AuthorisedUnderManualCaptureWaits", capture: AdyenCaptureManual, items: []AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, note: "under manual capture"},
+		{name: "CaptureUnderManualCapturePaysThePayment", capture: AdyenCaptureManual, items: []AdyenItem{item("CAPTURE", "CAP1", "PSP1", true)}, id: "CAPTURE:CAP1:true", payment: "PSP1"},
+		{name: "TheLibrarysCaptureFixture", capture: AdyenCaptureManual, body: capture, id: "CAPTURE:PSP_REFERENCE:true", payment: "ORIGINAL_PSP"},
+		{name: "FailedCaptureNeverPays", capture: AdyenCaptureManual, items: []AdyenItem{item("CAPTURE", "CAP1", "PSP1", false)}, note: "capture failed"},
+		{name: "CaptureUnderAutomaticCaptureDoesNotPayAgain", items: []AdyenItem{item("CAPTURE", "CAP1", "PSP1", true)}, note: "under automatic capture"},
+		{name: "CaptureNamingNoPaymentIsFlagged", capture: AdyenCaptureManual, items: []AdyenItem{item("CAPTURE", "CAP1", "", true)}, unmapped: true},
+		{name: "RefundNeverPays", items: []AdyenItem{item("REFUND", "REF1", "PSP1", true)}, id: "REFUND:REF1:true"},
+		{name: "LiveAtALiveDeployment", mode: ModeLive, live: true, items: []AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, payment: "PSP1"},
+		{name: "TestAtALiveDeploymentIsRefused", mode: ModeLive, items: []AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, err: ErrMode},
+		{name: "LiveAtATestDeploymentIsRefused", mode: ModeTest, live: true, items: []AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, err: ErrMode},
+		{name: "ATestItemAmongLiveOnesRefusesAll", mode: ModeLive, live: false, items: []AdyenItem{item("AUTHORISATION", "PSP1", "", true), item("AUTHORISATION", "PSP2", "", true)}, err: ErrMode},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a, err := NewAdyen(AdyenConfig{HMACKeys: []string{adyenKey}, Capture: tt.capture, Mode: tt.mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := tt.body
+			if body == nil {
+				body, err = SignAdyen(tt.items, adyenKey, tt.live)
+			} else {
+				body, err = ResignAdyen(body, adyenKey)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, err := a.VerifyBatch(nil, body, time.Now())
+			if !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+				t.Fatalf("VerifyBatch = %v, want %v", err, tt.err)
+			}
+			if err != nil {
+				return
+			}
+			ev := evs[0]
+			if tt.id != "" && ev.ID != tt.id {
+				t.Errorf("id %q, want %q", ev.ID, tt.id)
+			}
+			if ev.PaymentID != tt.payment || !strings.Contains(ev.Note, tt.note) || (ev.Unmapped != "") != tt.unmapped {
+				t.Errorf("payment %q note %q unmapped %q", ev.PaymentID, ev.Note, ev.Unmapped)
+			}
+			// A replay maps the stored item the same way.
+			again, err := a.Map(ev.Type, ev.Payload)
+			if err != nil || again.PaymentID != ev.PaymentID || again.Unmapped != ev.Unmapped {
+				t.Errorf("Map = %+v, %v", again, err)
+			}
+		})
+	}
+
+	t.Run("Configuration", func(t *testing.T) {
+		t.Parallel()
+		for _, cfg := range []AdyenConfig{
+			{},
+			{HMACKeys: []string{"not hex"}},
+			{HMACKeys: []string{adyenKey}, Capture: "sometimes"},
+			{HMACKeys: []string{adyenKey}, Mode: "staging"},
+		} {
+			if _, err := NewAdyen(cfg); err == nil {
+				t.Errorf("NewAdyen(%+v) accepted", cfg)
+			} else if strings.Contains(err.Error(), adyenKey) {
+				t.Errorf("the error shows a key: %v", err)
+			}
+		}
+	})
+}
+
+// mustItem returns a delivery's i-th NotificationRequestItem, read as
+// Verify reads it.
+func mustItem(t *testing.T, body []byte, i int) map[string]any {
+	t.Helper()
+	env, err := parseObject(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := env["notificationItems"].([]any)
+	if len(list) <= i {
+		t.Fatalf("no item %d", i)
+	}
+	return list[i].(map[string]any)["NotificationRequestItem"].(map[string]any)
+}
