@@ -144,8 +144,8 @@ func (a *App) buildSchema(ctx context.Context) error {
 }
 
 // buildProviders makes the providers that verify deliveries: Stripe and
-// Standard Webhooks always; Paddle, Shopify, Lemon Squeezy and Adyen when
-// their secrets are configured. It returns Stripe apart too, for the backfill.
+// Standard Webhooks always; Paddle, Shopify, Lemon Squeezy, Adyen and
+// PayPal when their secrets or webhook ids are configured. It returns Stripe apart too, for the backfill.
 func (a *App) buildProviders() (*provider.Stripe, []provider.Provider, error) {
 	cfg := a.cfg
 	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes, Mode: cfg.Mode})
@@ -184,6 +184,13 @@ func (a *App) buildProviders() (*provider.Stripe, []provider.Provider, error) {
 			return nil, nil, err
 		}
 		providers = append(providers, adyen)
+	}
+	if len(cfg.PayPalWebhookIDs) > 0 {
+		paypal, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: cfg.PayPalWebhookIDs, Tolerance: cfg.Tolerance, Mode: cfg.Mode})
+		if err != nil {
+			return nil, nil, err
+		}
+		providers = append(providers, paypal)
 	}
 	return stripe, providers, nil
 }

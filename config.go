@@ -62,6 +62,10 @@ type Config struct {
 	// "manual" (a successful CAPTURE pays), as the merchant account
 	// captures. Defaults to automatic.
 	AdyenCapture string
+	// PayPalWebhookIDs, when set, serves PayPal at /webhooks/paypal for
+	// these webhooks (comma-separated ids, as the developer dashboard shows
+	// them).
+	PayPalWebhookIDs []string
 	// StripeAPIKey, when set, turns on the periodic Stripe backfill and
 	// `guardian backfill stripe`. A secret: never logged.
 	StripeAPIKey string
@@ -232,6 +236,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		ShopifySecrets:       List(getenv("GUARDIAN_SHOPIFY_SECRETS"), ","),
 		LemonSqueezySecrets:  List(getenv("GUARDIAN_LEMONSQUEEZY_SECRETS"), ","),
 		AdyenHMACKeys:        List(getenv("GUARDIAN_ADYEN_HMAC_KEYS"), ","),
+		PayPalWebhookIDs:     List(getenv("GUARDIAN_PAYPAL_WEBHOOK_IDS"), ","),
 		AdyenCapture:         cmp.Or(getenv("GUARDIAN_ADYEN_CAPTURE"), provider.AdyenCaptureAutomatic),
 		StripeAPIKey:         getenv("GUARDIAN_STRIPE_API_KEY"),
 		StripeAPIURL:         getenv("GUARDIAN_STRIPE_API_URL"),
@@ -519,7 +524,7 @@ var Variables = []string{
 	"GUARDIAN_DEV", "GUARDIAN_DISPATCH_LEASE", "GUARDIAN_DISPATCH_WORKERS", "GUARDIAN_LEMONSQUEEZY_SECRETS",
 	"GUARDIAN_LOG_FORMAT", "GUARDIAN_LOG_LEVEL", "GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH",
 	"GUARDIAN_METRICS_URL", "GUARDIAN_MIGRATE", "GUARDIAN_MODE", "GUARDIAN_OPERATOR_TOKEN",
-	"GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS", "GUARDIAN_PPROF", "GUARDIAN_PPROF_ADDR",
+	"GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS", "GUARDIAN_PAYPAL_WEBHOOK_IDS", "GUARDIAN_PPROF", "GUARDIAN_PPROF_ADDR",
 	"GUARDIAN_PPROF_ALLOW_REMOTE", "GUARDIAN_PUBLIC_URL", "GUARDIAN_RECONCILE_GRACE", "GUARDIAN_RECONCILE_INTERVAL",
 	"GUARDIAN_REDIS_PREFIX", "GUARDIAN_SESSION_TTL", "GUARDIAN_SHOPIFY_SECRETS", "GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_SECRETS",
 	"GUARDIAN_STRIPE_API_KEY", "GUARDIAN_STRIPE_API_URL", "GUARDIAN_STRIPE_BACKFILL_INTERVAL", "GUARDIAN_STRIPE_FULFIL_TYPES",

@@ -313,7 +313,7 @@ func TestRefusedRequestsAreRecordedWithoutTheirContent(t *testing.T) {
 		{"/webhooks/stripe", provider.SignStripe(body, stripeSecret, now.Add(-time.Hour)), body, http.StatusBadRequest},
 		{"/webhooks/stripe", provider.SignStripe([]byte(`{"id":`), stripeSecret, now), []byte(`{"id":`), http.StatusBadRequest},
 		{"/webhooks/stripe", provider.SignStripe(bytes.Repeat([]byte(" "), 70<<10), stripeSecret, now), bytes.Repeat([]byte(" "), 70<<10), http.StatusRequestEntityTooLarge},
-		{"/webhooks/paypal", provider.SignStripe(body, stripeSecret, now), body, http.StatusNotFound},
+		{"/webhooks/mollie", provider.SignStripe(body, stripeSecret, now), body, http.StatusNotFound},
 	} {
 		code, _ := b.do(t, "POST", tc.path, tc.header, tc.body)
 		require.Equal(t, tc.want, code, tc.path)

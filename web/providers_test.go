@@ -197,6 +197,33 @@ var conformants = []conformant{
 			return "AUTHORISATION:PSP_U_" + p + ":false", adyenItem("AUTHORISATION", "PSP_U_"+p, "", false)
 		},
 	},
+	{
+		name: "paypal",
+		sign: func(t *testing.T, id string, body []byte, at time.Time, old bool) http.Header {
+			webhook := payPalWebhook
+			if old {
+				webhook = payPalOldWebhook
+			}
+			h, err := provider.SignPayPal(body, payPalCert.key, payPalCertURL, webhook, "tx-"+id+"-"+at.Format("150405.000"), at)
+			require.NoError(t, err)
+			return h
+		},
+		paid: func(p string) (string, []byte) {
+			return "WH-PAID-" + p, payPalEvent("WH-PAID-"+p, "PAYMENT.CAPTURE.COMPLETED", "CAP"+p, "COMPLETED")
+		},
+		// The order's approval comes first and never pays.
+		other: func(p string) (string, []byte) {
+			return "WH-APPROVED-" + p, payPalEvent("WH-APPROVED-"+p, "CHECKOUT.ORDER.APPROVED", "ORDER"+p, "APPROVED")
+		},
+		unpaid: func(p string) (string, []byte) {
+			return "WH-PENDING-" + p, payPalEvent("WH-PENDING-"+p, "PAYMENT.CAPTURE.COMPLETED", "CAPU"+p, "PENDING")
+		},
+	},
+}
+
+// payPalEvent is a PayPal webhook event about resource id.
+func payPalEvent(id, typ, resource, status string) []byte {
+	return []byte(fmt.Sprintf(`{"id":%q,"event_version":"1.0","create_time":"2026-12-01T00:00:00.000Z","resource_type":"capture","event_type":%q,"summary":"a test's","resource":{"id":%q,"status":%q,"amount":{"currency_code":"USD","value":"19.99"}}}`, id, typ, resource, status))
 }
 
 // adyenItem is an Adyen delivery of one notification item, unsigned.
@@ -393,4 +420,21 @@ func TestABatchDeliveryIsEachOfItsEvents(t *testing.T) {
 	require.NotEqual(t, four, forged)
 	require.Equal(t, http.StatusBadRequest, b.post(t, "/webhooks/adyen", header, forged).code)
 	require.Equal(t, 3, count(`SELECT count(*) FROM webhook_event WHERE provider = 'adyen'`), "no item of a refused delivery is stored")
+}
+
+// TestPayPalCertificateHostDownIs503: a delivery that cannot be verified
+// now, through no fault of the sender's, is answered 503 so PayPal
+// retries; nothing is stored and nothing is counted as refused.
+func TestPayPalCertificateHostDownIs503(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	body := payPalEvent("WH-DOWN-1", "PAYMENT.CAPTURE.COMPLETED", "CAPDOWN1", "COMPLETED")
+	h, err := provider.SignPayPal(body, payPalCert.key, payPalCertDownURL, payPalWebhook, "tx-down", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, b.post(t, "/webhooks/paypal", h, body).code)
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM refused_delivery`))
+	h, err = provider.SignPayPal(body, payPalCert.key, payPalCertURL, payPalWebhook, "tx-up", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, b.post(t, "/webhooks/paypal", h, body).code, "the retry, once PayPal answers")
 }

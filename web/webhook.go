@@ -71,6 +71,10 @@ func (s *Server) receive(c echo.Context, p provider.Provider) (deliveryOutcome, 
 	if len(evs) > 0 && evs[0].ID != "" {
 		trace.SpanFromContext(c.Request().Context()).SetAttributes(attribute.String("guardian.event_id", evs[0].ID), attribute.String("guardian.payment_id", evs[0].PaymentID))
 	}
+	if errors.Is(err, provider.ErrUnavailable) {
+		// Not the sender's fault: nothing is stored, and it retries.
+		return deliveryOutcome{kind: kindUnavailable}, &HTTPError{Code: http.StatusServiceUnavailable, Msg: provider.ErrUnavailable.Error(), Err: err}
+	}
 	if err != nil {
 		o := verificationRefusal(err)
 		return o, &HTTPError{Code: http.StatusBadRequest, Msg: o.answer, Err: err}

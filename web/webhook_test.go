@@ -3,6 +3,7 @@ package web_test
 import (
 	"bytes"
 	"context"
+	"crypto/rsa"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ import (
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/operators"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
@@ -58,7 +60,26 @@ const (
 	// out.
 	adyenKey    = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
 	adyenOldKey = "0B4E2A3C5F7D9E1A2B3C4D5E6F708192A3B4C5D6E7F8091A2B3C4D5E6F708192"
+	// payPalWebhooks: the webhook's id, and an older webhook's still served.
+	payPalWebhook    = "8PT597110X687430LKGECATA"
+	payPalOldWebhook = "3TR748995U920805P"
+	payPalCertURL    = "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-web"
+	// payPalCertDownURL is a certificate whose host does not answer.
+	payPalCertDownURL = "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-down"
 )
+
+// payPalCert is the message-verification certificate the tests' fetch
+// answers in place of PayPal's host, and its key.
+var payPalCert = func() (c struct {
+	key *rsa.PrivateKey
+	pem []byte
+}) {
+	var err error
+	if c.key, c.pem, err = providertest.NewPayPalCertificate("messageverificationcerts.paypal.com", time.Now().Add(-time.Hour)); err != nil {
+		panic(err)
+	}
+	return c
+}()
 
 type filterMode int
 
@@ -155,6 +176,17 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	require.NoError(t, err)
 	adyen, err := provider.NewAdyen(provider.AdyenConfig{HMACKeys: []string{adyenKey, adyenOldKey}})
 	require.NoError(t, err)
+	paypal, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{payPalWebhook, payPalOldWebhook},
+		Fetch: func(_ context.Context, url string) ([]byte, error) {
+			if url == payPalCertDownURL {
+				return nil, fmt.Errorf("%w: PayPal's host did not answer", provider.ErrUnavailable)
+			}
+			if url != payPalCertURL {
+				return nil, fmt.Errorf("%w: no such certificate", provider.ErrSignature)
+			}
+			return payPalCert.pem, nil
+		}})
+	require.NoError(t, err)
 	ui, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client.River(), nil), Logger: logger, Prefix: "/riverui"})
 	require.NoError(t, err)
 	b.operators = operators.New(db.New(d.Pool), []string{"old-operator-token", adminToken})
@@ -163,7 +195,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	key, err := b.operators.SessionKey(ctx)
 	require.NoError(t, err)
 	s, err := web.New(web.Config{
-		Providers: []provider.Provider{stripe, standard, paddle, shopify, lemon, adyen}, Service: service, Logger: logger,
+		Providers: []provider.Provider{stripe, standard, paddle, shopify, lemon, adyen, paypal}, Service: service, Logger: logger,
 		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: 64 << 10,
 		Operators: b.operators, SessionKey: key, Store: db.New(d.Pool),
 		RiverUI: ui, Tokens: tokens.New(tokens.Postgres{Store: db.New(d.Pool)}, nil),
@@ -359,7 +391,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"DuplicateKeys", "/webhooks/stripe", sign(dupKeys, now), dupKeys, 400, "malformed event"},
 		{"NotJSON", "/webhooks/stripe", sign([]byte("{nope"), now), []byte("{nope"), 400, "malformed event"},
 		{"TooLarge", "/webhooks/stripe", sign(huge, now), huge, 413, "body too large"},
-		{"UnknownProvider", "/webhooks/paypal", sign(good, now), good, 404, "unknown provider"},
+		{"UnknownProvider", "/webhooks/mollie", sign(good, now), good, 404, "unknown provider"},
 		{"StandardStale", "/webhooks/standard", stdStale, stdBody, 400, "timestamp outside tolerance"},
 		{"StandardWrongSecret", "/webhooks/standard", stdWrong, stdBody, 400, "bad signature"},
 	}

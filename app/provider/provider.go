@@ -54,7 +54,7 @@ func (e Event) Fulfils() bool { return e.PaymentID != "" }
 // Verify must be safe for concurrent use. It checks the signature over the
 // exact bytes of body, the timestamp against now within the provider's
 // tolerance both ways, and the payload's shape. Every error it returns wraps
-// one of ErrSignature, ErrTimestamp, ErrMalformed or ErrMode, whose text is fit to show
+// one of ErrSignature, ErrTimestamp, ErrMalformed, ErrMode or ErrUnavailable, whose text is fit to show
 // the sender; the wrapping text never holds a secret or an expected
 // signature.
 type Provider interface {
@@ -109,6 +109,10 @@ var (
 	// live deployment, or live money at a test one (a test endpoint's
 	// secret left in a live deployment's list, say). It never fulfils.
 	ErrMode = errors.New("event of the other mode")
+	// ErrUnavailable means the delivery could not be verified now, through
+	// no fault of the sender's (PayPal's certificate host did not answer):
+	// answered 503, so the provider retries, and nothing is stored.
+	ErrUnavailable = errors.New("verification unavailable, retry later")
 )
 
 // Mode is the money a deployment serves: live or test. The zero Mode

@@ -2,11 +2,14 @@ package provider
 
 import (
 	"bytes"
+	"crypto"
 	"crypto/hmac"
+	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"hash/crc32"
 	"net/http"
 	"strconv"
 	"time"
@@ -158,4 +161,24 @@ func ResignAdyen(body []byte, hexKey string) ([]byte, error) {
 		extra["hmacSignature"] = base64.StdEncoding.EncodeToString(mac.Sum(nil))
 	}
 	return json.Marshal(env)
+}
+
+// SignPayPal returns the headers PayPal sends with body: the transmission
+// id and time, the certificate URL, and the RSA-SHA256 signature by key of
+// "<id>|<time>|<webhook id>|<crc32 of body>". For tests and the demo.
+func SignPayPal(body []byte, key *rsa.PrivateKey, certURL, webhookID, transmissionID string, at time.Time) (http.Header, error) {
+	sent := at.UTC().Format(time.RFC3339)
+	digest := sha256.Sum256([]byte(transmissionID + "|" + sent + "|" + webhookID + "|" + strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10)))
+	sig, err := rsa.SignPKCS1v15(nil, key, crypto.SHA256, digest[:])
+	if err != nil {
+		return nil, err
+	}
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("Paypal-Transmission-Id", transmissionID)
+	h.Set("Paypal-Transmission-Time", sent)
+	h.Set("Paypal-Transmission-Sig", base64.StdEncoding.EncodeToString(sig))
+	h.Set("Paypal-Cert-Url", certURL)
+	h.Set("Paypal-Auth-Algo", "SHA256withRSA")
+	return h, nil
 }

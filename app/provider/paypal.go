@@ -1,0 +1,334 @@
+package provider
+
+import (
+	"cmp"
+	"context"
+	"crypto"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The hosts PayPal serves its message-verification certificates from, and
+// the name each certificate carries: a live one, and a sandbox one.
+var payPalCertHosts = map[string]payPalEnv{
+	"api.paypal.com":           {sandbox: false, certName: "messageverificationcerts.paypal.com"},
+	"api-m.paypal.com":         {sandbox: false, certName: "messageverificationcerts.paypal.com"},
+	"api.sandbox.paypal.com":   {sandbox: true, certName: "messageverificationcerts.sandbox.paypal.com"},
+	"api-m.sandbox.paypal.com": {sandbox: true, certName: "messageverificationcerts.sandbox.paypal.com"},
+}
+
+type payPalEnv struct {
+	sandbox  bool
+	certName string
+}
+
+// payPalCertPath starts the path of every certificate URL PayPal sends.
+const payPalCertPath = "/v1/notifications/certs/"
+
+// PayPal's fulfilling event: a capture that completed.
+const PayPalFulfilEvent = "PAYMENT.CAPTURE.COMPLETED"
+
+// maxPayPalCerts bounds the certificate cache; PayPal rotates its
+// certificate every year or so, so a handful of URLs is all a deployment
+// sees.
+const maxPayPalCerts = 16
+
+// PayPalConfig configures PayPal's verification and rules.
+type PayPalConfig struct {
+	// WebhookIDs are the ids of the webhooks whose deliveries this endpoint
+	// takes, as the developer dashboard shows them: PayPal signs the id
+	// into every transmission, so a delivery meant for another webhook
+	// does not verify. At least one.
+	WebhookIDs []string
+	// Tolerance bounds the signed transmission time both ways. Defaults to
+	// DefaultTolerance.
+	Tolerance time.Duration
+	// Mode is the money the deployment serves: a delivery signed by the
+	// sandbox's certificate at a live deployment is refused (ErrMode), and
+	// the other way round. The zero Mode checks nothing.
+	Mode Mode
+	// Fetch gets a certificate's PEM from its URL, which is always https
+	// on one of PayPal's hosts. Nil fetches it with Go's TLS verification,
+	// no redirects, within 10 seconds. Tests give their own.
+	Fetch func(ctx context.Context, url string) ([]byte, error)
+}
+
+// PayPal verifies PayPal's webhook deliveries. PAYPAL-TRANSMISSION-SIG is
+// an RSA-SHA256 (PKCS #1 v1.5) signature, by the key of PayPal's
+// message-verification certificate at PAYPAL-CERT-URL, of the transmission
+// id, the transmission time, the webhook's id and the decimal CRC32 of the
+// exact body, joined by "|". The certificate is fetched only from PayPal's
+// own API hosts over https, checked to name PayPal's message-verification
+// service for that host's environment and to be valid at the delivery's
+// time, and cached by URL.
+//
+// The rules, by PayPal's documentation (docs/design.md, the rule table):
+// the event's own id dedupes; PAYMENT.CAPTURE.COMPLETED with the capture's
+// status COMPLETED fulfils, its payment the capture (resource.id);
+// CHECKOUT.ORDER.APPROVED (approved, not paid) and PAYMENT.CAPTURE.PENDING
+// never do.
+type PayPal struct {
+	webhookIDs []string
+	tolerance  time.Duration
+	mode       Mode
+	fetch      func(ctx context.Context, url string) ([]byte, error)
+
+	mu       sync.Mutex
+	certs    map[string]*x509.Certificate
+	inflight map[string]*certCall
+}
+
+// certCall is one certificate fetch that concurrent deliveries share.
+type certCall struct {
+	done chan struct{}
+	cert *x509.Certificate
+	err  error
+}
+
+// NewPayPal returns a PayPal provider, or an error if no webhook id is
+// given.
+func NewPayPal(cfg PayPalConfig) (*PayPal, error) {
+	ids, err := cleanSecrets(cfg.WebhookIDs)
+	if err != nil {
+		return nil, errors.New("paypal: no webhook id configured")
+	}
+	if err := cfg.Mode.check("paypal"); err != nil {
+		return nil, err
+	}
+	if cfg.Tolerance < 0 {
+		return nil, errors.New("paypal: negative tolerance")
+	}
+	p := &PayPal{webhookIDs: ids, tolerance: cmp.Or(cfg.Tolerance, DefaultTolerance), mode: cfg.Mode, fetch: cfg.Fetch,
+		certs: map[string]*x509.Certificate{}, inflight: map[string]*certCall{}}
+	if p.fetch == nil {
+		p.fetch = fetchOverHTTPS
+	}
+	return p, nil
+}
+
+// Name returns "paypal".
+func (p *PayPal) Name() string { return "paypal" }
+
+// Verify checks the transmission's signature and time and reads the event.
+// A certificate that cannot be fetched now is ErrUnavailable: PayPal
+// retries, and nothing is stored.
+func (p *PayPal) Verify(header http.Header, body []byte, now time.Time) (Event, error) {
+	id, sent := header.Get("Paypal-Transmission-Id"), header.Get("Paypal-Transmission-Time")
+	sig, err := base64.StdEncoding.DecodeString(header.Get("Paypal-Transmission-Sig"))
+	if id == "" || sent == "" || err != nil || len(sig) == 0 {
+		return Event{}, fmt.Errorf("%w: missing or unreadable PAYPAL-TRANSMISSION-ID, -TIME or -SIG header", ErrSignature)
+	}
+	if algo := header.Get("Paypal-Auth-Algo"); algo != "SHA256withRSA" {
+		return Event{}, fmt.Errorf("%w: PAYPAL-AUTH-ALGO is not SHA256withRSA", ErrSignature)
+	}
+	certURL, env, err := payPalCertURL(header.Get("Paypal-Cert-Url"))
+	if err != nil {
+		return Event{}, err
+	}
+	at, err := time.Parse(time.RFC3339, sent)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: PAYPAL-TRANSMISSION-TIME is not an RFC 3339 time", ErrSignature)
+	}
+	if err := checkTimestamp(at, now, p.tolerance); err != nil {
+		return Event{}, err
+	}
+	cert, err := p.certificate(certURL, env)
+	if err != nil {
+		return Event{}, err
+	}
+	if at.Before(cert.NotBefore) || at.After(cert.NotAfter) {
+		return Event{}, fmt.Errorf("%w: the certificate was not valid at the transmission time", ErrSignature)
+	}
+	if !payPalSigned(cert.PublicKey.(*rsa.PublicKey), id, sent, p.webhookIDs, body, sig) {
+		return Event{}, ErrSignature
+	}
+	if p.mode.refuses(env.sandbox) {
+		if env.sandbox {
+			return Event{}, fmt.Errorf("%w: a sandbox delivery at a live deployment: is a sandbox webhook's id in GUARDIAN_PAYPAL_WEBHOOK_IDS?", ErrMode)
+		}
+		return Event{}, fmt.Errorf("%w: a live delivery at a test deployment (GUARDIAN_MODE=test)", ErrMode)
+	}
+
+	doc, err := parseObject(body)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	eventID, _ := doc["id"].(string)
+	eventType, _ := doc["event_type"].(string)
+	if eventID == "" || eventType == "" {
+		return Event{}, fmt.Errorf("%w: id and event_type are required", ErrMalformed)
+	}
+	if len(eventID) > maxIDLength || len(eventType) > maxIDLength {
+		return Event{}, fmt.Errorf("%w: id or event_type too long to be real", ErrMalformed)
+	}
+	if hasNUL(eventID, eventType) {
+		return Event{}, errNUL
+	}
+	resource, _ := doc["resource"].(map[string]any)
+	return payPalRules(Event{Provider: p.Name(), ID: eventID, Type: eventType, Payload: body}, resource), nil
+}
+
+// Map applies PayPal's rules to a stored body (Mapper).
+func (p *PayPal) Map(eventType string, body []byte) (Event, error) {
+	env, err := parseObject(body)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	resource, _ := env["resource"].(map[string]any)
+	return payPalRules(Event{Provider: p.Name(), Type: eventType, Payload: body}, resource), nil
+}
+
+// payPalRules applies the rule for "paid" to ev.
+func payPalRules(ev Event, resource map[string]any) Event {
+	if ev.Type != PayPalFulfilEvent {
+		return ev
+	}
+	status, _ := resource["status"].(string)
+	capture, _ := resource["id"].(string)
+	switch {
+	case status != "COMPLETED":
+		ev.Note = "capture status is " + strconv.Quote(truncate(status, 40)) + ", not COMPLETED"
+	case capture == "" || len(capture) > maxIDLength || hasNUL(capture):
+		// Well signed, so stored and acknowledged; it cannot fulfil.
+		ev.Unmapped = "no string capture id at resource.id"
+	default:
+		ev.PaymentID = capture
+	}
+	return ev
+}
+
+// payPalSigned reports whether sig is the certificate key's signature of
+// the transmission for any of the webhook ids.
+func payPalSigned(key *rsa.PublicKey, id, sent string, webhookIDs []string, body, sig []byte) bool {
+	crc := strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10)
+	for _, w := range webhookIDs {
+		digest := sha256.Sum256([]byte(id + "|" + sent + "|" + w + "|" + crc))
+		if rsa.VerifyPKCS1v15(key, crypto.SHA256, digest[:], sig) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// payPalCertURL checks that raw is a certificate URL of PayPal's: https,
+// one of PayPal's API hosts, no credentials, port, query or fragment, and
+// the certificates path. Anything else is ErrSignature, and nothing is
+// fetched.
+func payPalCertURL(raw string) (string, payPalEnv, error) {
+	u, err := url.Parse(raw)
+	bad := fmt.Errorf("%w: PAYPAL-CERT-URL is not a certificate URL of PayPal's (https://api.paypal.com%s...)", ErrSignature, payPalCertPath)
+	if err != nil || u.Scheme != "https" || u.User != nil || u.Port() != "" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return "", payPalEnv{}, bad
+	}
+	env, ok := payPalCertHosts[u.Hostname()]
+	name, found := strings.CutPrefix(u.EscapedPath(), payPalCertPath)
+	if !ok || !found || name == "" || strings.ContainsAny(name, "/%.") {
+		return "", payPalEnv{}, bad
+	}
+	return u.String(), env, nil
+}
+
+// certificate returns the certificate at url, from the cache or fetched
+// once however many deliveries ask at the same time.
+func (p *PayPal) certificate(url string, env payPalEnv) (*x509.Certificate, error) {
+	p.mu.Lock()
+	if c, ok := p.certs[url]; ok {
+		p.mu.Unlock()
+		return c, nil
+	}
+	call, ok := p.inflight[url]
+	if !ok {
+		call = &certCall{done: make(chan struct{})}
+		p.inflight[url] = call
+		go func() {
+			call.cert, call.err = p.load(url, env)
+			p.mu.Lock()
+			delete(p.inflight, url)
+			if call.err == nil {
+				if len(p.certs) >= maxPayPalCerts {
+					clear(p.certs)
+				}
+				p.certs[url] = call.cert
+			}
+			p.mu.Unlock()
+			close(call.done)
+		}()
+	}
+	p.mu.Unlock()
+	<-call.done
+	return call.cert, call.err
+}
+
+// load fetches and checks one certificate: the first of the PEM, naming
+// env's message-verification service, with an RSA key.
+func (p *PayPal) load(url string, env payPalEnv) (*x509.Certificate, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	raw, err := p.fetch(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(raw)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("%w: the certificate URL did not answer a PEM certificate", ErrSignature)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the certificate could not be read", ErrSignature)
+	}
+	if cert.VerifyHostname(env.certName) != nil {
+		return nil, fmt.Errorf("%w: the certificate does not name %s", ErrSignature, env.certName)
+	}
+	if _, ok := cert.PublicKey.(*rsa.PublicKey); !ok {
+		return nil, fmt.Errorf("%w: the certificate's key is not RSA", ErrSignature)
+	}
+	return cert, nil
+}
+
+// payPalClient fetches certificates: TLS verified against the system's
+// roots, no redirects (a redirect could leave PayPal's hosts).
+var payPalClient = &http.Client{
+	Timeout: 10 * time.Second,
+	CheckRedirect: func(*http.Request, []*http.Request) error {
+		return errors.New("redirect refused: the certificate must come from PayPal's host itself")
+	},
+}
+
+// fetchOverHTTPS GETs url. A PayPal that does not answer, or answers 5xx,
+// is ErrUnavailable (PayPal retries the delivery); a 4xx is ErrSignature:
+// no such certificate.
+func fetchOverHTTPS(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSignature, err)
+	}
+	resp, err := payPalClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: fetching PayPal's certificate: %v", ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode >= 500:
+		return nil, fmt.Errorf("%w: PayPal answered %d for its certificate", ErrUnavailable, resp.StatusCode)
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("%w: PayPal answered %d for the certificate URL", ErrSignature, resp.StatusCode)
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading PayPal's certificate: %v", ErrUnavailable, err)
+	}
+	return raw, nil
+}

@@ -1,0 +1,299 @@
+package provider_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
+)
+
+const (
+	payPalLiveCert    = "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-aaaaaaaa"
+	payPalSandboxCert = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-bbbbbbbb"
+	payPalWebhook     = "8PT597110X687430LKGECATA"
+	payPalOldWebhook  = "3TR748995U920805P"
+)
+
+func readTestdata(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPayPalSDKVector: the official Java SDK's signed transmission, with
+// its sandbox certificate, verifies at the transmission's time; changed in
+// any signed part, it does not.
+func TestPayPalSDKVector(t *testing.T) {
+	t.Parallel()
+	var vector struct {
+		WebhookID string            `json:"webhook_id"`
+		Headers   map[string]string `json:"headers"`
+	}
+	if err := json.Unmarshal(readTestdata(t, "paypal/sdk_vector.json"), &vector); err != nil {
+		t.Fatal(err)
+	}
+	body := readTestdata(t, "paypal/sdk_vector_body.json")
+	cert := readTestdata(t, "paypal/sdk_vector_cert.pem")
+	header := http.Header{}
+	for k, v := range vector.Headers {
+		header.Set(k, v)
+	}
+	sent, _ := time.Parse(time.RFC3339, vector.Headers["PAYPAL-TRANSMISSION-TIME"])
+	fetch := func(_ context.Context, url string) ([]byte, error) {
+		if url != vector.Headers["PAYPAL-CERT-URL"] {
+			t.Errorf("fetched %s", url)
+		}
+		return cert, nil
+	}
+	p, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{payPalWebhook, vector.WebhookID}, Fetch: fetch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := p.Verify(header, body, sent.Add(time.Minute))
+	if err != nil {
+		t.Fatalf("the SDK's vector: %v", err)
+	}
+	if ev.ID != "WH-7MU294299R542214K-4N1831857K851783H" || ev.Type != "PAYMENTS.PAYMENT.CREATED" || ev.Fulfils() {
+		t.Errorf("read as %+v", ev)
+	}
+
+	other, _ := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{payPalWebhook}, Fetch: fetch})
+	if _, err := other.Verify(header, body, sent); !errors.Is(err, provider.ErrSignature) {
+		t.Errorf("another webhook's id: %v, want ErrSignature", err)
+	}
+	altered := []byte(strings.Replace(string(body), `"total":"30.11"`, `"total":"30.12"`, 1))
+	if _, err := p.Verify(header, altered, sent); !errors.Is(err, provider.ErrSignature) {
+		t.Errorf("altered body: %v, want ErrSignature", err)
+	}
+	moved := header.Clone()
+	moved.Set("Paypal-Transmission-Id", "afa30d40-ca4a-11e9-ab68-7d4e2605c70d")
+	if _, err := p.Verify(moved, body, sent); !errors.Is(err, provider.ErrSignature) {
+		t.Errorf("another transmission id: %v, want ErrSignature", err)
+	}
+	if _, err := p.Verify(header, body, time.Now()); !errors.Is(err, provider.ErrTimestamp) {
+		t.Errorf("replayed years later: %v, want ErrTimestamp", err)
+	}
+}
+
+// payPalSetup is a PayPal provider whose certificate fetches a test
+// answers, counting them.
+type payPalSetup struct {
+	p       *provider.PayPal
+	sign    func(t *testing.T, body []byte, certURL, webhook, id string, at time.Time) http.Header
+	fetches atomic.Int32
+}
+
+func newPayPal(t *testing.T, mode provider.Mode, fail error) *payPalSetup {
+	t.Helper()
+	live, livePEM := providertest.PayPalCertificate(t, "messageverificationcerts.paypal.com", time.Now().Add(-time.Hour))
+	sandbox, sandboxPEM := providertest.PayPalCertificate(t, "messageverificationcerts.sandbox.paypal.com", time.Now().Add(-time.Hour))
+	_, impostorPEM := providertest.PayPalCertificate(t, "evil.example.com", time.Now().Add(-time.Hour))
+	expired, expiredPEM := providertest.PayPalCertificate(t, "messageverificationcerts.paypal.com", time.Now().Add(-48*time.Hour))
+	s := &payPalSetup{}
+	fetch := func(_ context.Context, url string) ([]byte, error) {
+		s.fetches.Add(1)
+		time.Sleep(20 * time.Millisecond) // concurrent deliveries overlap
+		switch {
+		case fail != nil:
+			return nil, fail
+		case strings.HasSuffix(url, "impostor"):
+			return impostorPEM, nil
+		case strings.HasSuffix(url, "expired"):
+			return expiredPEM, nil
+		case strings.Contains(url, "sandbox"):
+			return sandboxPEM, nil
+		}
+		return livePEM, nil
+	}
+	var err error
+	s.p, err = provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{payPalOldWebhook, payPalWebhook}, Mode: mode, Fetch: fetch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.sign = func(t *testing.T, body []byte, certURL, webhook, id string, at time.Time) http.Header {
+		key := live
+		switch {
+		case strings.Contains(certURL, "sandbox"):
+			key = sandbox
+		case strings.HasSuffix(certURL, "expired"):
+			key = expired
+		}
+		h, err := provider.SignPayPal(body, key, certURL, webhook, id, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	return s
+}
+
+// TestPayPalVerify: where the certificate may come from, how it is
+// checked and cached, and each way a transmission is refused.
+func TestPayPalVerify(t *testing.T) {
+	t.Parallel()
+	body := readTestdata(t, "paypal/capture_completed.json")
+	now := time.Now()
+
+	t.Run("Signed", func(t *testing.T) {
+		t.Parallel()
+		s := newPayPal(t, provider.ModeLive, nil)
+		for _, webhook := range []string{payPalWebhook, payPalOldWebhook} {
+			ev, err := s.p.Verify(s.sign(t, body, payPalLiveCert, webhook, "t-"+webhook, now), body, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.ID != "WH-58D329510W468432D-8HN650336L201105X" || ev.PaymentID != "27M47624FP291604U" {
+				t.Errorf("read as %+v", ev)
+			}
+		}
+	})
+
+	t.Run("OneFetchPerCertificate", func(t *testing.T) {
+		t.Parallel()
+		s := newPayPal(t, provider.ModeLive, nil)
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				h := s.sign(t, body, payPalLiveCert, payPalWebhook, "t-"+string(rune('a'+i)), now)
+				if _, err := s.p.Verify(h, body, now); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := s.fetches.Load(); n != 1 {
+			t.Errorf("%d fetches for one certificate, want 1", n)
+		}
+	})
+
+	t.Run("CertificateOnlyFromPayPal", func(t *testing.T) {
+		t.Parallel()
+		s := newPayPal(t, provider.ModeLive, nil)
+		for _, url := range []string{
+			"http://api.paypal.com/v1/notifications/certs/CERT-1",
+			"https://evil.example.com/v1/notifications/certs/CERT-1",
+			"https://api.paypal.com.evil.example.com/v1/notifications/certs/CERT-1",
+			"https://api.paypal.com@evil.example.com/v1/notifications/certs/CERT-1",
+			"https://user@api.paypal.com/v1/notifications/certs/CERT-1",
+			"https://api.paypal.com:8443/v1/notifications/certs/CERT-1",
+			"https://api.paypal.com/v1/oauth2/token",
+			"https://api.paypal.com/v1/notifications/certs/../../oauth2/token",
+			"https://api.paypal.com/v1/notifications/certs/CERT-1?next=https://evil.example.com",
+			"",
+		} {
+			h := s.sign(t, body, url, payPalWebhook, "t1", now)
+			if _, err := s.p.Verify(h, body, now); !errors.Is(err, provider.ErrSignature) {
+				t.Errorf("%q: %v, want ErrSignature", url, err)
+			}
+		}
+		if n := s.fetches.Load(); n != 0 {
+			t.Errorf("%d fetches from hosts that are not PayPal's", n)
+		}
+		// A PayPal URL whose certificate names someone else.
+		h := s.sign(t, body, "https://api.paypal.com/v1/notifications/certs/impostor", payPalWebhook, "t1", now)
+		if _, err := s.p.Verify(h, body, now); !errors.Is(err, provider.ErrSignature) {
+			t.Errorf("a certificate naming another host: %v, want ErrSignature", err)
+		}
+		h = s.sign(t, body, "https://api.paypal.com/v1/notifications/certs/expired", payPalWebhook, "t1", now)
+		if _, err := s.p.Verify(h, body, now); !errors.Is(err, provider.ErrSignature) {
+			t.Errorf("an expired certificate: %v, want ErrSignature", err)
+		}
+	})
+
+	t.Run("Refused", func(t *testing.T) {
+		t.Parallel()
+		s := newPayPal(t, provider.ModeLive, nil)
+		good := s.sign(t, body, payPalLiveCert, payPalWebhook, "t1", now)
+		with := func(k, v string) http.Header {
+			h := good.Clone()
+			if v == "" {
+				h.Del(k)
+			} else {
+				h.Set(k, v)
+			}
+			return h
+		}
+		tests := []struct {
+			name   string
+			header http.Header
+			body   []byte
+			want   error
+		}{
+			{"AnotherWebhook", s.sign(t, body, payPalLiveCert, "SOMEONEELSESWEBHOOK", "t1", now), body, provider.ErrSignature},
+			{"AlteredByOneByte", good, []byte(strings.Replace(string(body), `"2.51"`, `"2.52"`, 1)), provider.ErrSignature},
+			{"NoSignature", with("Paypal-Transmission-Sig", ""), body, provider.ErrSignature},
+			{"OtherAlgorithm", with("Paypal-Auth-Algo", "SHA1withRSA"), body, provider.ErrSignature},
+			{"TimeNotSigned", with("Paypal-Transmission-Time", now.Add(time.Second).UTC().Format(time.RFC3339)), body, provider.ErrSignature},
+			{"Stale", s.sign(t, body, payPalLiveCert, payPalWebhook, "t1", now.Add(-time.Hour)), body, provider.ErrTimestamp},
+			{"FromTheFuture", s.sign(t, body, payPalLiveCert, payPalWebhook, "t1", now.Add(time.Hour)), body, provider.ErrTimestamp},
+			{"SandboxAtALiveDeployment", s.sign(t, body, payPalSandboxCert, payPalWebhook, "t1", now), body, provider.ErrMode},
+		}
+		for _, tt := range tests {
+			if _, err := s.p.Verify(tt.header, tt.body, now); !errors.Is(err, tt.want) {
+				t.Errorf("%s: %v, want %v", tt.name, err, tt.want)
+			}
+		}
+	})
+
+	t.Run("PayPalDownIsUnavailableNotRefused", func(t *testing.T) {
+		t.Parallel()
+		s := newPayPal(t, provider.ModeLive, provider.ErrUnavailable)
+		h := s.sign(t, body, payPalLiveCert, payPalWebhook, "t1", now)
+		if _, err := s.p.Verify(h, body, now); !errors.Is(err, provider.ErrUnavailable) {
+			t.Fatalf("%v, want ErrUnavailable", err)
+		}
+		if _, err := s.p.Verify(h, body, now); !errors.Is(err, provider.ErrUnavailable) || s.fetches.Load() != 2 {
+			t.Errorf("a failed fetch was cached: %v after %d fetches", err, s.fetches.Load())
+		}
+	})
+}
+
+// TestPayPalRules: a completed capture fulfils the capture; an approved
+// order and a pending capture never do; a capture naming no id is flagged.
+func TestPayPalRules(t *testing.T) {
+	t.Parallel()
+	s := newPayPal(t, provider.ModeTest, nil)
+	now := time.Now()
+	event := func(typ, resource string) []byte {
+		return []byte(`{"id":"WH-1","event_type":"` + typ + `","resource_type":"capture","resource":` + resource + `}`)
+	}
+	tests := []struct {
+		name, typ, resource string
+		payment, note       string
+		unmapped            bool
+	}{
+		{"Completed", "PAYMENT.CAPTURE.COMPLETED", `{"id":"CAP1","status":"COMPLETED"}`, "CAP1", "", false},
+		{"OrderApprovedIsNotPaid", "CHECKOUT.ORDER.APPROVED", `{"id":"ORDER1","status":"APPROVED"}`, "", "", false},
+		{"PendingIsNotPaid", "PAYMENT.CAPTURE.PENDING", `{"id":"CAP1","status":"PENDING"}`, "", "", false},
+		{"CompletedTypeOtherStatus", "PAYMENT.CAPTURE.COMPLETED", `{"id":"CAP1","status":"DECLINED"}`, "", "not COMPLETED", false},
+		{"NumericCaptureIsFlagged", "PAYMENT.CAPTURE.COMPLETED", `{"id":12,"status":"COMPLETED"}`, "", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := event(tt.typ, tt.resource)
+			ev, err := s.p.Verify(s.sign(t, body, payPalSandboxCert, payPalWebhook, "t-"+tt.name, now), body, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.PaymentID != tt.payment || !strings.Contains(ev.Note, tt.note) || (ev.Unmapped != "") != tt.unmapped {
+				t.Errorf("payment %q note %q unmapped %q", ev.PaymentID, ev.Note, ev.Unmapped)
+			}
+			again, err := s.p.Map(ev.Type, ev.Payload)
+			if err != nil || again.PaymentID != ev.PaymentID {
+				t.Errorf("Map = %+v, %v", again, err)
+			}
+		})
+	}
+}
