@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,8 +46,9 @@ type App struct {
 	tokenRedis *redis.Client
 	jobs       *jobs.Client
 	web        *web.Server
-	// backfill is set when GUARDIAN_STRIPE_API_KEY is.
-	backfill *backfill.Stripe
+	// backfills holds a backfill for each provider whose API credentials
+	// are configured, by provider name.
+	backfills map[string]*backfill.Backfill
 
 	riverUI     *riverui.Handler
 	stopRiverUI context.CancelFunc
@@ -93,7 +96,7 @@ func (a *App) build(ctx context.Context) error {
 	if err := a.buildSchema(ctx); err != nil {
 		return err
 	}
-	stripe, providers, err := a.buildProviders()
+	providers, err := a.buildProviders()
 	if err != nil {
 		return err
 	}
@@ -118,7 +121,7 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := a.buildBackfill(stripe, service, store); err != nil {
+	if err := a.buildBackfills(providers, service, store); err != nil {
 		return err
 	}
 	riverClient, err := a.buildJobs(service, store, tracer, enqueuer)
@@ -145,54 +148,54 @@ func (a *App) buildSchema(ctx context.Context) error {
 
 // buildProviders makes the providers that verify deliveries: Stripe and
 // Standard Webhooks always; Paddle, Shopify, Lemon Squeezy, Adyen and
-// PayPal when their secrets or webhook ids are configured. It returns Stripe apart too, for the backfill.
-func (a *App) buildProviders() (*provider.Stripe, []provider.Provider, error) {
+// PayPal when their secrets or webhook ids are configured.
+func (a *App) buildProviders() ([]provider.Provider, error) {
 	cfg := a.cfg
 	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes, Mode: cfg.Mode})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: cfg.StandardSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StandardFulfilTypes, PaymentPath: cfg.StandardPaymentPath})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	providers := []provider.Provider{stripe, standard}
 	if len(cfg.PaddleSecrets) > 0 {
 		paddle, err := provider.NewPaddle(provider.PaddleConfig{Secrets: cfg.PaddleSecrets, Tolerance: cfg.Tolerance, FulfilRenewals: cfg.PaddleFulfilRenewals})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		providers = append(providers, paddle)
 	}
 	if len(cfg.ShopifySecrets) > 0 {
 		shopify, err := provider.NewShopify(provider.ShopifyConfig{Secrets: cfg.ShopifySecrets, Mode: cfg.Mode})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		providers = append(providers, shopify)
 	}
 	if len(cfg.LemonSqueezySecrets) > 0 {
 		lemon, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: cfg.LemonSqueezySecrets, Mode: cfg.Mode})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		providers = append(providers, lemon)
 	}
 	if len(cfg.AdyenHMACKeys) > 0 {
 		adyen, err := provider.NewAdyen(provider.AdyenConfig{HMACKeys: cfg.AdyenHMACKeys, Capture: cfg.AdyenCapture, Mode: cfg.Mode})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		providers = append(providers, adyen)
 	}
 	if len(cfg.PayPalWebhookIDs) > 0 {
 		paypal, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: cfg.PayPalWebhookIDs, Tolerance: cfg.Tolerance, Mode: cfg.Mode})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		providers = append(providers, paypal)
 	}
-	return stripe, providers, nil
+	return providers, nil
 }
 
 // buildConnector makes the connector that acts, and its lookup when the
@@ -261,16 +264,41 @@ func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, conn connector
 	return service, enqueuer, err
 }
 
-// buildBackfill makes the Stripe backfill when an API key is configured.
-func (a *App) buildBackfill(stripe *provider.Stripe, service *fulfilment.Service, store *db.Store) error {
-	if a.cfg.StripeAPIKey == "" {
-		return nil
+// buildBackfills makes a backfill for each provider whose API credentials
+// are configured: Stripe's, Paddle's, PayPal's.
+func (a *App) buildBackfills(providers []provider.Provider, service *fulfilment.Service, store *db.Store) error {
+	cfg := a.cfg
+	common := backfill.Config{Service: service, Store: store, Logger: a.logger}
+	a.backfills = map[string]*backfill.Backfill{}
+	add := func(b *backfill.Backfill, err error) error {
+		if err == nil {
+			a.backfills[b.Provider()] = b
+		}
+		return err
 	}
-	var err error
-	a.backfill, err = backfill.NewStripe(backfill.StripeConfig{
-		APIKey: a.cfg.StripeAPIKey, APIURL: a.cfg.StripeAPIURL, Provider: stripe, Service: service, Store: store, Logger: a.logger,
-	})
-	return err
+	for _, p := range providers {
+		var err error
+		switch p := p.(type) {
+		case *provider.Stripe:
+			if cfg.StripeAPIKey != "" {
+				err = add(backfill.NewStripe(backfill.StripeConfig{APIKey: cfg.StripeAPIKey, APIURL: cfg.StripeAPIURL, Provider: p, Config: common}))
+			}
+		case *provider.Paddle:
+			if cfg.PaddleAPIKey != "" {
+				err = add(backfill.NewPaddle(backfill.PaddleConfig{APIKey: cfg.PaddleAPIKey,
+					APIURL: cfg.apiURL(cfg.PaddleAPIURL, DefaultPaddleAPIURL, DefaultPaddleSandboxAPIURL), Provider: p, Config: common}))
+			}
+		case *provider.PayPal:
+			if cfg.PayPalClientID != "" {
+				err = add(backfill.NewPayPal(backfill.PayPalConfig{ClientID: cfg.PayPalClientID, ClientSecret: cfg.PayPalClientSecret,
+					APIURL: cfg.apiURL(cfg.PayPalAPIURL, DefaultPayPalAPIURL, DefaultPayPalSandboxAPIURL), Provider: p, Config: common}))
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // buildJobs makes River's working client when this process runs workers,
@@ -285,7 +313,7 @@ func (a *App) buildJobs(service *fulfilment.Service, store *db.Store, tracer tra
 		Pool: a.pool, Logger: a.logger, Service: service, Locker: lock.Postgres{Store: store},
 		Tokens: tokens.Postgres{Store: store}, Refusals: store, Tracer: tracer,
 		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers, ReconcileInterval: cfg.ReconcileInterval,
-		Backfill: a.backfill, BackfillInterval: cfg.BackfillInterval,
+		Backfills: a.sortedBackfills(), BackfillInterval: cfg.BackfillInterval,
 	}); err != nil {
 		return nil, err
 	}
@@ -474,12 +502,30 @@ func anyActive(creds []db.Credential) bool {
 	return false
 }
 
-// Backfill runs one Stripe backfill from since (zero: from the checkpoint).
-func (a *App) Backfill(ctx context.Context, since time.Time) (backfill.Result, error) {
-	if a.backfill == nil {
-		return backfill.Result{}, errors.New("GUARDIAN_STRIPE_API_KEY is not set: a backfill needs a Stripe key that may read events")
+// Backfill runs one backfill of the named provider from since (zero: from
+// its checkpoint).
+func (a *App) Backfill(ctx context.Context, name string, since time.Time) (backfill.Result, error) {
+	b, ok := a.backfills[name]
+	if !ok {
+		return backfill.Result{}, fmt.Errorf("no %s backfill is configured: %s", name, backfillNeeds[name])
 	}
-	return a.backfill.Run(ctx, since)
+	return b.Run(ctx, since)
+}
+
+// sortedBackfills lists the backfills by provider name.
+func (a *App) sortedBackfills() []*backfill.Backfill {
+	var out []*backfill.Backfill
+	for _, name := range slices.Sorted(maps.Keys(a.backfills)) {
+		out = append(out, a.backfills[name])
+	}
+	return out
+}
+
+// backfillNeeds says what each provider's backfill needs configured.
+var backfillNeeds = map[string]string{
+	"stripe": "set GUARDIAN_STRIPE_API_KEY to a Stripe key that may read events",
+	"paddle": "set GUARDIAN_PADDLE_API_KEY to a Paddle API key that may read events (and GUARDIAN_PADDLE_SECRETS)",
+	"paypal": "set GUARDIAN_PAYPAL_CLIENT_ID and GUARDIAN_PAYPAL_CLIENT_SECRET (and GUARDIAN_PAYPAL_WEBHOOK_IDS)",
 }
 
 // stopJobs stops River after a failed start, when it runs.

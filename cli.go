@@ -47,7 +47,8 @@ Usage:
   guardian config check             name every problem with the configuration (exit 2 if any)
   guardian version                  the build's version and revision
   guardian migrate up|down|status   manage the database schema
-  guardian backfill stripe [--since 72h]  fetch Stripe events never delivered (needs GUARDIAN_STRIPE_API_KEY)
+  guardian backfill stripe|paddle|paypal [--since 72h]
+                                       fetch a provider's events never delivered (needs its API credentials)
   guardian epoch show|rotate        the database's epoch, which scopes Redis marks (rotate after a restore or failover)
   guardian operators add|list|revoke|signout  named operator credentials (see guardian operators)
   guardian connector test [--json]    check the receiver against the contract (docs/receivers.md)
@@ -109,7 +110,7 @@ var commandUsage = map[string]string{
 	"migrate":     "usage: guardian migrate up|down|status\n  applies, rolls back (one) or lists migrations on DATABASE_URL\n",
 	"epoch":       "usage: guardian epoch show|rotate\n  the database's epoch, which scopes Redis marks; rotate after a restore or failover (docs/operations.md)\n",
 	"operators":   operatorsUsage,
-	"backfill":    "usage: guardian backfill stripe [--since 72h]\n  fetches Stripe events never delivered (needs GUARDIAN_STRIPE_API_KEY)\n",
+	"backfill":    backfillUsage,
 	"config":      "usage: guardian config check\n  reads the configuration from the environment and names every problem; exit 2 if any\n",
 	"fulfilments": opsUsage,
 	"reconcile":   opsUsage,
@@ -224,23 +225,28 @@ func appFrom(ctx context.Context, getenv func(string) string, stderr io.Writer, 
 	return a, logger, ExitOK
 }
 
-// runBackfill runs one Stripe backfill through the same intake as a webhook
-// (dispatch jobs it creates are worked by the serving processes).
+// backfillUsage is `guardian backfill`'s usage.
+const backfillUsage = `usage: guardian backfill stripe|paddle|paypal [--since 72h]
+  fetches the provider's events never delivered, through the same intake as a webhook
+  (stripe needs GUARDIAN_STRIPE_API_KEY; paddle GUARDIAN_PADDLE_API_KEY;
+  paypal GUARDIAN_PAYPAL_CLIENT_ID and GUARDIAN_PAYPAL_CLIENT_SECRET)
+`
+
+// runBackfill runs one backfill of a provider through the same intake as a
+// webhook (dispatch jobs it creates are worked by the serving processes).
 func runBackfill(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "stripe" {
-		fmt.Fprintln(stderr, "usage: guardian backfill stripe [--since 72h]")
+	if len(args) == 0 || backfillNeeds[args[0]] == "" {
+		fmt.Fprint(stderr, backfillUsage)
 		return ExitUsage
 	}
-	fs := flag.NewFlagSet("backfill stripe", flag.ContinueOnError)
+	name := args[0]
+	fs := flag.NewFlagSet("backfill "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	since := fs.Duration("since", 0, "list events created this long ago and since (default: from the checkpoint, or 72h on a first run)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return usageExit(err)
 	}
 	a, logger, code := appFrom(ctx, getenv, stderr, func(cfg *Config) error {
-		if cfg.StripeAPIKey == "" {
-			return errors.New("GUARDIAN_STRIPE_API_KEY is empty: a backfill needs a Stripe key that may read events")
-		}
 		cfg.Workers, cfg.API = false, false
 		return nil
 	})
@@ -252,12 +258,12 @@ func runBackfill(ctx context.Context, args []string, getenv func(string) string,
 	if *since > 0 {
 		from = time.Now().Add(-*since)
 	}
-	res, err := a.Backfill(ctx, from)
+	res, err := a.Backfill(ctx, name, from)
 	if err != nil {
-		logger.Error("backfill failed; the checkpoint did not move", "error", err)
+		logger.Error("backfill failed; the checkpoint did not move", "provider", name, "error", err)
 		return ExitFailure
 	}
-	fmt.Fprintf(stdout, "listed %d events since %s: %d new, %d fulfilments created\n", res.Listed, res.From.UTC().Format(time.RFC3339), res.New, res.Fulfilments)
+	fmt.Fprintf(stdout, "listed %d %s events since %s: %d new, %d fulfilments created\n", res.Listed, name, res.From.UTC().Format(time.RFC3339), res.New, res.Fulfilments)
 	return ExitOK
 }
 

@@ -76,7 +76,21 @@ type Config struct {
 	// the other mode are refused, and a test API key is refused in live
 	// mode. Defaults to live, or test in the development profile.
 	Mode provider.Mode
-	// BackfillInterval is how often the leader backfills from Stripe.
+	// PaddleAPIKey, when set, turns on the periodic Paddle backfill and
+	// `guardian backfill paddle`. A secret: never logged.
+	PaddleAPIKey string
+	// PaddleAPIURL is Paddle's API: https://api.paddle.com, or the
+	// sandbox's in test mode (the default follows GUARDIAN_MODE).
+	PaddleAPIURL string
+	// PayPalClientID and PayPalClientSecret, when set, turn on the
+	// periodic PayPal backfill and `guardian backfill paypal`. The secret
+	// is never logged.
+	PayPalClientID, PayPalClientSecret string
+	// PayPalAPIURL is PayPal's API: https://api-m.paypal.com, or the
+	// sandbox's in test mode (the default follows GUARDIAN_MODE).
+	PayPalAPIURL string
+	// BackfillInterval is how often the leader backfills from each
+	// provider with an API key.
 	BackfillInterval time.Duration
 	// Tolerance bounds signed timestamps both ways. Defaults to 300 seconds.
 	Tolerance time.Duration
@@ -241,36 +255,42 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		StripeAPIKey:         getenv("GUARDIAN_STRIPE_API_KEY"),
 		StripeAPIURL:         getenv("GUARDIAN_STRIPE_API_URL"),
 		Mode:                 provider.Mode(getenv("GUARDIAN_MODE")),
-		BackfillInterval:     dur("GUARDIAN_STRIPE_BACKFILL_INTERVAL", backfill.DefaultInterval),
-		Tolerance:            dur("GUARDIAN_TIMESTAMP_TOLERANCE", provider.DefaultTolerance),
-		MaxBodyBytes:         integer("GUARDIAN_MAX_BODY_BYTES", web.DefaultMaxBodyBytes),
-		ConnectorURL:         getenv("GUARDIAN_CONNECTOR_URL"),
-		ConnectorSecret:      getenv("GUARDIAN_CONNECTOR_SECRET"),
-		ConnectorTimeout:     dur("GUARDIAN_CONNECTOR_TIMEOUT", fulfilment.DefaultConnectorTimeout),
-		DispatchLease:        dur("GUARDIAN_DISPATCH_LEASE", fulfilment.DefaultDispatchLease),
-		SweepInterval:        dur("GUARDIAN_SWEEP_INTERVAL", jobs.DefaultSweepInterval),
-		DispatchWorkers:      int(integer("GUARDIAN_DISPATCH_WORKERS", jobs.DefaultDispatchWorkers)),
-		Workers:              boolean("GUARDIAN_WORKERS", true),
-		Batch:                int(integer("GUARDIAN_BATCH", fulfilment.DefaultBatch)),
-		BatchWriters:         int(integer("GUARDIAN_BATCH_WRITERS", fulfilment.DefaultBatchWriters)),
-		ConnectorLookupURL:   getenv("GUARDIAN_CONNECTOR_LOOKUP_URL"),
-		ReconcileInterval:    dur("GUARDIAN_RECONCILE_INTERVAL", jobs.DefaultReconcileInterval),
-		ReconcileGrace:       dur("GUARDIAN_RECONCILE_GRACE", fulfilment.DefaultReconcileGrace),
-		API:                  boolean("GUARDIAN_API", true),
-		AdminTokens:          List(getenv("GUARDIAN_ADMIN_TOKEN"), ","),
-		SessionTTL:           dur("GUARDIAN_SESSION_TTL", web.DefaultSessionTTL),
-		TokenStore:           cmp.Or(getenv("GUARDIAN_TOKEN_STORE"), "postgres"),
-		Migrate:              boolean("GUARDIAN_MIGRATE", true),
-		Dev:                  boolean("GUARDIAN_DEV", false),
-		LogLevel:             cmp.Or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
-		Tracing:              getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
-		MetricsAddr:          cmp.Or(getenv("GUARDIAN_METRICS_ADDR"), DefaultMetricsAddr),
-		MetricsRefresh:       dur("GUARDIAN_METRICS_REFRESH", metrics.DefaultTableRefresh),
-		Pprof:                boolean("GUARDIAN_PPROF", false),
-		PprofRemote:          boolean("GUARDIAN_PPROF_ALLOW_REMOTE", false),
-		PublicURL:            getenv("GUARDIAN_PUBLIC_URL"),
-		TrustedProxies:       List(getenv("GUARDIAN_TRUSTED_PROXIES"), ", "),
-		ServiceName:          cmp.Or(getenv("OTEL_SERVICE_NAME"), "guardian"),
+		PaddleAPIKey:         getenv("GUARDIAN_PADDLE_API_KEY"),
+		PaddleAPIURL:         getenv("GUARDIAN_PADDLE_API_URL"),
+		PayPalClientID:       getenv("GUARDIAN_PAYPAL_CLIENT_ID"),
+		PayPalClientSecret:   getenv("GUARDIAN_PAYPAL_CLIENT_SECRET"),
+		PayPalAPIURL:         getenv("GUARDIAN_PAYPAL_API_URL"),
+		// GUARDIAN_STRIPE_BACKFILL_INTERVAL is its older name.
+		BackfillInterval:   dur("GUARDIAN_BACKFILL_INTERVAL", dur("GUARDIAN_STRIPE_BACKFILL_INTERVAL", backfill.DefaultInterval)),
+		Tolerance:          dur("GUARDIAN_TIMESTAMP_TOLERANCE", provider.DefaultTolerance),
+		MaxBodyBytes:       integer("GUARDIAN_MAX_BODY_BYTES", web.DefaultMaxBodyBytes),
+		ConnectorURL:       getenv("GUARDIAN_CONNECTOR_URL"),
+		ConnectorSecret:    getenv("GUARDIAN_CONNECTOR_SECRET"),
+		ConnectorTimeout:   dur("GUARDIAN_CONNECTOR_TIMEOUT", fulfilment.DefaultConnectorTimeout),
+		DispatchLease:      dur("GUARDIAN_DISPATCH_LEASE", fulfilment.DefaultDispatchLease),
+		SweepInterval:      dur("GUARDIAN_SWEEP_INTERVAL", jobs.DefaultSweepInterval),
+		DispatchWorkers:    int(integer("GUARDIAN_DISPATCH_WORKERS", jobs.DefaultDispatchWorkers)),
+		Workers:            boolean("GUARDIAN_WORKERS", true),
+		Batch:              int(integer("GUARDIAN_BATCH", fulfilment.DefaultBatch)),
+		BatchWriters:       int(integer("GUARDIAN_BATCH_WRITERS", fulfilment.DefaultBatchWriters)),
+		ConnectorLookupURL: getenv("GUARDIAN_CONNECTOR_LOOKUP_URL"),
+		ReconcileInterval:  dur("GUARDIAN_RECONCILE_INTERVAL", jobs.DefaultReconcileInterval),
+		ReconcileGrace:     dur("GUARDIAN_RECONCILE_GRACE", fulfilment.DefaultReconcileGrace),
+		API:                boolean("GUARDIAN_API", true),
+		AdminTokens:        List(getenv("GUARDIAN_ADMIN_TOKEN"), ","),
+		SessionTTL:         dur("GUARDIAN_SESSION_TTL", web.DefaultSessionTTL),
+		TokenStore:         cmp.Or(getenv("GUARDIAN_TOKEN_STORE"), "postgres"),
+		Migrate:            boolean("GUARDIAN_MIGRATE", true),
+		Dev:                boolean("GUARDIAN_DEV", false),
+		LogLevel:           cmp.Or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
+		Tracing:            getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
+		MetricsAddr:        cmp.Or(getenv("GUARDIAN_METRICS_ADDR"), DefaultMetricsAddr),
+		MetricsRefresh:     dur("GUARDIAN_METRICS_REFRESH", metrics.DefaultTableRefresh),
+		Pprof:              boolean("GUARDIAN_PPROF", false),
+		PprofRemote:        boolean("GUARDIAN_PPROF_ALLOW_REMOTE", false),
+		PublicURL:          getenv("GUARDIAN_PUBLIC_URL"),
+		TrustedProxies:     List(getenv("GUARDIAN_TRUSTED_PROXIES"), ", "),
+		ServiceName:        cmp.Or(getenv("OTEL_SERVICE_NAME"), "guardian"),
 	}
 	if getenv("GUARDIAN_PPROF_ADDR") != "" {
 		errs = append(errs, errors.New("GUARDIAN_PPROF_ADDR is gone: set GUARDIAN_PPROF=true to serve pprof on the operations listener, GUARDIAN_METRICS_ADDR"))
@@ -353,13 +373,17 @@ func (c *Config) Validate() error {
 	case c.Mode == provider.ModeTest && (strings.HasPrefix(c.StripeAPIKey, "sk_live_") || strings.HasPrefix(c.StripeAPIKey, "rk_live_")):
 		errs = append(errs, errors.New("GUARDIAN_STRIPE_API_KEY is a live-mode key in a test deployment (GUARDIAN_MODE=test)"))
 	}
-	if c.StripeAPIURL != "" && !c.Dev {
-		// The API key travels with every request: https, but for a loopback
-		// host (a local fake or proxy), whose traffic never leaves the machine.
-		if u, err := url.Parse(c.StripeAPIURL); err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && loopback(u.Host))) {
-			errs = append(errs, errors.New("GUARDIAN_STRIPE_API_URL: want an https URL outside the development profile (http only to a loopback address): the API key travels with every request"))
+	for _, api := range []struct{ name, url string }{
+		{"GUARDIAN_STRIPE_API_URL", c.StripeAPIURL}, {"GUARDIAN_PADDLE_API_URL", c.PaddleAPIURL}, {"GUARDIAN_PAYPAL_API_URL", c.PayPalAPIURL},
+	} {
+		// The credentials travel with every request: https, but for a
+		// loopback host (a local fake or proxy), whose traffic never leaves
+		// the machine.
+		if u, err := url.Parse(api.url); api.url != "" && !c.Dev && (err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && loopback(u.Host)))) {
+			errs = append(errs, fmt.Errorf("%s: want an https URL outside the development profile (http only to a loopback address): the credentials travel with every request", api.name))
 		}
 	}
+	errs = append(errs, c.backfillProblems()...)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("GUARDIAN_LOG_LEVEL: want debug, info, warn or error, got %q", c.LogLevel))
@@ -368,6 +392,55 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("GUARDIAN_LOG_FORMAT: want json or text, got %q", c.LogFormat))
 	}
 	return errors.Join(errs...)
+}
+
+// backfillProblems checks the Paddle and PayPal backfills' settings: each
+// needs its provider served, and its key and API must be of the
+// deployment's mode, so a live deployment never backfills sandbox money.
+func (c *Config) backfillProblems() []error {
+	var errs []error
+	sandboxKey := strings.HasPrefix(c.PaddleAPIKey, "pdl_sdbx_")
+	switch {
+	case c.PaddleAPIKey == "":
+	case len(c.PaddleSecrets) == 0:
+		errs = append(errs, errors.New("GUARDIAN_PADDLE_API_KEY needs GUARDIAN_PADDLE_SECRETS: the backfill feeds the Paddle provider's rules"))
+	case c.Mode == provider.ModeLive && (sandboxKey || strings.Contains(c.PaddleAPIURL, "sandbox")):
+		errs = append(errs, errors.New("GUARDIAN_PADDLE_API_KEY or GUARDIAN_PADDLE_API_URL is the sandbox's in a live deployment: the backfill would fetch sandbox money (set GUARDIAN_MODE=test for a test deployment)"))
+	case c.Mode == provider.ModeTest && (strings.HasPrefix(c.PaddleAPIKey, "pdl_live_") || c.PaddleAPIURL == DefaultPaddleAPIURL):
+		errs = append(errs, errors.New("GUARDIAN_PADDLE_API_KEY or GUARDIAN_PADDLE_API_URL is live in a test deployment (GUARDIAN_MODE=test)"))
+	}
+	switch {
+	case c.PayPalClientID == "" && c.PayPalClientSecret == "":
+	case c.PayPalClientID == "" || c.PayPalClientSecret == "":
+		errs = append(errs, errors.New("GUARDIAN_PAYPAL_CLIENT_ID and GUARDIAN_PAYPAL_CLIENT_SECRET go together: the backfill needs both"))
+	case len(c.PayPalWebhookIDs) == 0:
+		errs = append(errs, errors.New("GUARDIAN_PAYPAL_CLIENT_ID needs GUARDIAN_PAYPAL_WEBHOOK_IDS: the backfill feeds the PayPal provider's rules"))
+	case c.Mode == provider.ModeLive && strings.Contains(c.PayPalAPIURL, "sandbox"):
+		errs = append(errs, errors.New("GUARDIAN_PAYPAL_API_URL is the sandbox's in a live deployment (set GUARDIAN_MODE=test for a test deployment)"))
+	case c.Mode == provider.ModeTest && c.PayPalAPIURL == DefaultPayPalAPIURL:
+		errs = append(errs, errors.New("GUARDIAN_PAYPAL_API_URL is live in a test deployment (GUARDIAN_MODE=test)"))
+	}
+	return errs
+}
+
+// The providers' APIs, live and sandbox: the backfill's default follows
+// the deployment's mode.
+const (
+	DefaultPaddleAPIURL        = "https://api.paddle.com"
+	DefaultPaddleSandboxAPIURL = "https://sandbox-api.paddle.com"
+	DefaultPayPalAPIURL        = "https://api-m.paypal.com"
+	DefaultPayPalSandboxAPIURL = "https://api-m.sandbox.paypal.com"
+)
+
+// apiURL is url, or the default for the deployment's mode.
+func (c *Config) apiURL(url, live, sandbox string) string {
+	switch {
+	case url != "":
+		return url
+	case c.Mode == provider.ModeTest:
+		return sandbox
+	}
+	return live
 }
 
 // MinAdminTokenLen is the least characters of an environment admin token.
@@ -519,12 +592,13 @@ func List(v, seps string) []string {
 // configuration and the CLI's. TestVariablesAreTheOnesRead keeps it equal
 // to the names the source reads.
 var Variables = []string{
-	"GUARDIAN_ADDR", "GUARDIAN_ADMIN_TOKEN", "GUARDIAN_ADYEN_CAPTURE", "GUARDIAN_ADYEN_HMAC_KEYS", "GUARDIAN_API", "GUARDIAN_BATCH", "GUARDIAN_BATCH_WRITERS",
+	"GUARDIAN_ADDR", "GUARDIAN_ADMIN_TOKEN", "GUARDIAN_ADYEN_CAPTURE", "GUARDIAN_ADYEN_HMAC_KEYS", "GUARDIAN_API", "GUARDIAN_BACKFILL_INTERVAL", "GUARDIAN_BATCH", "GUARDIAN_BATCH_WRITERS",
 	"GUARDIAN_CONNECTOR_LOOKUP_URL", "GUARDIAN_CONNECTOR_SECRET", "GUARDIAN_CONNECTOR_TIMEOUT", "GUARDIAN_CONNECTOR_URL",
 	"GUARDIAN_DEV", "GUARDIAN_DISPATCH_LEASE", "GUARDIAN_DISPATCH_WORKERS", "GUARDIAN_LEMONSQUEEZY_SECRETS",
 	"GUARDIAN_LOG_FORMAT", "GUARDIAN_LOG_LEVEL", "GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH",
 	"GUARDIAN_METRICS_URL", "GUARDIAN_MIGRATE", "GUARDIAN_MODE", "GUARDIAN_OPERATOR_TOKEN",
-	"GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS", "GUARDIAN_PAYPAL_WEBHOOK_IDS", "GUARDIAN_PPROF", "GUARDIAN_PPROF_ADDR",
+	"GUARDIAN_PADDLE_API_KEY", "GUARDIAN_PADDLE_API_URL", "GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS",
+	"GUARDIAN_PAYPAL_API_URL", "GUARDIAN_PAYPAL_CLIENT_ID", "GUARDIAN_PAYPAL_CLIENT_SECRET", "GUARDIAN_PAYPAL_WEBHOOK_IDS", "GUARDIAN_PPROF", "GUARDIAN_PPROF_ADDR",
 	"GUARDIAN_PPROF_ALLOW_REMOTE", "GUARDIAN_PUBLIC_URL", "GUARDIAN_RECONCILE_GRACE", "GUARDIAN_RECONCILE_INTERVAL",
 	"GUARDIAN_REDIS_PREFIX", "GUARDIAN_SESSION_TTL", "GUARDIAN_SHOPIFY_SECRETS", "GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_SECRETS",
 	"GUARDIAN_STRIPE_API_KEY", "GUARDIAN_STRIPE_API_URL", "GUARDIAN_STRIPE_BACKFILL_INTERVAL", "GUARDIAN_STRIPE_FULFIL_TYPES",

@@ -119,8 +119,9 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// Tracer traces each dispatch; nil traces nothing.
 	Tracer trace.Tracer
-	// Backfill, when set, runs on the leader every BackfillInterval.
-	Backfill *backfill.Stripe
+	// Backfills, one per provider with an events API configured, run on
+	// the leader every BackfillInterval.
+	Backfills []*backfill.Backfill
 	// BackfillInterval defaults to backfill.DefaultInterval; at least 1 minute.
 	BackfillInterval time.Duration
 }
@@ -168,7 +169,10 @@ func New(cfg Config) (*Client, error) {
 	maintenance := &MaintenanceWorker{tokens: cfg.Tokens, refusals: cfg.Refusals, locker: cfg.Locker, logger: cfg.Logger}
 	reconcile := &ReconcileWorker{service: cfg.Service, locker: cfg.Locker, logger: cfg.Logger}
 	workers := river.NewWorkers()
-	fill := &BackfillWorker{backfill: cfg.Backfill, locker: cfg.Locker, logger: cfg.Logger}
+	fill := &BackfillWorker{backfills: map[string]*backfill.Backfill{}, locker: cfg.Locker, logger: cfg.Logger}
+	for _, b := range cfg.Backfills {
+		fill.backfills[b.Provider()] = b
+	}
 	for _, add := range []func() error{
 		func() error { return river.AddWorkerSafely(workers, dispatch) },
 		func() error { return river.AddWorkerSafely(workers, sweep) },
@@ -196,10 +200,11 @@ func New(cfg Config) (*Client, error) {
 			func() (river.JobArgs, *river.InsertOpts) { return ReconcileArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "guardian_reconcile", RunOnStart: true}))
 	}
-	if cfg.Backfill != nil {
+	for _, b := range cfg.Backfills {
+		args := BackfillArgs{Provider: b.Provider()}
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.BackfillInterval),
-			func() (river.JobArgs, *river.InsertOpts) { return BackfillArgs{}, nil },
-			&river.PeriodicJobOpts{ID: "guardian_backfill_stripe", RunOnStart: true}))
+			func() (river.JobArgs, *river.InsertOpts) { return args, nil },
+			&river.PeriodicJobOpts{ID: "guardian_backfill_" + args.Provider, RunOnStart: true}))
 	}
 	rc, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		ID:                   cfg.ID,

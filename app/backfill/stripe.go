@@ -1,11 +1,3 @@
-// Package backfill fetches what a provider could not deliver. Stripe retries
-// a failed delivery for up to three days; an endpoint down for longer,
-// misconfigured (a rotated secret) or disabled misses those events for good,
-// and Stripe's docs recommend listing events through its API to recover.
-// A backfill lists the events the payment rules read, since a durable
-// checkpoint, and passes each through the same intake as a webhook
-// (fulfilment.Service.Accept): the same dedup, the same rules, so a webhook
-// and a backfill of one event fulfil once whichever comes first.
 package backfill
 
 import (
@@ -20,21 +12,7 @@ import (
 
 	"github.com/stripe/stripe-go/v82"
 
-	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
-	"github.com/guardian-pay/guardian/db"
-)
-
-// Defaults for a Stripe backfill.
-const (
-	// DefaultLookback is how far back a first run (with no checkpoint)
-	// looks: as long as Stripe retries deliveries.
-	DefaultLookback = 72 * time.Hour
-	// DefaultOverlap is how far before the checkpoint each run starts
-	// again, for events Stripe lists a little after they were created.
-	DefaultOverlap = 5 * time.Minute
-	// DefaultInterval is how often the leader runs a backfill.
-	DefaultInterval = 15 * time.Minute
 )
 
 // StripeConfig configures a Stripe backfill.
@@ -47,41 +25,25 @@ type StripeConfig struct {
 	APIURL string
 	// Provider applies the payment rules and names the types to list.
 	Provider *provider.Stripe
-	// Service is the intake every fetched event goes through.
-	Service *fulfilment.Service
-	Store   *db.Store
-	Logger  *slog.Logger
-	// Lookback, Overlap: see the defaults.
-	Lookback, Overlap time.Duration
-	// Retries429 is how many times a run waits out a 429 before it gives
-	// up (its checkpoint stays). Defaults to 5.
-	Retries429 int
-	// Now is the clock. Defaults to time.Now.
-	Now func() time.Time
+	Config
 }
 
-// Stripe runs backfills from Stripe's events API.
-type Stripe struct {
-	cfg    StripeConfig
-	client *stripe.Client
+// stripeSource lists Stripe's GET /v1/events.
+type stripeSource struct {
+	provider *provider.Stripe
+	client   *stripe.Client
+	logger   *slog.Logger
 }
 
-// NewStripe returns a Stripe backfill.
-func NewStripe(cfg StripeConfig) (*Stripe, error) {
-	if cfg.APIKey == "" || cfg.Provider == nil || cfg.Service == nil || cfg.Store == nil || cfg.Logger == nil {
-		return nil, errors.New("backfill: API key, provider, service, store and logger are required")
-	}
-	cfg.APIURL = cmp.Or(cfg.APIURL, "https://api.stripe.com")
-	cfg.Lookback = cmp.Or(cfg.Lookback, DefaultLookback)
-	cfg.Overlap = cmp.Or(cfg.Overlap, DefaultOverlap)
-	cfg.Retries429 = cmp.Or(cfg.Retries429, 5)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+// NewStripe returns a backfill from Stripe's events API.
+func NewStripe(cfg StripeConfig) (*Backfill, error) {
+	if cfg.APIKey == "" || cfg.Provider == nil || cfg.Logger == nil {
+		return nil, errors.New("backfill stripe: API key, provider and logger are required")
 	}
 	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
-		URL: stripe.String(cfg.APIURL),
-		// stripe-go's own retries are off: a 429 is waited out here, where
-		// the wait is logged and bounded.
+		URL: stripe.String(cmp.Or(cfg.APIURL, "https://api.stripe.com")),
+		// stripe-go's own retries are off: a 429 is waited out by the run,
+		// where the wait is logged and bounded.
 		MaxNetworkRetries: stripe.Int64(0),
 		// Its logger would print request failures; Guardian logs its own,
 		// without the key.
@@ -90,95 +52,39 @@ func NewStripe(cfg StripeConfig) (*Stripe, error) {
 		EnableTelemetry: stripe.Bool(false),
 	})
 	client := stripe.NewClient(cfg.APIKey, stripe.WithBackends(&stripe.Backends{API: backend, Connect: backend, Uploads: backend, MeterEvents: backend}))
-	return &Stripe{cfg: cfg, client: client}, nil
+	return New(&stripeSource{provider: cfg.Provider, client: client, logger: cfg.Logger}, cfg.Config)
 }
 
-// Result counts what one run did.
-type Result struct {
-	// From is where the run started listing.
-	From time.Time
-	// Listed, New and Fulfilments count the events Stripe listed, those
-	// Guardian did not hold yet, and the fulfilments they created.
-	Listed, New, Fulfilments int
+func (s *stripeSource) Provider() string { return "stripe" }
+
+// Throttled reports a 429 from Stripe.
+func (s *stripeSource) Throttled(err error) bool {
+	var serr *stripe.Error
+	return errors.As(err, &serr) && serr.HTTPStatusCode == http.StatusTooManyRequests
 }
 
-// Run lists every event of the rule types created since the checkpoint
-// (less the overlap), or since since when it is not zero, and accepts each
-// through intake. The checkpoint moves to the run's start only once every
-// listed event is stored; a run that fails (Stripe unreachable, a 429 that
-// does not end, Postgres down) leaves it, and the next run lists the same
-// window again: dedup makes that harmless.
-func (s *Stripe) Run(ctx context.Context, since time.Time) (Result, error) {
-	started := s.cfg.Now()
-	from := since
-	if from.IsZero() {
-		at, ok, err := db.Checkpoint(ctx, s.cfg.Store.Pool(), "stripe")
-		if err != nil {
-			return Result{}, err
-		}
-		from = started.Add(-s.cfg.Lookback)
-		if ok {
-			from = at.Add(-s.cfg.Overlap)
-		}
-	}
-	res := Result{From: from}
-	wait := time.Second
-	for try := 0; ; try++ {
-		err := s.list(ctx, from, &res)
-		var serr *stripe.Error
-		if errors.As(err, &serr) && serr.HTTPStatusCode == http.StatusTooManyRequests && try < s.cfg.Retries429 {
-			s.cfg.Logger.WarnContext(ctx, "backfill: Stripe rate-limited the listing; waiting", "wait", wait.String())
-			select {
-			case <-ctx.Done():
-				return res, ctx.Err()
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, 30*time.Second)
-			continue
-		}
-		if err != nil {
-			return res, fmt.Errorf("backfill stripe: %w", describe(err))
-		}
-		break
-	}
-	if err := db.AdvanceCheckpoint(ctx, s.cfg.Store.Pool(), "stripe", started); err != nil {
-		return res, err
-	}
-	s.cfg.Logger.InfoContext(ctx, "backfill: stripe run done", "from", from, "listed", res.Listed, "new", res.New, "fulfilments", res.Fulfilments)
-	return res, nil
-}
-
-// list pages through the events since from, newest first, and accepts each.
-func (s *Stripe) list(ctx context.Context, from time.Time, res *Result) error {
+// List pages through the events since from, newest first.
+func (s *stripeSource) List(ctx context.Context, from time.Time, accept func(provider.Event) error) error {
 	params := &stripe.EventListParams{CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: from.Unix()}}
-	for _, t := range s.cfg.Provider.RuleTypes() {
+	for _, t := range s.provider.RuleTypes() {
 		params.Types = append(params.Types, stripe.String(t))
 	}
 	params.Limit = stripe.Int64(100)
 	for e, err := range s.client.V1Events.List(ctx, params) {
 		if err != nil {
-			return err
+			return describe(err)
 		}
 		body, err := envelope(e)
 		if err != nil {
 			return err
 		}
-		ev, err := s.cfg.Provider.Read(body)
+		ev, err := s.provider.Read(body)
 		if err != nil {
-			s.cfg.Logger.WarnContext(ctx, "backfill: Stripe listed an event Guardian cannot read; skipped", "event_id", e.ID, "error", err)
+			s.logger.WarnContext(ctx, "backfill: Stripe listed an event Guardian cannot read; skipped", "event_id", e.ID, "error", err)
 			continue
 		}
-		ev.Origin = "backfill"
-		got, err := s.cfg.Service.Accept(ctx, ev)
-		if err != nil {
+		if err := accept(ev); err != nil {
 			return err
-		}
-		res.Listed++
-		if got.Outcome == fulfilment.NewEvent {
-			res.New++
-		}
-		if got.FulfilmentID != "" {
-			res.Fulfilments++
 		}
 	}
 	return nil
@@ -205,7 +111,17 @@ func envelope(e *stripe.Event) ([]byte, error) {
 func describe(err error) error {
 	var serr *stripe.Error
 	if errors.As(err, &serr) {
-		return fmt.Errorf("stripe answered %d %s: %s", serr.HTTPStatusCode, serr.Type, serr.Msg)
+		return &stripeError{serr: serr}
 	}
 	return err
 }
+
+// stripeError is a Stripe API error as an operator reads it; it unwraps to
+// the *stripe.Error, so Throttled still sees the status.
+type stripeError struct{ serr *stripe.Error }
+
+func (e *stripeError) Error() string {
+	return fmt.Sprintf("stripe answered %d %s: %s", e.serr.HTTPStatusCode, e.serr.Type, e.serr.Msg)
+}
+
+func (e *stripeError) Unwrap() error { return e.serr }

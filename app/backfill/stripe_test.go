@@ -91,13 +91,14 @@ func (f *fakeEvents) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type bundle struct {
-	ctx  context.Context
-	db   *dbtest.DB
-	svc  *fulfilment.Service
-	api  *fakeEvents
-	run  *backfill.Stripe
-	logs *bytes.Buffer
-	now  time.Time
+	ctx    context.Context
+	db     *dbtest.DB
+	svc    *fulfilment.Service
+	api    *fakeEvents
+	run    *backfill.Backfill
+	logs   *bytes.Buffer
+	logger *slog.Logger
+	now    time.Time
 }
 
 type nopEnqueuer struct{}
@@ -116,13 +117,33 @@ func setup(t *testing.T) *bundle {
 	api := &fakeEvents{limit: 3}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	b := &bundle{ctx: context.Background(), db: d, svc: svc, api: api, logs: logs, now: time.Now()}
+	b := &bundle{ctx: context.Background(), db: d, svc: svc, api: api, logs: logs, logger: logger, now: time.Now()}
 	b.run, err = backfill.NewStripe(backfill.StripeConfig{
-		APIKey: apiKey, APIURL: srv.URL, Provider: stripeProvider, Service: svc, Store: db.New(d.Pool), Logger: logger,
-		Now: func() time.Time { return b.now },
+		APIKey: apiKey, APIURL: srv.URL, Provider: stripeProvider,
+		Config: backfill.Config{Service: svc, Store: db.New(d.Pool), Logger: logger, Now: func() time.Time { return b.now }},
 	})
 	require.NoError(t, err)
 	return b
+}
+
+// raceWebhook delivers ev as a webhook four times at once while a backfill
+// that lists it runs, and checks that it is stored and fulfilled once.
+func (b *bundle) raceWebhook(t *testing.T, ev provider.Event) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			_, err := b.svc.Accept(b.ctx, ev)
+			require.NoError(t, err)
+		})
+	}
+	wg.Go(func() {
+		_, err := b.run.Run(b.ctx, time.Time{})
+		require.NoError(t, err)
+	})
+	wg.Wait()
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
 }
 
 // purchase adds a paid card purchase's session event, created at.
@@ -205,20 +226,7 @@ func TestStripeBackfill(t *testing.T) {
 		require.NoError(t, err)
 		ev, err := stripeProvider.Verify(provider.SignStripe(body, "whsec_test", time.Now()), body, time.Now())
 		require.NoError(t, err)
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() {
-				_, err := b.svc.Accept(b.ctx, ev)
-				require.NoError(t, err)
-			})
-		}
-		wg.Go(func() {
-			_, err := b.run.Run(b.ctx, time.Time{})
-			require.NoError(t, err)
-		})
-		wg.Wait()
-		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
-		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
+		b.raceWebhook(t, ev)
 	})
 
 	t.Run("SinceOverridesTheCheckpoint", func(t *testing.T) {

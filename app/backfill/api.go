@@ -1,0 +1,130 @@
+package backfill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// apiClient reads one provider's JSON API: every request to the one
+// configured origin, the credentials in a header, never in an error.
+type apiClient struct {
+	name   string // the provider, for errors
+	origin *url.URL
+	client *http.Client
+}
+
+func newAPIClient(name, apiURL string) (*apiClient, error) {
+	u, err := url.Parse(apiURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, fmt.Errorf("backfill %s: API URL %q is not an absolute http(s) URL", name, apiURL)
+	}
+	return &apiClient{name: name, origin: &url.URL{Scheme: u.Scheme, Host: u.Host}, client: &http.Client{
+		Timeout: 30 * time.Second,
+		// A redirect could carry the credentials to another host.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}, nil
+}
+
+// apiError is a provider API's answer other than 200: the status and the
+// provider's own words, never the request.
+type apiError struct {
+	provider string
+	status   int
+	detail   string
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%s answered %d: %s", e.provider, e.status, e.detail)
+}
+
+// throttled reports whether err is a provider API's 429.
+func throttled(err error) bool {
+	var aerr *apiError
+	return errors.As(err, &aerr) && aerr.status == http.StatusTooManyRequests
+}
+
+// resolve makes ref (a path, or an absolute link the API answered) a URL
+// on the configured origin; a link elsewhere is refused, so the
+// credentials never leave it.
+func (c *apiClient) resolve(ref string) (string, error) {
+	u, err := c.origin.Parse(ref)
+	if err != nil || u.Scheme != c.origin.Scheme || u.Host != c.origin.Host {
+		return "", fmt.Errorf("%s linked to %q, off its API's origin %s: not followed", c.name, ref, c.origin)
+	}
+	return u.String(), nil
+}
+
+// do sends a request with the authorization header and decodes a 200's
+// JSON body into into.
+func (c *apiClient) do(ctx context.Context, method, ref, authorization string, form url.Values, into any) error {
+	target, err := c.resolve(ref)
+	if err != nil {
+		return err
+	}
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", authorization)
+	req.Header.Set("Accept", "application/json")
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // the URL holds no secret, but keep errors short
+		}
+		return fmt.Errorf("%s API: %w", c.name, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	if err != nil {
+		return fmt.Errorf("%s API: reading the answer: %w", c.name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return &apiError{provider: c.name, status: resp.StatusCode, detail: errorDetail(raw)}
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return fmt.Errorf("%s API: the answer is not the JSON expected: %w", c.name, err)
+	}
+	return nil
+}
+
+// errorDetail keeps a short description from an API's error body: Paddle's
+// error.detail, PayPal's message or error_description.
+func errorDetail(raw []byte) string {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+		Msg   string          `json:"message"`
+		Desc  string          `json:"error_description"`
+	}
+	_ = json.Unmarshal(raw, &e)
+	var nested struct{ Code, Detail string }
+	_ = json.Unmarshal(e.Error, &nested)
+	for _, s := range []string{nested.Detail, nested.Code, e.Msg, e.Desc} {
+		if s != "" {
+			return truncate(s, 200)
+		}
+	}
+	return "no description"
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
