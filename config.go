@@ -443,6 +443,25 @@ func (c *Config) apiURL(url, live, sandbox string) string {
 	return live
 }
 
+// Providers names every provider Guardian serves, each at
+// /webhooks/<name>.
+var Providers = []string{"stripe", "standard", "paddle", "shopify", "lemonsqueezy", "adyen", "paypal"}
+
+// ServedProviders names the providers this configuration serves: Stripe
+// and Standard Webhooks always, each other one when its secrets or webhook
+// ids are set (the App makes the same ones).
+func (c *Config) ServedProviders() []string {
+	on := map[string]bool{"stripe": true, "standard": true, "paddle": len(c.PaddleSecrets) > 0, "shopify": len(c.ShopifySecrets) > 0,
+		"lemonsqueezy": len(c.LemonSqueezySecrets) > 0, "adyen": len(c.AdyenHMACKeys) > 0, "paypal": len(c.PayPalWebhookIDs) > 0}
+	var out []string
+	for _, p := range Providers {
+		if on[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // MinAdminTokenLen is the least characters of an environment admin token.
 // (Secrets' formats are app/provider's: provider.StrongStandardSecret,
 // provider.StripeSecret.)

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -277,6 +278,34 @@ func TestConfigMode(t *testing.T) {
 	} {
 		if _, err := ConfigFromEnv(production(ok)); err != nil {
 			t.Errorf("%v: %v", ok, err)
+		}
+	}
+}
+
+// TestServedProvidersAreTheOnesBuilt: what `guardian connector test` checks
+// by default is what the server serves.
+func TestServedProvidersAreTheOnesBuilt(t *testing.T) {
+	t.Parallel()
+	for _, more := range []map[string]string{
+		{},
+		{"GUARDIAN_PADDLE_SECRETS": "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_secret01", "GUARDIAN_ADYEN_HMAC_KEYS": "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
+			"GUARDIAN_PAYPAL_WEBHOOK_IDS": "WH1", "GUARDIAN_SHOPIFY_SECRETS": "shopify_client_secret_for_guardian_tests_0001",
+			"GUARDIAN_LEMONSQUEEZY_SECRETS": "lemonsqueezy_signing_secret_tests_01"},
+	} {
+		cfg, err := ConfigFromEnv(production(more))
+		if err != nil {
+			t.Fatal(err)
+		}
+		built, err := (&App{cfg: cfg}).buildProviders()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range built {
+			names = append(names, p.Name())
+		}
+		if !slices.Equal(cfg.ServedProviders(), names) {
+			t.Errorf("served %v, built %v", cfg.ServedProviders(), names)
 		}
 	}
 }

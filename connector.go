@@ -6,13 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 )
 
-const connectorUsage = `usage: guardian connector test [--json]
+const connectorUsage = `usage: guardian connector test [--provider NAME[,NAME...]] [--json]
   checks the receiver at GUARDIAN_CONNECTOR_URL (with GUARDIAN_CONNECTOR_SECRET,
   GUARDIAN_CONNECTOR_TIMEOUT and GUARDIAN_CONNECTOR_LOOKUP_URL) against the
   receiver's contract (docs/receivers.md): signatures and replays refused, one
@@ -22,7 +24,10 @@ const connectorUsage = `usage: guardian connector test [--json]
   It sends test deliveries only (event type "` + connector.TestEventType + `", keys
   starting "` + connector.TestKeyPrefix + `", payment "` + connector.TestPaymentID + `"): a
   receiver that keeps the contract records their keys and never acts on them.
-  It takes a few seconds. Exit 0 when the receiver keeps the contract, 1 otherwise.
+  The checks run once for each provider the configuration serves (or those
+  --provider names), the deliveries naming it, so a receiver that routes by
+  provider is checked along every route. A few seconds a provider.
+  Exit 0 when the receiver keeps the contract, 1 otherwise.
 `
 
 // runConnector runs `guardian connector test`.
@@ -34,12 +39,24 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 	fs := flag.NewFlagSet("connector test", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the steps as JSON")
+	only := fs.String("provider", "", "check the deliveries of these providers only (comma-separated; default: every provider served)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return usageExit(err)
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprint(stderr, connectorUsage)
 		return ExitUsage
+	}
+	providers := List(*only, ",")
+	for _, p := range providers {
+		if !slices.Contains(Providers, p) {
+			fmt.Fprintf(stderr, "guardian: --provider: %q is not a provider Guardian serves (%s)\n", p, strings.Join(Providers, ", "))
+			return ExitUsage
+		}
+	}
+	if len(providers) == 0 {
+		cfg, _ := ConfigFromEnv(getenv) // only which providers are configured is read
+		providers = cfg.ServedProviders()
 	}
 	timeout := fulfilment.DefaultConnectorTimeout
 	if v := getenv("GUARDIAN_CONNECTOR_TIMEOUT"); v != "" {
@@ -61,25 +78,25 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 	if err != nil {
 		return fail(stderr, ExitUsage, err)
 	}
-	steps := h.Conform(ctx)
+	type step struct {
+		Provider string `json:"provider"`
+		Name     string `json:"name"`
+		Status   int    `json:"status,omitempty"`
+		OK       bool   `json:"ok"`
+		Verdict  string `json:"verdict"`
+	}
+	var steps []step
 	ok := true
-	for _, s := range steps {
-		ok = ok && s.OK
+	for _, p := range providers {
+		for _, s := range h.Conform(ctx, p) {
+			steps = append(steps, step{p, s.Name, s.Status, s.OK, s.Verdict})
+			ok = ok && s.OK
+		}
 	}
 	if *asJSON {
-		type step struct {
-			Name    string `json:"name"`
-			Status  int    `json:"status,omitempty"`
-			OK      bool   `json:"ok"`
-			Verdict string `json:"verdict"`
-		}
-		out := make([]step, len(steps))
-		for i, s := range steps {
-			out[i] = step{s.Name, s.Status, s.OK, s.Verdict}
-		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(map[string]any{"ok": ok, "steps": out})
+		_ = enc.Encode(map[string]any{"ok": ok, "steps": steps})
 	} else {
 		tw := table(stdout)
 		for _, s := range steps {
@@ -87,7 +104,7 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 			if !s.OK {
 				mark = "PROBLEM"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", mark, s.Name, s.Verdict)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", mark, s.Provider, s.Name, s.Verdict)
 		}
 		_ = tw.Flush()
 	}

@@ -261,16 +261,27 @@ func TestConnectorTestCLI(t *testing.T) {
 	var report struct {
 		OK    bool `json:"ok"`
 		Steps []struct {
-			Name string `json:"name"`
-			OK   bool   `json:"ok"`
+			Provider string `json:"provider"`
+			Name     string `json:"name"`
+			OK       bool   `json:"ok"`
 		} `json:"steps"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &report), out)
 	require.True(t, report.OK)
+	require.Len(t, report.Steps, 26, "every check, once for each provider served: Stripe and Standard Webhooks")
+	require.Equal(t, "stripe", report.Steps[0].Provider)
+	require.Equal(t, "standard", report.Steps[13].Provider)
+	out, code = run(good.URL, connectorSecret, "--json", "--provider", "adyen")
+	require.Zero(t, code, out)
+	require.NoError(t, json.Unmarshal([]byte(out), &report), out)
 	require.Len(t, report.Steps, 13)
+	require.Equal(t, "adyen", report.Steps[12].Provider)
+	out, code = run(good.URL, connectorSecret, "--provider", "mollie")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, `"mollie" is not a provider Guardian serves`)
 
 	naive := newFakeConnector(t)
-	out, code = run(naive.srv.URL, connectorSecret)
+	out, code = run(naive.srv.URL, connectorSecret, "--provider", "stripe")
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "PROBLEM")
 	require.Contains(t, out, "ACTED TWICE")

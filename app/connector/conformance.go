@@ -77,8 +77,11 @@ const hold = 1500 * time.Millisecond
 //     looked up: declined every time, never an act.
 //
 // It takes a few seconds: some keys are held in progress for 1.5 s.
-func (c *HTTP) Conform(ctx context.Context) []Step {
-	r := run{c: c, ctx: ctx}
+//
+// Every test delivery names provider as its provider, so a receiver that
+// routes by provider is checked along that provider's path; "" names none.
+func (c *HTTP) Conform(ctx context.Context, provider string) []Step {
+	r := run{c: c, ctx: ctx, provider: provider}
 	steps := []Step{r.wrongSecret(), r.staleTimestamp(), r.unknownKey()}
 	steps = append(steps, r.concurrent()...)
 	steps = append(steps, r.inProgress()...)
@@ -88,8 +91,9 @@ func (c *HTTP) Conform(ctx context.Context) []Step {
 
 // run is one conformance run's state.
 type run struct {
-	c   *HTTP
-	ctx context.Context
+	c        *HTTP
+	ctx      context.Context
+	provider string
 }
 
 // answer is one answer of the receiver.
@@ -116,7 +120,7 @@ func newTestKey() string {
 // send POSTs a test delivery for key, signed by signer at at.
 func (r *run) send(key string, p TestPayload, signer *standardwebhooks.Webhook, at time.Time) answer {
 	payload, _ := json.Marshal(p)
-	body, err := EncodeRequest(Request{Key: key, Attempt: 1, PaymentID: TestPaymentID, EventID: key, EventType: TestEventType, Payload: payload})
+	body, err := EncodeRequest(Request{Key: key, Attempt: 1, Provider: r.provider, PaymentID: TestPaymentID, EventID: key, EventType: TestEventType, Payload: payload})
 	if err != nil {
 		return answer{err: err}
 	}

@@ -22,10 +22,11 @@ import (
 type memReceiver struct {
 	bug string
 
-	mu       sync.Mutex
-	finished map[string]memKey
-	inflight map[string]bool
-	acts     int
+	mu        sync.Mutex
+	finished  map[string]memKey
+	inflight  map[string]bool
+	acts      int
+	providers map[string]int // the provider each delivery named
 }
 
 type memKey struct {
@@ -36,7 +37,7 @@ type memKey struct {
 func (m *memReceiver) serve(t *testing.T) *httptest.Server {
 	wh, err := standardwebhooks.NewWebhook(secret)
 	require.NoError(t, err)
-	m.finished, m.inflight = map[string]memKey{}, map[string]bool{}
+	m.finished, m.inflight, m.providers = map[string]memKey{}, map[string]bool{}, map[string]int{}
 	state := func(w http.ResponseWriter, code int, st Statement) {
 		require.NoError(t, WriteStatement(w, secret, code, st, time.Now()))
 	}
@@ -63,6 +64,9 @@ func (m *memReceiver) serve(t *testing.T) *httptest.Server {
 		}
 		var b Body
 		require.NoError(t, json.Unmarshal(body, &b))
+		m.mu.Lock()
+		m.providers[b.Provider]++
+		m.mu.Unlock()
 		var p TestPayload
 		require.NoError(t, json.Unmarshal(b.Payload, &p))
 		key, hash := b.IdempotencyKey, sha256.Sum256(body)
@@ -127,9 +131,13 @@ func TestConform(t *testing.T) {
 			srv := m.serve(t)
 			c, err := NewHTTP(HTTPConfig{URL: srv.URL + "/act", Secret: secret, Timeout: 5 * time.Second, LookupURL: srv.URL + "/lookup/{key}"})
 			require.NoError(t, err)
-			steps := c.Conform(t.Context())
+			steps := c.Conform(t.Context(), "paddle")
 			if tt.bug == "" {
 				require.Len(t, steps, 13)
+				m.mu.Lock()
+				require.Len(t, m.providers, 1, "every test delivery names the provider asked for: %v", m.providers)
+				require.Positive(t, m.providers["paddle"])
+				m.mu.Unlock()
 			}
 			failed := 0
 			for _, s := range steps {
@@ -148,7 +156,7 @@ func TestConform(t *testing.T) {
 	t.Run("WithoutALookupURL", func(t *testing.T) {
 		t.Parallel()
 		srv := (&memReceiver{}).serve(t)
-		steps := newHTTP(t, srv.URL, 5*time.Second).Conform(t.Context())
+		steps := newHTTP(t, srv.URL, 5*time.Second).Conform(t.Context(), "stripe")
 		for _, s := range steps {
 			if strings.HasPrefix(s.Name, "lookup") {
 				require.False(t, s.OK)

@@ -34,8 +34,10 @@ func setup(t *testing.T) (*dbtest.DB, *connector.HTTP) {
 func TestExampleKeepsTheContract(t *testing.T) {
 	t.Parallel()
 	d, c := setup(t)
-	for _, s := range c.Conform(t.Context()) {
-		require.True(t, s.OK, "%s: %s", s.Name, s.Verdict)
+	for _, provider := range []string{"stripe", "adyen"} {
+		for _, s := range c.Conform(t.Context(), provider) {
+			require.True(t, s.OK, "%s: %s: %s", provider, s.Name, s.Verdict)
+		}
 	}
 	require.Zero(t, d.Count(t, `SELECT count(*) FROM licence`), "test deliveries never act")
 	require.Positive(t, d.Count(t, `SELECT count(*) FROM guardian_receiver_key WHERE test`))
