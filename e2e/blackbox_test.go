@@ -22,13 +22,16 @@ import (
 
 // TestDeliveriesBecomeOneFulfilmentEach drives the real binary: 20 payments,
 // each announced by two Stripe event types, each delivered three times, 16 at
-// once, plus Standard Webhooks deliveries; the connector must see each
-// payment exactly once.
+// once, plus Standard Webhooks deliveries, and Adyen deliveries of two
+// notification items each, each delivered three times; the connector must
+// see each payment exactly once.
 func TestDeliveriesBecomeOneFulfilmentEach(t *testing.T) {
 	t.Parallel()
 	d := dbtest.NewDB(t)
 	conn := newFakeConnector(t)
-	g := start(t, baseEnv(t, d, conn))
+	e := baseEnv(t, d, conn)
+	e["GUARDIAN_ADYEN_HMAC_KEYS"] = adyenKey
+	g := start(t, e)
 
 	type delivery struct {
 		path   string
@@ -51,6 +54,17 @@ func TestDeliveriesBecomeOneFulfilmentEach(t *testing.T) {
 		h, err := provider.SignStandard(fmt.Sprintf("msg_bb_%d", i), std, standardSecret, now)
 		require.NoError(t, err)
 		deliveries = append(deliveries, delivery{"/webhooks/standard", h, std}, delivery{"/webhooks/standard", h, std})
+		if i%2 == 1 { // two Adyen payments a delivery
+			var items []provider.AdyenItem
+			for _, n := range []int{i - 1, i} {
+				items = append(items, provider.AdyenItem{EventCode: "AUTHORISATION", PSPReference: fmt.Sprintf("PSPBB%d", n), MerchantAccount: "Shop", Value: 500, Currency: "EUR", Success: true})
+			}
+			body, err := provider.SignAdyen(items, adyenKey, true)
+			require.NoError(t, err)
+			for range 3 {
+				deliveries = append(deliveries, delivery{"/webhooks/adyen", http.Header{"Content-Type": {"application/json"}}, body})
+			}
+		}
 	}
 
 	codes := make([]int, len(deliveries))
@@ -68,9 +82,9 @@ func TestDeliveriesBecomeOneFulfilmentEach(t *testing.T) {
 		require.Equal(t, http.StatusOK, c, "delivery %d", i)
 	}
 
-	require.Eventually(t, func() bool { return stateCount(t, d, "fulfilled") == 40 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return stateCount(t, d, "fulfilled") == 60 }, 30*time.Second, 20*time.Millisecond)
 	calls := conn.snapshot()
-	require.Len(t, calls, 40, "one fulfilment per payment reached the connector")
+	require.Len(t, calls, 60, "one fulfilment per payment reached the connector")
 	for key, n := range calls {
 		require.Equal(t, 1, n, "fulfilment %s called %d times", key, n)
 	}
@@ -84,13 +98,19 @@ func TestDeliveriesBecomeOneFulfilmentEach(t *testing.T) {
 	require.Equal(t, 80.0, m[`guardian_deliveries_total{outcome="duplicate_filter",provider="stripe"}`]+m[`guardian_deliveries_total{outcome="duplicate_postgres",provider="stripe"}`])
 	require.Equal(t, 20.0, m[`guardian_deliveries_total{outcome="new",provider="standard"}`])
 	require.Equal(t, 20.0, m[`guardian_deliveries_total{outcome="duplicate_filter",provider="standard"}`]+m[`guardian_deliveries_total{outcome="duplicate_postgres",provider="standard"}`])
+	// A delivery counts as new when it stored any of its items: copies of
+	// one delivery racing each other may each store one of its two.
+	adyenNew := m[`guardian_deliveries_total{outcome="new",provider="adyen"}`]
+	require.GreaterOrEqual(t, adyenNew, 10.0)
+	require.Equal(t, 30.0, adyenNew+m[`guardian_deliveries_total{outcome="duplicate_filter",provider="adyen"}`]+m[`guardian_deliveries_total{outcome="duplicate_postgres",provider="adyen"}`])
+	require.Equal(t, 20, d.Count(t, `SELECT count(*) FROM webhook_event WHERE provider = 'adyen'`), "each item stored once")
 	require.Equal(t, 1.0, m[`guardian_deliveries_total{outcome="rejected_signature",provider="stripe"}`])
 	require.Equal(t, 121.0, m[`guardian_intake_duration_seconds_count{provider="stripe"}`])
-	require.Equal(t, 40.0, m[`guardian_dispatches_total{outcome="done"}`])
-	require.Equal(t, 40.0, m[`guardian_transitions_total{from="pending",to="dispatching"}`])
-	require.Equal(t, 40.0, m[`guardian_transitions_total{from="dispatching",to="fulfilled"}`])
-	require.Equal(t, 40.0, m[`guardian_transitions_total{from="none",to="pending"}`])
-	g.waitGauge(t, `guardian_fulfilments{state="fulfilled"}`, 40)
+	require.Equal(t, 60.0, m[`guardian_dispatches_total{outcome="done"}`])
+	require.Equal(t, 60.0, m[`guardian_transitions_total{from="pending",to="dispatching"}`])
+	require.Equal(t, 60.0, m[`guardian_transitions_total{from="dispatching",to="fulfilled"}`])
+	require.Equal(t, 60.0, m[`guardian_transitions_total{from="none",to="pending"}`])
+	g.waitGauge(t, `guardian_fulfilments{state="fulfilled"}`, 60)
 	m = g.scrape(t)
 	require.Equal(t, 0.0, m[`guardian_reconciliation_queue_depth`])
 	require.Contains(t, m, `guardian_reconciliation_oldest_age_seconds`)

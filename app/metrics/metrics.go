@@ -47,7 +47,7 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 		table: table,
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guardian_deliveries_total",
-			Help: "Webhook deliveries by provider and outcome: new, duplicate_filter, duplicate_postgres, rejected_<reason>, unavailable.",
+			Help: "Webhook deliveries by provider and outcome: new, duplicate_filter, duplicate_postgres, rejected_<reason>, unavailable. A delivery of several events counts once, as new if it stored any.",
 		}, []string{"provider", "outcome"}),
 		intakeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "guardian_intake_duration_seconds",
