@@ -38,6 +38,10 @@ type Event struct {
 	// stored, acknowledged and flagged for an operator: nothing paid goes
 	// unseen. Empty otherwise.
 	Unmapped string
+	// Reversal is set when the event refunds or disputes a payment, by the
+	// provider's rules (a refund that did not go through is not one); nil
+	// otherwise.
+	Reversal *Reversal
 	// Payload is the raw body as received, or, in a delivery of several
 	// events (Batch), the event's own part of it, byte for byte.
 	Payload []byte

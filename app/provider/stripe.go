@@ -129,6 +129,10 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	ev := Event{Provider: s.Name(), ID: id, Type: typ, Payload: body}
+	if slices.Contains(StripeReversalTypes, typ) {
+		ev.Reversal, ev.Note = stripeReversal(typ, object)
+		return ev, nil
+	}
 	if !slices.Contains(s.fulfilTypes, typ) {
 		return ev, nil
 	}
@@ -169,10 +173,10 @@ func dataObject(env map[string]any) (map[string]any, error) {
 	return om, nil
 }
 
-// RuleTypes lists the event types the payment rules read: a backfill asks
-// Stripe for these.
+// RuleTypes lists the event types the payment and reversal rules read: a
+// backfill asks Stripe for these.
 func (s *Stripe) RuleTypes() []string {
-	return slices.Clone(s.fulfilTypes)
+	return append(slices.Clone(s.fulfilTypes), StripeReversalTypes...)
 }
 
 // stripeRule applies Stripe's rule for whether an event of a fulfilling
@@ -214,20 +218,70 @@ func stripeRule(eventType string, object map[string]any) (paymentID, note, unmap
 	return "", "", "no payment id in data.object"
 }
 
+// StripeReversalTypes are the Stripe events that refund or dispute a
+// payment. Since the 2024-10-28 API refund.created and refund.updated fire
+// for every refund, and charge.refunded fires too: one refund arrives as
+// several events, and a payment is taken back once whatever number of them
+// arrive.
+var StripeReversalTypes = []string{
+	"charge.refunded", "refund.created", "refund.updated",
+	"charge.dispute.created", "charge.dispute.funds_withdrawn", "charge.dispute.closed",
+}
+
+// stripeReversal reads a refund or dispute: the payment intent it reverses,
+// and how. A refund that has not succeeded (pending, failed, canceled) is
+// no reversal yet: nil and why, for the log.
+func stripeReversal(eventType string, object map[string]any) (*Reversal, string) {
+	str := func(k string) string { v, _ := object[k].(string); return v }
+	r := &Reversal{PaymentID: paymentIntentOf(object)}
+	switch eventType {
+	case "charge.refunded":
+		r.Kind = Refund
+		r.Full, _ = object["refunded"].(bool) // true once the whole charge is refunded
+	case "refund.created", "refund.updated":
+		if st := str("status"); st != "succeeded" {
+			return nil, "refund status is " + strconv.Quote(st) + ", not succeeded"
+		}
+		r.Kind = Refund // the refund alone does not say whether it is the whole charge
+	case "charge.dispute.closed":
+		r.Kind = Dispute
+		switch str("status") {
+		case "lost":
+			r.Stage = DisputeLost
+		case "won":
+			r.Stage = DisputeWon
+		default: // warning_closed: an inquiry closed without a dispute
+			return nil, "dispute closed as " + strconv.Quote(str("status")) + ": neither won nor lost"
+		}
+	default: // charge.dispute.created, charge.dispute.funds_withdrawn
+		r.Kind, r.Stage = Dispute, DisputeOpened
+	}
+	if r.PaymentID == "" || len(r.PaymentID) > maxIDLength || hasNUL(r.PaymentID) {
+		return nil, "names no payment intent: a reversal Guardian cannot match to a payment"
+	}
+	return r, ""
+}
+
+// paymentIntentOf names the payment intent an object (a charge, a
+// refund, a dispute) belongs to, or "".
+func paymentIntentOf(object map[string]any) string {
+	switch pi := object["payment_intent"].(type) {
+	case string:
+		return pi
+	case map[string]any:
+		id, _ := pi["id"].(string)
+		return id
+	}
+	return ""
+}
+
 // checkoutPurchase names the purchase a Checkout Session (or another object)
 // pays for: its payment intent when it has one (payment mode: the same name
 // payment_intent.succeeded gives, where that is configured), else its own id
 // (subscription mode and free sessions, which have no payment intent).
 func checkoutPurchase(object map[string]any) string {
-	switch pi := object["payment_intent"].(type) {
-	case string:
-		if pi != "" {
-			return pi
-		}
-	case map[string]any: // an expanded PaymentIntent
-		if id, ok := pi["id"].(string); ok && id != "" {
-			return id
-		}
+	if pi := paymentIntentOf(object); pi != "" {
+		return pi
 	}
 	id, _ := object["id"].(string)
 	return id

@@ -116,3 +116,49 @@ func TestStripeRules(t *testing.T) {
 		require.Equal(t, map[string]bool{pi: true}, names)
 	})
 }
+
+// TestStripeReversals holds the reversal rows of docs/design.md's table
+// against events built from Stripe's fixtures: a charge, a refund and a
+// dispute of the fixture's payment intent.
+func TestStripeReversals(t *testing.T) {
+	t.Parallel()
+	objs := fixtureObjects(t)
+	pi := objs["payment_intent"]["id"].(string)
+	of := func(kind string, fields map[string]any) map[string]any {
+		return with(objs[kind], with(map[string]any{"payment_intent": pi}, fields))
+	}
+	tests := []struct {
+		name, eventType string
+		object          map[string]any
+		want            *Reversal // nil: not a reversal
+	}{
+		{"ChargeFullyRefunded", "charge.refunded", of("charge", map[string]any{"amount_refunded": 100, "refunded": true}), &Reversal{PaymentID: pi, Kind: Refund, Full: true}},
+		{"ChargePartlyRefunded", "charge.refunded", of("charge", map[string]any{"amount_refunded": 40, "refunded": false}), &Reversal{PaymentID: pi, Kind: Refund}},
+		{"RefundSucceeded", "refund.created", of("refund", nil), &Reversal{PaymentID: pi, Kind: Refund}},
+		{"RefundPending", "refund.created", of("refund", map[string]any{"status": "pending"}), nil},
+		{"RefundFailed", "refund.updated", of("refund", map[string]any{"status": "failed"}), nil},
+		{"DisputeOpened", "charge.dispute.created", of("dispute", nil), &Reversal{PaymentID: pi, Kind: Dispute, Stage: DisputeOpened}},
+		{"DisputeFundsWithdrawn", "charge.dispute.funds_withdrawn", of("dispute", map[string]any{"status": "needs_response"}), &Reversal{PaymentID: pi, Kind: Dispute, Stage: DisputeOpened}},
+		{"DisputeLost", "charge.dispute.closed", of("dispute", map[string]any{"status": "lost"}), &Reversal{PaymentID: pi, Kind: Dispute, Stage: DisputeLost}},
+		{"DisputeWon", "charge.dispute.closed", of("dispute", map[string]any{"status": "won"}), &Reversal{PaymentID: pi, Kind: Dispute, Stage: DisputeWon}},
+		{"InquiryClosed", "charge.dispute.closed", of("dispute", map[string]any{"status": "warning_closed"}), nil},
+		{"StripesOwnFixtureNamesNoIntent", "charge.refunded", with(objs["charge"], map[string]any{"refunded": true}), nil},
+	}
+	s, err := NewStripe(StripeConfig{Secrets: []string{"whsec_test"}})
+	require.NoError(t, err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			body, err := json.Marshal(map[string]any{"id": "evt_" + tt.name, "object": "event", "type": tt.eventType, "data": map[string]any{"object": tt.object}})
+			require.NoError(t, err)
+			ev, err := s.Read(body)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, ev.Reversal)
+			require.False(t, ev.Fulfils(), "a reversal never fulfils")
+			if tt.want == nil {
+				require.NotEmpty(t, ev.Note, "says why it is no reversal")
+			}
+		})
+	}
+	require.Subset(t, s.RuleTypes(), StripeReversalTypes, "the backfill lists reversals too")
+}

@@ -1,0 +1,53 @@
+package provider
+
+// ReversalKind says how money went back: a refund the merchant gave, or a
+// dispute the buyer opened with their bank.
+type ReversalKind string
+
+// The kinds of reversal.
+const (
+	Refund  ReversalKind = "refund"
+	Dispute ReversalKind = "dispute"
+)
+
+// DisputeStage says where a dispute stands.
+type DisputeStage string
+
+// The stages of a dispute Guardian tells apart.
+const (
+	// DisputeOpened: the buyer disputed the payment; the funds are held or
+	// withdrawn while it runs.
+	DisputeOpened DisputeStage = "opened"
+	// DisputeWon: closed in the merchant's favour; the funds came back.
+	DisputeWon DisputeStage = "won"
+	// DisputeLost: closed in the buyer's favour; the funds are gone.
+	DisputeLost DisputeStage = "lost"
+)
+
+// Reversal is what a refund or dispute event says about a payment, by the
+// provider's rules (docs/design.md, the reversal table): which payment,
+// refund or dispute, whole or in part, and where a dispute stands. Whether
+// it takes the fulfilment back is the deployment's policy
+// (fulfilment.ReversalPolicy), not the provider's.
+type Reversal struct {
+	// PaymentID is the payment reversed, named as the provider's paying
+	// event names it (Stripe: the payment intent).
+	PaymentID string
+	Kind      ReversalKind
+	// Full says a refund returned the whole payment; false is a partial
+	// refund, or one whose share the event does not say.
+	Full bool
+	// Stage is a dispute's; empty for a refund.
+	Stage DisputeStage
+}
+
+// String describes the reversal in a few words, for the event's record.
+func (r Reversal) String() string {
+	switch {
+	case r.Kind == Dispute:
+		return "dispute " + string(r.Stage)
+	case r.Full:
+		return "full refund"
+	}
+	return "partial refund"
+}
