@@ -257,7 +257,7 @@ func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, conn connector
 		}
 	}
 	service, err := fulfilment.New(fulfilment.Config{
-		Store: store, Enqueuer: enqueuer, Logger: a.logger, Connector: conn, Looker: looker, Mappers: mappers,
+		Store: store, Enqueuer: enqueuer, Logger: a.logger, Connector: conn, Looker: looker, Mappers: mappers, Reversals: cfg.RevokeOn,
 		Filter: dupFilter, Metrics: m, ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
 		ReconcileGrace: cfg.ReconcileGrace, Batch: cfg.Batch, BatchWriters: cfg.BatchWriters,
 	})

@@ -89,6 +89,9 @@ type Config struct {
 	// PayPalAPIURL is PayPal's API: https://api-m.paypal.com, or the
 	// sandbox's in test mode (the default follows GUARDIAN_MODE).
 	PayPalAPIURL string
+	// RevokeOn is what a refund or dispute takes a fulfilled payment back
+	// for (fulfilment.ReversalPolicy). Defaults to full_refund,dispute_lost.
+	RevokeOn fulfilment.ReversalPolicy
 	// BackfillInterval is how often the leader backfills from each
 	// provider with an API key.
 	BackfillInterval time.Duration
@@ -255,6 +258,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		StripeAPIKey:         getenv("GUARDIAN_STRIPE_API_KEY"),
 		StripeAPIURL:         getenv("GUARDIAN_STRIPE_API_URL"),
 		Mode:                 provider.Mode(getenv("GUARDIAN_MODE")),
+		RevokeOn:             fulfilment.DefaultReversalPolicy,
 		PaddleAPIKey:         getenv("GUARDIAN_PADDLE_API_KEY"),
 		PaddleAPIURL:         getenv("GUARDIAN_PADDLE_API_URL"),
 		PayPalClientID:       getenv("GUARDIAN_PAYPAL_CLIENT_ID"),
@@ -291,6 +295,14 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		PublicURL:          getenv("GUARDIAN_PUBLIC_URL"),
 		TrustedProxies:     List(getenv("GUARDIAN_TRUSTED_PROXIES"), ", "),
 		ServiceName:        cmp.Or(getenv("OTEL_SERVICE_NAME"), "guardian"),
+	}
+	if v := getenv("GUARDIAN_REVOKE_ON"); v != "" {
+		p, err := fulfilment.ParseReversalPolicy(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("GUARDIAN_REVOKE_ON: %w", err))
+		} else {
+			cfg.RevokeOn = p
+		}
 	}
 	if getenv("GUARDIAN_PPROF_ADDR") != "" {
 		errs = append(errs, errors.New("GUARDIAN_PPROF_ADDR is gone: set GUARDIAN_PPROF=true to serve pprof on the operations listener, GUARDIAN_METRICS_ADDR"))
@@ -619,7 +631,7 @@ var Variables = []string{
 	"GUARDIAN_PADDLE_API_KEY", "GUARDIAN_PADDLE_API_URL", "GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS",
 	"GUARDIAN_PAYPAL_API_URL", "GUARDIAN_PAYPAL_CLIENT_ID", "GUARDIAN_PAYPAL_CLIENT_SECRET", "GUARDIAN_PAYPAL_WEBHOOK_IDS", "GUARDIAN_PPROF", "GUARDIAN_PPROF_ADDR",
 	"GUARDIAN_PPROF_ALLOW_REMOTE", "GUARDIAN_PUBLIC_URL", "GUARDIAN_RECONCILE_GRACE", "GUARDIAN_RECONCILE_INTERVAL",
-	"GUARDIAN_REDIS_PREFIX", "GUARDIAN_SESSION_TTL", "GUARDIAN_SHOPIFY_SECRETS", "GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_SECRETS",
+	"GUARDIAN_REDIS_PREFIX", "GUARDIAN_REVOKE_ON", "GUARDIAN_SESSION_TTL", "GUARDIAN_SHOPIFY_SECRETS", "GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_SECRETS",
 	"GUARDIAN_STRIPE_API_KEY", "GUARDIAN_STRIPE_API_URL", "GUARDIAN_STRIPE_BACKFILL_INTERVAL", "GUARDIAN_STRIPE_FULFIL_TYPES",
 	"GUARDIAN_STRIPE_SECRETS", "GUARDIAN_SWEEP_INTERVAL", "GUARDIAN_TIMESTAMP_TOLERANCE", "GUARDIAN_TOKEN_STORE",
 	"GUARDIAN_TRUSTED_PROXIES", "GUARDIAN_URL", "GUARDIAN_WORKERS",

@@ -30,11 +30,13 @@ type BatchEventResult struct {
 func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEventResult, error) {
 	n := len(events)
 	providers, ids, types, payments, origins, unmapped, deliveryIDs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	reversals, reverses := make([]string, n), make([]string, n)
 	bodies, counts := make([][]byte, n), make([]int32, n)
 	index := make(map[[2]string]int, n)
 	for i, e := range events {
 		providers[i], ids[i], types[i], payments[i], origins[i], unmapped[i], deliveryIDs[i] = e.Provider, e.EventID, e.Type, e.PaymentID, e.Origin, e.Unmapped, e.DeliveryID
 		bodies[i], counts[i] = e.Payload, int32(e.Deliveries)
+		reversals[i], reverses[i] = e.Reversal, e.Reverses
 		index[[2]string{e.Provider, e.EventID}] = i
 	}
 	out := make([]BatchEventResult, n)
@@ -57,13 +59,14 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 		return wrap(op, rows.Err())
 	}
 	if err := collect("insert events", true, `
-		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin, deliveries, unmapped, delivery_id)
-		SELECT p, e, t, NULLIF(pay, ''), b, coalesce(NULLIF(o, ''), 'webhook'), n, NULLIF(um, ''), NULLIF(d, '')
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[], $9::text[]) WITH ORDINALITY AS u(p, e, t, pay, b, o, n, um, d, ord)
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin, deliveries, unmapped, delivery_id, reversal, reverses)
+		SELECT p, e, t, NULLIF(pay, ''), b, coalesce(NULLIF(o, ''), 'webhook'), n, NULLIF(um, ''), NULLIF(d, ''), NULLIF(rv, ''), NULLIF(rp, '')
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[], $9::text[], $10::text[], $11::text[])
+			WITH ORDINALITY AS u(p, e, t, pay, b, o, n, um, d, rv, rp, ord)
 		ORDER BY ord
 		ON CONFLICT (provider, event_id) DO NOTHING
 		RETURNING id, provider, event_id`,
-		providers, ids, types, payments, bodies, origins, counts, unmapped, deliveryIDs); err != nil {
+		providers, ids, types, payments, bodies, origins, counts, unmapped, deliveryIDs, reversals, reverses); err != nil {
 		return nil, err
 	}
 	if found == n {
@@ -133,11 +136,13 @@ func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, rea
 		), created AS (
 			INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key)
 			SELECT e.id, e.provider, e.payment_id, guardian_idempotency_key(e.provider, e.payment_id,
-				(SELECT count(*) FROM fulfilment p WHERE p.provider = e.provider AND p.payment_id = e.payment_id AND p.state = 'failed'))
+				(SELECT count(*) FROM fulfilment p WHERE p.provider = e.provider AND p.payment_id = e.payment_id AND p.state = 'failed' AND p.action = 'fulfil'))
 			FROM u JOIN webhook_event e ON e.id = u.event_pk
 			WHERE e.id = ANY($1) AND e.payment_id IS NOT NULL
+				-- A payment already taken back is never fulfilled.
+				AND NOT EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id)
 			ORDER BY e.provider, e.payment_id, u.ord
-			ON CONFLICT (provider, payment_id) WHERE state <> 'failed' DO NOTHING
+			ON CONFLICT (provider, payment_id, action) WHERE state <> 'failed' DO NOTHING
 			RETURNING id, event_pk
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)

@@ -21,6 +21,10 @@ type Event struct {
 	// DeliveryID is the first delivery's own id where the provider sends
 	// one beside the event's (Shopify); empty otherwise.
 	DeliveryID string
+	// Reversal describes a refund or dispute ("full refund", "dispute
+	// lost"); Reverses is the payment it takes back under the policy at
+	// intake. Both empty for every other event.
+	Reversal, Reverses string
 	// Payload is the body exactly as the provider signed it.
 	Payload     json.RawMessage
 	Deliveries  int
@@ -40,14 +44,17 @@ type EventParams struct {
 	// DeliveryID is the delivery's own id beside the event's, where the
 	// provider sends one (Shopify's X-Shopify-Webhook-Id).
 	DeliveryID string
+	// Reversal describes a refund or dispute; Reverses is the payment the
+	// policy takes back for it. Empty for every other event.
+	Reversal, Reverses string
 }
 
-const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), coalesce(unmapped, ''), coalesce(delivery_id, ''), body, deliveries, first_seen_at, last_seen_at`
+const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), coalesce(unmapped, ''), coalesce(delivery_id, ''), coalesce(reversal, ''), coalesce(reverses, ''), body, deliveries, first_seen_at, last_seen_at`
 
 func scanEvent(row pgx.Row) (Event, error) {
 	var e Event
 	var payload []byte
-	err := row.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Unmapped, &e.DeliveryID, &payload, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt)
+	err := row.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Unmapped, &e.DeliveryID, &e.Reversal, &e.Reverses, &payload, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt)
 	e.Payload = payload
 	return e, err
 }

@@ -34,9 +34,18 @@ type Fulfilment struct {
 	// flight, by the claimant's connector timeout (nil before the first
 	// claim, and for claims made before deadlines were stored).
 	Deadline *time.Time
+	// Action is what the row does at the receiver: ActionFulfil, or
+	// ActionRevoke (taking back a payment a refund or dispute reversed).
+	Action string
 }
 
-const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at, idempotency_key, deadline`
+// The actions a fulfilment row performs.
+const (
+	ActionFulfil = "fulfil"
+	ActionRevoke = "revoke"
+)
+
+const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at, idempotency_key, deadline, action`
 
 // scanFulfilment reads fulfilmentColumns, then any columns after them into
 // extra.
@@ -48,7 +57,7 @@ func scanFulfilment(row pgx.Row, extra ...any) (Fulfilment, error) {
 
 // fields are the scan targets of fulfilmentColumns, in order.
 func (f *Fulfilment) fields() []any {
-	return []any{&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt, &f.Key, &f.Deadline}
+	return []any{&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt, &f.Key, &f.Deadline, &f.Action}
 }
 
 // InsertFulfilment records a pending fulfilment for a newly stored event,

@@ -206,6 +206,10 @@ func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (ma
 			UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now(),
 				deadline = now() + make_interval(secs => u.timeout)
 			FROM u WHERE f.id = u.id AND f.id = ANY ($1::uuid[]) AND f.state = 'pending'
+			  -- A payment taken back is never fulfilled: its pending row is
+			  -- not claimed (db.CancelReversedPending cancels it).
+			  AND (f.action = 'revoke' OR NOT EXISTS (
+				SELECT 1 FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id))
 			RETURNING `+prefixed("f.", fulfilmentColumns)+`
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)

@@ -19,6 +19,9 @@ type Fulfilment struct {
 	PaymentID string      `json:"payment_id"`
 	State     state.State `json:"state"`
 	Attempt   int         `json:"attempt"`
+	// Action is what the row does at the receiver: "fulfil", or "revoke"
+	// (taking the payment back after a refund or dispute).
+	Action string `json:"action"`
 	// IdempotencyKey is the key every attempt is sent under (derived from
 	// the payment; the fulfilment id for fulfilments made before keys were
 	// derived): what to ask the receiver about.
@@ -48,6 +51,11 @@ type Event struct {
 	// DeliveryID is the first delivery's own id, where the provider sends
 	// one beside the event's (Shopify).
 	DeliveryID string `json:"delivery_id,omitempty"`
+	// Reversal says what a refund or dispute event says ("full refund",
+	// "dispute lost"); Reverses is the payment the policy takes back for
+	// it. Both absent for other events.
+	Reversal string `json:"reversal,omitempty"`
+	Reverses string `json:"reverses,omitempty"`
 	// Payload is absent in listings.
 	Payload     json.RawMessage `json:"payload,omitempty"`
 	Deliveries  int             `json:"deliveries"`
@@ -77,14 +85,15 @@ type Check struct {
 
 func apiFulfilment(f db.Fulfilment) Fulfilment {
 	return Fulfilment{
-		ID: f.ID, Provider: f.Provider, PaymentID: f.PaymentID, State: f.State, Attempt: f.Attempt,
+		ID: f.ID, Provider: f.Provider, PaymentID: f.PaymentID, State: f.State, Attempt: f.Attempt, Action: f.Action,
 		IdempotencyKey: f.Key, Deadline: f.Deadline, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, DispatchedAt: f.DispatchedAt, Checks: f.Checks, NextCheckAt: f.NextCheckAt,
 	}
 }
 
 func apiEvent(e db.Event) Event {
 	return Event{
-		Provider: e.Provider, EventID: e.EventID, Type: e.Type, PaymentID: e.PaymentID, Unmapped: e.Unmapped, DeliveryID: e.DeliveryID, Payload: e.Payload,
+		Provider: e.Provider, EventID: e.EventID, Type: e.Type, PaymentID: e.PaymentID, Unmapped: e.Unmapped, DeliveryID: e.DeliveryID,
+		Reversal: e.Reversal, Reverses: e.Reverses, Payload: e.Payload,
 		Deliveries: e.Deliveries, FirstSeenAt: e.FirstSeenAt, LastSeenAt: e.LastSeenAt,
 	}
 }

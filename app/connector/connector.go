@@ -13,7 +13,7 @@ import (
 // Request is one attempt at one fulfilment's action.
 //
 // Every attempt under one Key carries the same body: Key, Provider,
-// PaymentID, EventID, EventType and Payload. The fulfilment's row id and the
+// PaymentID, EventID, EventType, Action and Payload. The fulfilment's row id and the
 // attempt number are not in the body (a restored database names the same
 // key under a new row id; an attempt is a retry of the same request); the
 // attempt travels in the Guardian-Attempt header.
@@ -30,8 +30,14 @@ type Request struct {
 	PaymentID string
 	EventID   string
 	EventType string
-	Payload   json.RawMessage
+	// Action is ActionRevoke when the request takes the payment back (a
+	// refund or dispute reversed it); "" fulfils.
+	Action  string
+	Payload json.RawMessage
 }
+
+// ActionRevoke names a request that takes a fulfilled payment back.
+const ActionRevoke = "revoke"
 
 // Result is what one call established, by fact.
 type Result struct {

@@ -204,12 +204,15 @@ const HeaderAttempt = "Guardian-Attempt"
 
 // Body is the JSON body of every request under one key.
 type Body struct {
-	IdempotencyKey string          `json:"idempotency_key"`
-	Provider       string          `json:"provider"`
-	PaymentID      string          `json:"payment_id"`
-	EventID        string          `json:"event_id"`
-	EventType      string          `json:"event_type"`
-	Payload        json.RawMessage `json:"payload"`
+	IdempotencyKey string `json:"idempotency_key"`
+	Provider       string `json:"provider"`
+	PaymentID      string `json:"payment_id"`
+	EventID        string `json:"event_id"`
+	EventType      string `json:"event_type"`
+	// Action is "revoke" for taking a payment back; absent for a
+	// fulfilment, so a fulfilment's body is what it always was.
+	Action  string          `json:"action,omitempty"`
+	Payload json.RawMessage `json:"payload"`
 }
 
 // EncodeRequest writes a call's JSON body (Body) with the event's payload
@@ -224,7 +227,7 @@ func EncodeRequest(r Request) ([]byte, error) {
 	if !json.Valid(payload) {
 		return nil, errors.New("payload is not JSON")
 	}
-	head, err := json.Marshal(Body{IdempotencyKey: r.Key, Provider: r.Provider, PaymentID: r.PaymentID, EventID: r.EventID, EventType: r.EventType, Payload: json.RawMessage("0")})
+	head, err := json.Marshal(Body{IdempotencyKey: r.Key, Provider: r.Provider, PaymentID: r.PaymentID, EventID: r.EventID, EventType: r.EventType, Action: r.Action, Payload: json.RawMessage("0")})
 	if err != nil {
 		return nil, err
 	}

@@ -93,7 +93,7 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 	start := time.Now()
 	res := s.cfg.Connector.Fulfil(callCtx, connector.Request{
 		Key: claimed.Key, FulfilmentID: id, Attempt: claimed.Attempt, Provider: in.Provider,
-		PaymentID: in.PaymentID, EventID: in.EventID, EventType: in.EventType, Payload: in.Payload,
+		PaymentID: in.PaymentID, EventID: in.EventID, EventType: in.EventType, Action: requestAction(claimed.Action), Payload: in.Payload,
 	})
 	s.cfg.Metrics.Dispatch(res.Outcome, errorClass(res), time.Since(start).Seconds())
 	out := DispatchResult{Called: true, Attempt: claimed.Attempt, Outcome: res.Outcome}
@@ -101,12 +101,32 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 	return out, err
 }
 
+// requestAction is a row's action as the connector names it.
+func requestAction(action string) string {
+	if action == db.ActionRevoke {
+		return connector.ActionRevoke
+	}
+	return ""
+}
+
 // unclaimable applies the rules to a fulfilment the claim did not find
-// pending.
+// pending, or did not claim because its payment was taken back.
 func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, req DispatchRequest) (DispatchResult, error) {
 	cur, err := db.GetFulfilment(ctx, s.cfg.Store.Pool(), req.FulfilmentID)
 	if err != nil {
 		return DispatchResult{}, err
+	}
+	if cur.State == state.Pending && cur.Action == db.ActionFulfil {
+		// Pending, yet not claimed: its payment was taken back.
+		cancelled, err := db.CancelReversedPending(ctx, s.cfg.Store.Pool(), req.Actor, []db.Payment{{Provider: cur.Provider, PaymentID: cur.PaymentID}})
+		if err != nil {
+			return DispatchResult{}, err
+		}
+		if len(cancelled) > 0 {
+			s.cfg.Metrics.Transition(state.Pending, state.Cancelled, len(cancelled))
+			log.InfoContext(ctx, "dispatch: payment reversed before its fulfilment went out; cancelled", "payment_id", cur.PaymentID)
+			return DispatchResult{State: state.Cancelled}, nil
+		}
 	}
 	if cur.State != state.Dispatching {
 		log.InfoContext(ctx, "dispatch: nothing to do", "state", cur.State)

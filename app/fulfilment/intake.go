@@ -273,8 +273,11 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		ev := groups[k][0].ev
 		events[i] = db.BatchEvent{Deliveries: len(groups[k]), EventParams: db.EventParams{
 			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload, Origin: ev.Origin,
-			Unmapped: ev.Unmapped, DeliveryID: ev.DeliveryID,
+			Unmapped: ev.Unmapped, DeliveryID: ev.DeliveryID, Reverses: s.reverses(ev),
 		}}
+		if ev.Reversal != nil {
+			events[i].Reversal = ev.Reversal.String()
+		}
 	}
 	stored, err := db.InsertEvents(ctx, tx, events)
 	if err != nil {
@@ -300,6 +303,19 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 			ids = append(ids, id)
 		}
 		if err := s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, ids...); err != nil {
+			return err
+		}
+	}
+	// A reversal the policy takes back for: the payment's fulfilment is
+	// cancelled if it has not gone out, or taken back if it is done.
+	var reversed []db.Payment
+	for i := range keys {
+		if stored[i].Inserted && events[i].Reverses != "" {
+			reversed = append(reversed, db.Payment{Provider: events[i].Provider, PaymentID: events[i].Reverses})
+		}
+	}
+	if len(reversed) > 0 {
+		if _, _, err := s.takeBack(ctx, tx, "intake", reversed); err != nil {
 			return err
 		}
 	}

@@ -75,6 +75,10 @@ type Config struct {
 	// Metrics counts transitions, dispatches and filter errors; nil counts
 	// nothing.
 	Metrics *metrics.Metrics
+	// Reversals is what a refund or dispute takes a fulfilled payment back
+	// for. Nil is DefaultReversalPolicy; an empty policy takes nothing
+	// back.
+	Reversals ReversalPolicy
 
 	// ConnectorTimeout bounds one connector call, measured from before the
 	// claim. Defaults to DefaultConnectorTimeout.
@@ -130,6 +134,9 @@ type Service struct {
 // New returns a Service, or an error naming what is missing or inconsistent.
 func New(cfg Config) (*Service, error) {
 	cfg.ConnectorTimeout = cmp.Or(cfg.ConnectorTimeout, DefaultConnectorTimeout)
+	if cfg.Reversals == nil {
+		cfg.Reversals = DefaultReversalPolicy
+	}
 	cfg.DispatchLease = cmp.Or(cfg.DispatchLease, DefaultDispatchLease)
 	cfg.ReconcileGrace = cmp.Or(cfg.ReconcileGrace, DefaultReconcileGrace)
 	cfg.ReconcileBackoff = cmp.Or(cfg.ReconcileBackoff, DefaultReconcileBackoff)

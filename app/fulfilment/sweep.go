@@ -18,6 +18,9 @@ type SweepResult struct {
 	// Requeued counts pending fulfilments that had no live dispatch job and
 	// got a new one.
 	Requeued int
+	// Cancelled and Revoking count reversed payments' pending fulfilments
+	// cancelled, and revocations created for fulfilled ones.
+	Cancelled, Revoking int
 }
 
 // strandedBatch caps the pending rows one sweep gives new jobs.
@@ -28,6 +31,9 @@ const strandedBatch = 1000
 //   - It moves every fulfilment that has been dispatching for longer than
 //     the dispatch lease to needs_reconciliation: a dispatcher that died
 //     mid-call is noticed by a scan, not by an event a crash never sends.
+//   - It takes back reversed payments (takeBack): a reversal that arrived
+//     while the payment's fulfilment was in flight or parked is acted on
+//     once the fulfilment settles.
 //   - It gives a new dispatch job to every pending fulfilment that has none
 //     alive (River's retries exhausted, a job cancelled or deleted in River
 //     UI, a job whose fetch answer was lost with its connection and that
@@ -41,13 +47,18 @@ const strandedBatch = 1000
 // refused (db.ErrStaleFence) instead of racing its successor.
 func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (SweepResult, error) {
 	var moved []db.Fulfilment
-	var requeued []string
+	var requeued, cancelled, revoking []string
 	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
 		if err := db.CheckFence(ctx, tx, lease.Name, lease.Fence); err != nil {
 			return err
 		}
 		var err error
 		if moved, err = db.SweepStale(ctx, tx, s.cfg.DispatchLease, RecordMargin, actor, s.dbNow()); err != nil {
+			return err
+		}
+		// Reversals whose fulfilment settled since (a call in flight or
+		// parked when the refund came) or raced it: taken back now.
+		if cancelled, revoking, err = s.takeBack(ctx, tx, actor, nil); err != nil {
 			return err
 		}
 		if requeued, err = db.StrandedPending(ctx, tx, s.cfg.ConnectorTimeout+RecordMargin, strandedBatch); err != nil {
@@ -66,10 +77,18 @@ func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (Sw
 	for _, id := range requeued {
 		s.cfg.Logger.WarnContext(ctx, "sweep: pending fulfilment had no live dispatch job; enqueued one", "fulfilment_id", id)
 	}
+	s.cfg.Metrics.Transition(state.Pending, state.Cancelled, len(cancelled))
+	s.cfg.Metrics.Transition("", state.Pending, len(revoking))
+	for _, id := range cancelled {
+		s.cfg.Logger.InfoContext(ctx, "sweep: payment reversed before its fulfilment went out; cancelled", "fulfilment_id", id)
+	}
+	for _, id := range revoking {
+		s.cfg.Logger.InfoContext(ctx, "sweep: fulfilled payment reversed; revocation created", "fulfilment_id", id)
+	}
 	s.cfg.Metrics.Transition(state.Dispatching, state.NeedsReconciliation, len(moved))
 	for _, f := range moved {
 		s.cfg.Logger.WarnContext(ctx, "sweep: dispatch lease expired; parked for reconciliation",
 			"fulfilment_id", f.ID, "payment_id", f.PaymentID, "attempt", f.Attempt)
 	}
-	return SweepResult{Parked: len(moved), Requeued: len(requeued)}, nil
+	return SweepResult{Parked: len(moved), Requeued: len(requeued), Cancelled: len(cancelled), Revoking: len(revoking)}, nil
 }

@@ -13,9 +13,14 @@
 //	   |                      +--> failed                 (the receiver declined the key, signed)
 //	   +-- only with proof that nothing happened: never connected, or refused
 //	       before the receiver's logic (not delivered)
+//	pending --> cancelled                                               (the payment was reversed
+//	                                                                      before it went out)
 //	needs_reconciliation --> fulfilled | pending | failed | cancelled   (by facts: a lookup,
 //	                                                                      a late answer, an operator)
 //	cancelled --> needs_reconciliation                                  (an audited reopening)
+//
+// A revocation (a fulfilment row whose action is revoke: taking back what a
+// refund or dispute reversed) moves through the same states.
 //
 // failed and fulfilled are final; failed alone frees the payment for its
 // next key. cancelled keeps the payment: only a reopening, on the same row

@@ -22,8 +22,9 @@ const (
 	// which is sent under the payment's next key.
 	Failed State = "failed"
 	// Cancelled is an operator's final word on a payment whose parked call
-	// may have acted: the payment stays taken, so nothing sends it again
-	// under another key. Only an audited reopening (back to
+	// may have acted, or a payment reversed (refunded, disputed) before its
+	// fulfilment went out: the payment stays taken, so nothing sends it
+	// again under another key. Only an audited reopening (back to
 	// needs_reconciliation, same row and key) moves it on.
 	Cancelled State = "cancelled"
 )
@@ -55,6 +56,7 @@ type Transition struct {
 // in the migrations holds the same list; a test keeps the two equal.
 var Transitions = []Transition{
 	{Pending, Dispatching},
+	{Pending, Cancelled},
 	{Dispatching, Fulfilled},
 	{Dispatching, NeedsReconciliation},
 	{Dispatching, Failed},

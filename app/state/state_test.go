@@ -10,6 +10,7 @@ func TestAllowed(t *testing.T) {
 
 	may := map[string]bool{
 		"pending->dispatching":              true, // claim
+		"pending->cancelled":                true, // reversed before it went out
 		"dispatching->fulfilled":            true, // connector said done
 		"dispatching->needs_reconciliation": true, // outcome unknown
 		"dispatching->failed":               true, // the receiver declined the key, signed

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/receiver"
 )
 
@@ -76,7 +77,8 @@ CREATE TABLE IF NOT EXISTS licence (
     provider        text        NOT NULL,
     payment_id      text        NOT NULL,
     granted_at      timestamptz NOT NULL DEFAULT now()
-)`
+);
+ALTER TABLE licence ADD COLUMN IF NOT EXISTS revoked_at timestamptz`
 
 // newServer migrates the kit's table and the licence table, and returns
 // the receiver's routes: POST /fulfil and GET /lookup/{key}.
@@ -98,11 +100,19 @@ func newServer(ctx context.Context, pool *pgxpool.Pool, secrets []string) (http.
 }
 
 // grant is the merchant's action: one licence row, written in the
-// transaction that records the key. It declines a payment it cannot
-// grant anything for.
+// transaction that records the key; or, for a payment taken back (a
+// refund or dispute), the licence revoked. It declines a payment it cannot
+// grant or revoke anything for.
 func grant(ctx context.Context, tx pgx.Tx, d receiver.Delivery) error {
 	if d.PaymentID == "" {
 		return receiver.Decline("no payment named: nothing to grant")
+	}
+	if d.Action == connector.ActionRevoke {
+		tag, err := tx.Exec(ctx, `UPDATE licence SET revoked_at = now() WHERE provider = $1 AND payment_id = $2 AND revoked_at IS NULL`, d.Provider, d.PaymentID)
+		if err == nil && tag.RowsAffected() == 0 {
+			return receiver.Decline("no granted licence for this payment: nothing to revoke")
+		}
+		return err
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO licence (idempotency_key, provider, payment_id) VALUES ($1, $2, $3)`, d.IdempotencyKey, d.Provider, d.PaymentID)
 	return err

@@ -100,3 +100,33 @@ func TestExampleDeclines(t *testing.T) {
 	require.Equal(t, connector.Declined, got)
 	require.Zero(t, d.Count(t, `SELECT count(*) FROM licence`))
 }
+
+// TestExampleRevokesOnce: a revocation under its own key revokes the
+// payment's licence once, however many attempts arrive at once; one for a
+// payment never granted is declined, and nothing changes.
+func TestExampleRevokesOnce(t *testing.T) {
+	t.Parallel()
+	d, c := setup(t)
+	grantReq := connector.Request{Key: "gk1_example0000000000000000000000000002", Provider: "stripe", PaymentID: "pi_2", EventID: "evt_2",
+		EventType: "checkout.session.completed", Payload: json.RawMessage(`{"id":"evt_2"}`)}
+	require.Equal(t, state.Done, c.Fulfil(context.Background(), grantReq).Outcome)
+	revoke := connector.Request{Key: "gk1_example0000000000000000000000000003", Provider: "stripe", PaymentID: "pi_2", EventID: "evt_refund_2",
+		EventType: "charge.refunded", Action: connector.ActionRevoke, Payload: json.RawMessage(`{"id":"evt_refund_2"}`)}
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			r := revoke
+			r.Attempt = i + 1
+			o := c.Fulfil(context.Background(), r).Outcome
+			require.Contains(t, []state.Outcome{state.Done, state.Unknown}, o)
+		})
+	}
+	wg.Wait()
+	require.Equal(t, state.Done, c.Fulfil(context.Background(), revoke).Outcome, "a finished key replays its answer")
+	require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM licence WHERE payment_id = 'pi_2' AND revoked_at IS NOT NULL`))
+
+	never := revoke
+	never.Key, never.PaymentID = "gk1_example0000000000000000000000000004", "pi_never"
+	require.Equal(t, state.Declined, c.Fulfil(context.Background(), never).Outcome)
+	require.Zero(t, d.Count(t, `SELECT count(*) FROM licence WHERE payment_id = 'pi_never'`))
+}

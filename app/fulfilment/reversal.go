@@ -1,0 +1,104 @@
+package fulfilment
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// Revoke is one reason a policy takes a payment back.
+type Revoke string
+
+// The reasons a policy may take a payment back for.
+const (
+	// OnFullRefund: a refund of the whole payment.
+	OnFullRefund Revoke = "full_refund"
+	// OnAnyRefund: any refund, partial ones included.
+	OnAnyRefund Revoke = "any_refund"
+	// OnDisputeOpened: a dispute opened (the funds are held or withdrawn
+	// while it runs).
+	OnDisputeOpened Revoke = "dispute_opened"
+	// OnDisputeLost: a dispute lost.
+	OnDisputeLost Revoke = "dispute_lost"
+)
+
+// AllRevokes lists every reason, in the order an operator reads them.
+var AllRevokes = []Revoke{OnFullRefund, OnAnyRefund, OnDisputeOpened, OnDisputeLost}
+
+// ReversalPolicy is the set of reasons a deployment takes a fulfilled
+// payment back for. A payment is taken back at most once whatever number
+// of its reversals match.
+type ReversalPolicy []Revoke
+
+// DefaultReversalPolicy takes a payment back on a full refund and on a
+// dispute lost: the money is gone for good. A partial refund (a goodwill
+// discount) and an open dispute (which the merchant may win) leave it.
+var DefaultReversalPolicy = ReversalPolicy{OnFullRefund, OnDisputeLost}
+
+// ParseReversalPolicy reads a comma-separated policy ("full_refund,
+// dispute_lost"); "none" takes nothing back.
+func ParseReversalPolicy(s string) (ReversalPolicy, error) {
+	if strings.TrimSpace(s) == "none" {
+		return ReversalPolicy{}, nil
+	}
+	var p ReversalPolicy
+	for _, part := range strings.Split(s, ",") {
+		r := Revoke(strings.TrimSpace(part))
+		if !slices.Contains(AllRevokes, r) {
+			names := make([]string, len(AllRevokes))
+			for i, a := range AllRevokes {
+				names[i] = string(a)
+			}
+			return nil, fmt.Errorf("%q is not one of %s, or none", r, strings.Join(names, ", "))
+		}
+		p = append(p, r)
+	}
+	return p, nil
+}
+
+// Revokes reports whether the policy takes the payment back for r.
+func (p ReversalPolicy) Revokes(r provider.Reversal) bool {
+	switch r.Kind {
+	case provider.Refund:
+		return slices.Contains(p, OnAnyRefund) || (r.Full && slices.Contains(p, OnFullRefund))
+	case provider.Dispute:
+		return (r.Stage == provider.DisputeOpened && slices.Contains(p, OnDisputeOpened)) ||
+			(r.Stage == provider.DisputeLost && (slices.Contains(p, OnDisputeLost) || slices.Contains(p, OnDisputeOpened)))
+	}
+	return false
+}
+
+// reverses is the payment the policy takes back for ev, or "".
+func (s *Service) reverses(ev provider.Event) string {
+	if ev.Reversal != nil && s.cfg.Reversals.Revokes(*ev.Reversal) {
+		return ev.Reversal.PaymentID
+	}
+	return ""
+}
+
+// takeBack applies reversals to the given payments (nil: every payment) in
+// tx: a pending fulfilment is cancelled before it goes out, a fulfilled
+// one gets its revocation and that a dispatch job. A fulfilment in flight
+// or parked is left to its facts: once it settles fulfilled, the next
+// sweep takes it back; settled any other way, there is nothing to take.
+// It returns the revocations created.
+func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payments []db.Payment) (cancelled, revoking []string, err error) {
+	if cancelled, err = db.CancelReversedPending(ctx, tx, actor, payments); err != nil {
+		return nil, nil, err
+	}
+	if revoking, err = db.CreateRevocations(ctx, tx, actor, payments); err != nil {
+		return nil, nil, err
+	}
+	if len(revoking) > 0 {
+		if err := s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, revoking...); err != nil {
+			return nil, nil, fmt.Errorf("enqueue revocations: %w", err)
+		}
+	}
+	return cancelled, revoking, nil
+}

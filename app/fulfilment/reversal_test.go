@@ -1,0 +1,278 @@
+package fulfilment_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/lock"
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// reversal is a verified Stripe reversal event of paymentID.
+func reversal(eventID, paymentID string, r provider.Reversal) provider.Event {
+	r.PaymentID = paymentID
+	return provider.Event{Provider: "stripe", ID: eventID, Type: "charge.refunded", Reversal: &r,
+		Payload: []byte(`{"id":"` + eventID + `"}`)}
+}
+
+var (
+	fullRefund    = provider.Reversal{Kind: provider.Refund, Full: true}
+	partialRefund = provider.Reversal{Kind: provider.Refund}
+	disputeOpened = provider.Reversal{Kind: provider.Dispute, Stage: provider.DisputeOpened}
+	disputeLost   = provider.Reversal{Kind: provider.Dispute, Stage: provider.DisputeLost}
+	disputeWon    = provider.Reversal{Kind: provider.Dispute, Stage: provider.DisputeWon}
+)
+
+// rows counts a payment's rows of one action in each state.
+func (b *testBundle) rows(t *testing.T, paymentID, action string) map[state.State]int {
+	t.Helper()
+	out := map[state.State]int{}
+	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", paymentID)
+	require.NoError(t, err)
+	for _, f := range fs {
+		if f.Action == action {
+			out[f.State]++
+		}
+	}
+	return out
+}
+
+// revocation returns the payment's one revocation.
+func (b *testBundle) revocation(t *testing.T, paymentID string) db.Fulfilment {
+	t.Helper()
+	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", paymentID)
+	require.NoError(t, err)
+	var out []db.Fulfilment
+	for _, f := range fs {
+		if f.Action == db.ActionRevoke {
+			out = append(out, f)
+		}
+	}
+	require.Len(t, out, 1, "one revocation for the payment")
+	return out[0]
+}
+
+func (b *testBundle) sweep(t *testing.T) fulfilment.SweepResult {
+	t.Helper()
+	sum, err := b.svc.Sweep(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep", Fence: 1})
+	require.NoError(t, err)
+	return sum
+}
+
+func TestReversalPolicy(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"", "full", "full_refund,sometimes"} {
+		_, err := fulfilment.ParseReversalPolicy(bad)
+		require.Error(t, err, bad)
+	}
+	tests := []struct {
+		policy string
+		takes  []provider.Reversal
+		leaves []provider.Reversal
+	}{
+		{"full_refund,dispute_lost", []provider.Reversal{fullRefund, disputeLost}, []provider.Reversal{partialRefund, disputeOpened, disputeWon}},
+		{"any_refund", []provider.Reversal{fullRefund, partialRefund}, []provider.Reversal{disputeOpened, disputeLost, disputeWon}},
+		{"dispute_opened", []provider.Reversal{disputeOpened, disputeLost}, []provider.Reversal{fullRefund, disputeWon}},
+		{"none", nil, []provider.Reversal{fullRefund, partialRefund, disputeOpened, disputeLost, disputeWon}},
+	}
+	for _, tt := range tests {
+		p, err := fulfilment.ParseReversalPolicy(tt.policy)
+		require.NoError(t, err)
+		for _, r := range tt.takes {
+			require.True(t, p.Revokes(r), "%s takes back a %s", tt.policy, r)
+		}
+		for _, r := range tt.leaves {
+			require.False(t, p.Revokes(r), "%s leaves a %s", tt.policy, r)
+		}
+	}
+}
+
+// TestTakeBack: a refund or dispute the policy takes back for is a second
+// action with the guarantees of the first, in every order the events and
+// the dispatch can meet.
+func TestTakeBack(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AFulfilledPaymentIsTakenBackOnceHoweverManyReversalsArrive", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		fid := b.settle(t, "evt_pay", "pi_1", state.Done, state.Fulfilled)
+		evs := []provider.Event{reversal("evt_partial", "pi_1", partialRefund)}
+		for i := range 4 { // one refund as charge.refunded and refund.updated, each redelivered
+			evs = append(evs, reversal("evt_full_"+fmt.Sprint(i%2), "pi_1", fullRefund))
+		}
+		evs = append(evs, reversal("evt_lost", "pi_1", disputeLost), reversal("evt_won", "pi_1", disputeWon))
+		_, errs := b.storm(t, evs)
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		rv := b.revocation(t, "pi_1")
+		require.Equal(t, state.Pending, rv.State)
+		require.Equal(t, 1, b.enqueuer.count(rv.ID), "one dispatch job for it")
+		require.NotEqual(t, b.db.Fulfilment(t, fid).Key, rv.Key, "its own key")
+		require.Regexp(t, `^gk1_[0-9a-f]{40}$`, rv.Key)
+
+		res, err := b.dispatch(t, rv.ID)
+		require.NoError(t, err)
+		require.Equal(t, state.Fulfilled, res.State)
+		calls := b.rec.Calls()
+		require.Len(t, calls, 2)
+		require.Empty(t, calls[0].Action)
+		require.Equal(t, connector.ActionRevoke, calls[1].Action)
+		require.Equal(t, rv.Key, calls[1].Key)
+
+		b.sweep(t)
+		_, err = b.svc.Accept(b.ctx, reversal("evt_full_later", "pi_1", fullRefund))
+		require.NoError(t, err)
+		require.Equal(t, map[state.State]int{state.Fulfilled: 1}, b.rows(t, "pi_1", db.ActionRevoke), "taken back once, ever")
+		require.Len(t, b.rec.Calls(), 2)
+	})
+
+	t.Run("ReversedBeforeItWentOutIsNeverSent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		fid := b.pay(t, "evt_pay", "pi_2")
+		_, err := b.svc.Accept(b.ctx, reversal("evt_full", "pi_2", fullRefund))
+		require.NoError(t, err)
+		require.Equal(t, state.Cancelled, b.db.Fulfilment(t, fid).State)
+		res, err := b.dispatch(t, fid)
+		require.NoError(t, err)
+		require.Equal(t, state.Cancelled, res.State)
+		b.sweep(t)
+		require.Empty(t, b.rec.Calls(), "nothing fulfilled, nothing revoked")
+		require.Empty(t, b.rows(t, "pi_2", db.ActionRevoke))
+		ts := b.db.Transitions(t, fid)
+		require.Equal(t, db.ReversedBeforeDispatch, ts[len(ts)-1].Reason)
+	})
+
+	t.Run("APaymentEventAfterItsReversalFulfilsNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.svc.Accept(b.ctx, reversal("evt_lost", "pi_3", disputeLost))
+		require.NoError(t, err)
+		res, err := b.svc.Accept(b.ctx, providerPayment("evt_pay", "pi_3"))
+		require.NoError(t, err)
+		require.Empty(t, res.FulfilmentID)
+		b.sweep(t)
+		require.Empty(t, b.rec.Calls())
+	})
+
+	t.Run("APartialRefundUnderTheDefaultPolicyLeavesThePayment", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.settle(t, "evt_pay", "pi_4", state.Done, state.Fulfilled)
+		_, err := b.svc.Accept(b.ctx, reversal("evt_partial", "pi_4", partialRefund))
+		require.NoError(t, err)
+		b.sweep(t)
+		require.Empty(t, b.rows(t, "pi_4", db.ActionRevoke))
+		var reversal, reverses string
+		require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT reversal, coalesce(reverses, '') FROM webhook_event WHERE event_id = 'evt_partial'`).Scan(&reversal, &reverses))
+		require.Equal(t, "partial refund", reversal, "stored with what it says")
+		require.Empty(t, reverses)
+	})
+
+	t.Run("InFlightWaitsForItsFacts", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			outcome state.Outcome
+			settled state.State
+			revoked bool
+		}{
+			{state.Done, state.Fulfilled, true},   // it was done: taken back
+			{state.Declined, state.Failed, false}, // nothing was done: nothing to take
+			{state.Unknown, state.NeedsReconciliation, false},
+		} {
+			t.Run(string(tc.settled), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				fid := b.pay(t, "evt_pay", "pi_5")
+				inCall, release := make(chan struct{}), make(chan struct{})
+				b.rec.Answer = func(context.Context, connector.Request) connector.Result {
+					close(inCall)
+					<-release
+					return connector.Result{Outcome: tc.outcome}
+				}
+				done := make(chan error)
+				go func() { _, err := b.dispatch(t, fid); done <- err }()
+				<-inCall
+				_, err := b.svc.Accept(b.ctx, reversal("evt_full", "pi_5", fullRefund))
+				require.NoError(t, err)
+				require.Equal(t, state.Dispatching, b.db.Fulfilment(t, fid).State, "a call in flight is left to its facts")
+				require.Empty(t, b.rows(t, "pi_5", db.ActionRevoke))
+				close(release)
+				require.NoError(t, <-done)
+				require.Equal(t, tc.settled, b.db.Fulfilment(t, fid).State)
+				b.sweep(t)
+				if tc.revoked {
+					require.Equal(t, state.Pending, b.revocation(t, "pi_5").State)
+				} else {
+					require.Empty(t, b.rows(t, "pi_5", db.ActionRevoke), "never a revoke for something not known done")
+				}
+			})
+		}
+	})
+
+	t.Run("RacingEventsAndDispatchesNeverRevokeWhatWasNotDone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		const payments = 24
+		var wg sync.WaitGroup
+		for i := range payments {
+			pi := fmt.Sprintf("pi_race_%d", i)
+			wg.Go(func() {
+				res, err := b.svc.Accept(b.ctx, providerPayment("evt_pay_"+pi, pi))
+				require.NoError(t, err)
+				if res.FulfilmentID != "" {
+					_, err = b.dispatch(t, res.FulfilmentID)
+					require.NoError(t, err)
+				}
+			})
+			wg.Go(func() {
+				time.Sleep(time.Duration(i%4) * time.Millisecond)
+				_, err := b.svc.Accept(b.ctx, reversal("evt_full_"+pi, pi, fullRefund))
+				require.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		b.sweep(t)
+		// Every revocation goes out, as the jobs would.
+		for i := range payments {
+			pi := fmt.Sprintf("pi_race_%d", i)
+			if n := b.rows(t, pi, db.ActionRevoke); len(n) > 0 {
+				_, err := b.dispatch(t, b.revocation(t, pi).ID)
+				require.NoError(t, err)
+			}
+		}
+		fulfilled, cancelled := 0, 0
+		for i := range payments {
+			pi := fmt.Sprintf("pi_race_%d", i)
+			f, r := b.rows(t, pi, db.ActionFulfil), b.rows(t, pi, db.ActionRevoke)
+			switch {
+			case f[state.Fulfilled] == 1:
+				fulfilled++
+				require.Equal(t, map[state.State]int{state.Fulfilled: 1}, r, "%s: fulfilled, so taken back once", pi)
+				require.Equal(t, 2, b.rec.CallsForPayment(pi))
+			default:
+				cancelled++
+				require.Empty(t, r, "%s: never fulfilled, never revoked: %v", pi, f)
+				require.Zero(t, b.rec.CallsForPayment(pi))
+			}
+		}
+		t.Logf("%d payments fulfilled then taken back, %d reversed before they went out", fulfilled, cancelled)
+	})
+}
+
+// providerPayment is a verified Stripe payment event.
+func providerPayment(eventID, paymentID string) provider.Event {
+	return provider.Event{Provider: "stripe", ID: eventID, Type: "payment_intent.succeeded", PaymentID: paymentID,
+		Payload: []byte(`{"id":"` + eventID + `"}`)}
+}

@@ -1,0 +1,104 @@
+package db
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Payment names one payment of one provider.
+type Payment struct {
+	Provider, PaymentID string
+}
+
+// paymentArrays splits payments into the two arrays the statements below
+// filter on; nil arrays (no payments given) filter nothing.
+func paymentArrays(payments []Payment) (providers, ids []string) {
+	if payments == nil {
+		return nil, nil
+	}
+	providers, ids = make([]string, len(payments)), make([]string, len(payments))
+	for i, p := range payments {
+		providers[i], ids[i] = p.Provider, p.PaymentID
+	}
+	return providers, ids
+}
+
+// ReversedBeforeDispatch is the reason a pending fulfilment is cancelled
+// when its payment was taken back before it went out.
+const ReversedBeforeDispatch = "payment reversed before it went out: never sent"
+
+// CancelReversedPending cancels every pending fulfilment (action fulfil)
+// whose payment a stored event reverses, of the given payments (nil: of
+// every payment), logging each move with the reversing event. Nothing was
+// sent for a pending row, so nothing is taken back; cancelled keeps the
+// payment, so no later event fulfils it. Rows are locked in (provider,
+// payment_id) order, the order every writer of a payment's rows takes. It
+// returns the cancelled rows' ids.
+func CancelReversedPending(ctx context.Context, q DBTX, actor string, payments []Payment) ([]string, error) {
+	providers, ids := paymentArrays(payments)
+	rows, err := q.Query(ctx, `
+		WITH due AS (
+			SELECT f.id, f.attempt,
+				(SELECT r.event_id FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id ORDER BY r.id LIMIT 1) AS reversed_by
+			FROM fulfilment f
+			WHERE f.state = 'pending' AND f.action = 'fulfil'
+			  AND ($1::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($1::text[], $2::text[])))
+			  AND EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id)
+			ORDER BY f.provider, f.payment_id
+			FOR UPDATE OF f
+		), moved AS (
+			UPDATE fulfilment f SET state = 'cancelled' FROM due WHERE f.id = due.id AND f.state = 'pending'
+			RETURNING f.id, f.attempt, due.reversed_by
+		), logged AS (
+			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
+			SELECT id, 'pending', 'cancelled', attempt, $3, $4, jsonb_build_object('reversed_by', reversed_by) FROM moved
+		)
+		SELECT id FROM moved`, providers, ids, actor, ReversedBeforeDispatch)
+	if err != nil {
+		return nil, wrap("cancel reversed pending", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return out, wrap("cancel reversed pending", err)
+}
+
+// RevocationCreated is the first transition's reason of a revocation.
+const RevocationCreated = "payment reversed after it was fulfilled: taking it back"
+
+// CreateRevocations creates a pending revocation (a fulfilment row with
+// action revoke) for each of the given payments (nil: every payment) that
+// is fulfilled, is reversed by a stored event, and has no revocation yet:
+// one per payment, ever, whatever number of refunds and disputes reverse
+// it (a failed revocation, which the receiver declined, is an operator's
+// to retry). Its event is the payment's first reversing event; its key
+// derives from the payment in the revoke namespace (guardian_revoke_key).
+// Concurrent creators meet at the fulfilment_one_per_payment index: one
+// row. It returns the created rows' ids, each of which needs a dispatch
+// job in the same transaction.
+func CreateRevocations(ctx context.Context, q DBTX, actor string, payments []Payment) ([]string, error) {
+	providers, ids := paymentArrays(payments)
+	rows, err := q.Query(ctx, `
+		WITH due AS (
+			SELECT DISTINCT ON (f.provider, f.payment_id) f.provider, f.payment_id, r.id AS event_pk
+			FROM fulfilment f JOIN webhook_event r ON r.provider = f.provider AND r.reverses = f.payment_id
+			WHERE f.action = 'fulfil' AND f.state = 'fulfilled'
+			  AND ($1::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($1::text[], $2::text[])))
+			  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id AND v.action = 'revoke')
+			ORDER BY f.provider, f.payment_id, r.id
+		), created AS (
+			INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key, action)
+			SELECT event_pk, provider, payment_id, guardian_revoke_key(provider, payment_id, 0), 'revoke'
+			FROM due ORDER BY provider, payment_id
+			ON CONFLICT (provider, payment_id, action) WHERE state <> 'failed' DO NOTHING
+			RETURNING id
+		), logged AS (
+			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
+			SELECT id, NULL, 'pending', 0, $3, $4 FROM created
+		)
+		SELECT id FROM created`, providers, ids, actor, RevocationCreated)
+	if err != nil {
+		return nil, wrap("create revocations", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return out, wrap("create revocations", err)
+}
