@@ -3,7 +3,7 @@
 #
 #   check.sh              every rule in: no violation, safety and liveness
 #   check.sh holes        each rule out in turn: spin must find the hole it closes
-#   check.sh trail X...   the counterexample with rules X... out (FIX1, or
+#   check.sh trail X...   the counterexample with rules X... out (FIX1, FIXRONCE, or
 #                         KEYED=1 FIXBODY FIXSIGNED: NAME=VALUE sets a value)
 #
 # The dispatch model runs against two receivers: one that honours no key
@@ -56,6 +56,8 @@ case ${1:-} in
 	run "dispatch: liveness (weak fairness)" -a -f -m400000
 	build filter.pml -DSAFETY
 	run "filter: no 2xx for an event not in Postgres" -m100000
+	build reversal.pml -DSAFETY -DNOCLAIM
+	run "reversal: taken back once, only if done" -m100000
 	;;
 holes)
 	status=0
@@ -75,6 +77,15 @@ holes)
 	for fix in FIXKEY FIX409 FIXSIGNED; do
 		hole "dispatch (keyed receiver) without $fix" $KEYED $fix=0
 	done
+	for fix in FIXRCLAIM FIXRDONE FIXRONCE FIXRCANCEL; do
+		build reversal.pml -DSAFETY -DNOCLAIM $fix=0
+		if run "reversal without $fix" -m100000 >/dev/null; then
+			echo "reversal without $fix: spin found nothing, but the rule is there to close a hole" >&2
+			status=1
+		else
+			echo "reversal without $fix: violation found, as it must be"
+		fi
+	done
 	for fix in FIX7=0 MARKFIRST=1; do
 		build filter.pml -DSAFETY $fix
 		if run "filter with $fix" -m100000 >/dev/null; then
@@ -93,6 +104,7 @@ trail)
 	for a in "$@"; do
 		case $a in
 		FIX7) model=filter.pml; defs+=(FIX7=0) ;;
+		FIXR*) model=reversal.pml; defs+=("$a=0") ;;
 		MARKFIRST) model=filter.pml; defs+=(MARKFIRST=1) ;;
 		*=*) defs+=("$a") ;;
 		*) defs+=("$a=0") ;;
@@ -102,7 +114,7 @@ trail)
 	build "$model" -DSAFETY -DNOCLAIM "${defs[@]}"
 	./pan -m400000 >/dev/null 2>&1 || true
 	dflags=(); for d in "${defs[@]}"; do dflags+=("-D$d"); done
-	spin "${dflags[@]}" -t -p "$model" | grep -E 'proc +[0-9]+ \((provider|worker|sweep|reconciler|operator|chaos|clock|receiver)' \
+	spin "${dflags[@]}" -t -p "$model" | grep -E 'proc +[0-9]+ \((provider|worker|sweep|reconciler|operator|chaos|clock|receiver|payment|reversal|fulfiller|revoker)' \
 		| grep -vE '\[(\(1\)|else|skip)\]|\[(r|a|out|n|k|body|i) = ' | sed -E 's/^ *[0-9]+:\s+proc +[0-9]+ //; s/ \(state [0-9]+\)//'
 	spin "${dflags[@]}" -t "$model" | grep -E 'assertion violated|spin: trail ends' || true
 	;;
