@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/guardian-pay/guardian/app/provider"
@@ -59,8 +60,8 @@ type paddlePage struct {
 }
 
 // List pages through Paddle's events, newest first (Paddle's ids order
-// them by time), until one happened before from. Only the fulfilling type
-// is taken: it is the one the rules read.
+// them by time), until one happened before from. Only the types the rules
+// read are taken: the fulfilling one and the adjustments.
 func (s *paddleSource) List(ctx context.Context, from time.Time, accept func(provider.Event) error) error {
 	next := "/events?order_by=id%5BDESC%5D&per_page=200"
 	for next != "" {
@@ -81,7 +82,7 @@ func (s *paddleSource) List(ctx context.Context, from time.Time, accept func(pro
 			if head.OccurredAt.Before(from) {
 				return nil // older than the window: so is the rest
 			}
-			if head.Type != provider.PaddleFulfilType {
+			if !slices.Contains(provider.PaddleRuleTypes, head.Type) {
 				continue
 			}
 			ev, err := s.provider.Read(raw)

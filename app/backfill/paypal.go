@@ -59,8 +59,8 @@ type payPalPage struct {
 	} `json:"links"`
 }
 
-// List gets an access token, then pages through the fulfilling type's
-// events between from and now.
+// List gets an access token, then pages through each type the rules read
+// (provider.PayPalRuleTypes), between from and now.
 func (s *payPalSource) List(ctx context.Context, from time.Time, accept func(provider.Event) error) error {
 	var token struct {
 		AccessToken string `json:"access_token"`
@@ -72,16 +72,26 @@ func (s *payPalSource) List(ctx context.Context, from time.Time, accept func(pro
 	if token.AccessToken == "" {
 		return errors.New("paypal API: the token answer holds no access_token")
 	}
+	for _, eventType := range provider.PayPalRuleTypes {
+		if err := s.listType(ctx, from, eventType, "Bearer "+token.AccessToken, accept); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listType pages through one event type's events between from and now.
+func (s *payPalSource) listType(ctx context.Context, from time.Time, eventType, authorization string, accept func(provider.Event) error) error {
 	q := url.Values{
 		"page_size":  {"300"},
 		"start_time": {from.UTC().Format(time.RFC3339)},
 		"end_time":   {s.cfg.Now().UTC().Add(time.Minute).Format(time.RFC3339)},
-		"event_type": {provider.PayPalFulfilEvent},
+		"event_type": {eventType},
 	}
 	next := "/v1/notifications/webhooks-events?" + q.Encode()
 	for next != "" {
 		var page payPalPage
-		if err := s.api.do(ctx, "GET", next, "Bearer "+token.AccessToken, nil, &page); err != nil {
+		if err := s.api.do(ctx, "GET", next, authorization, nil, &page); err != nil {
 			return err
 		}
 		for _, raw := range page.Events {

@@ -217,7 +217,7 @@ func (f *fakePayPal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		q := r.URL.Query()
 		start, err := time.Parse(time.RFC3339, q.Get("start_time"))
-		if err != nil || q.Get("event_type") != "PAYMENT.CAPTURE.COMPLETED" {
+		if err != nil || q.Get("event_type") == "" {
 			w.WriteHeader(http.StatusBadRequest)
 			_, _ = w.Write([]byte(`{"name":"VALIDATION_ERROR","message":"Invalid request"}`))
 			return
@@ -227,7 +227,7 @@ func (f *fakePayPal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var in []map[string]any
 		for _, e := range f.events {
 			at, _ := time.Parse(time.RFC3339, e["create_time"].(string))
-			if !at.Before(start) {
+			if !at.Before(start) && e["event_type"] == q.Get("event_type") {
 				in = append(in, e)
 			}
 		}
@@ -275,11 +275,18 @@ func TestPayPalBackfill(t *testing.T) {
 			api.add(fmt.Sprintf("WH-BF-%d", i), fmt.Sprintf("CAPBF%d", i), "COMPLETED", b.now.Add(-time.Duration(i+1)*time.Hour))
 		}
 		api.add("WH-BF-DECLINED", "CAPBFX", "DECLINED", b.now.Add(-time.Hour))
+		api.mu.Lock() // a dispute of one of them, lost
+		api.events = append(api.events, map[string]any{"id": "WH-BF-LOST", "event_type": "CUSTOMER.DISPUTE.RESOLVED", "create_time": b.now.Add(-time.Minute).UTC().Format(time.RFC3339),
+			"resource": map[string]any{"disputed_transactions": []any{map[string]any{"seller_transaction_id": "CAPBF0"}}, "dispute_outcome": map[string]any{"outcome_code": "RESOLVED_BUYER_FAVOUR"}}})
+		api.mu.Unlock()
 		api.add("WH-BF-OLD", "CAPOLD", "COMPLETED", b.now.Add(-100*time.Hour))
 		res, err := b.run.Run(b.ctx, time.Time{})
 		require.NoError(t, err)
-		require.Equal(t, 6, res.Listed)
+		require.Equal(t, 7, res.Listed)
 		require.Equal(t, 5, res.Fulfilments, "the declined one is stored, and fulfils nothing")
+		var reverses string
+		require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT reverses FROM webhook_event WHERE event_id = 'WH-BF-LOST'`).Scan(&reverses))
+		require.Equal(t, "CAPBF0", reverses, "the lost dispute is backfilled too")
 		require.Equal(t, 5, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE provider = 'paypal'`))
 		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'WH-BF-OLD'`))
 		res, err = b.run.Run(b.ctx, time.Time{})

@@ -187,8 +187,19 @@ func (a *Adyen) Map(eventCode string, body []byte) (Event, error) {
 	return a.rules(Event{Provider: a.Name(), Type: eventCode, Payload: body}, f), nil
 }
 
-// rules applies the rule for "paid" to ev.
+// rules applies the rule for "paid" to ev, and reads a reversal.
 func (a *Adyen) rules(ev Event, f adyenItem) Event {
+	if stage, kind, full, ok := adyenReversal(ev.Type); ok {
+		switch {
+		case f.success != "true":
+			ev.Note = strings.ToLower(ev.Type) + " did not succeed: nothing was taken back"
+		case f.originalReference == "" || len(f.originalReference) > maxIDLength:
+			ev.Note = "names no originalReference: a reversal Guardian cannot match to a payment"
+		default:
+			ev.Reversal = &Reversal{PaymentID: f.originalReference, Kind: kind, Full: full, Stage: stage}
+		}
+		return ev
+	}
 	switch ev.Type {
 	case "AUTHORISATION":
 		switch {
@@ -221,6 +232,28 @@ type adyenItem struct {
 	pspReference, originalReference, merchantAccount, merchantReference string
 	value, currency, eventCode, success                                 string
 	reason                                                              string
+}
+
+// adyenReversal names what an event code reverses, by Adyen's event
+// reference: a refund (REFUND does not say whether it is the whole
+// payment; CANCEL_OR_REFUND and CANCELLATION return all of it), or a
+// dispute (NOTIFICATION_OF_CHARGEBACK opens one; CHARGEBACK takes the funds,
+// as do SECOND_CHARGEBACK and PREARBITRATION_LOST; CHARGEBACK_REVERSED and
+// PREARBITRATION_WON give them back).
+func adyenReversal(eventCode string) (stage DisputeStage, kind ReversalKind, full, ok bool) {
+	switch eventCode {
+	case "REFUND":
+		return "", Refund, false, true
+	case "CANCEL_OR_REFUND", "CANCELLATION":
+		return "", Refund, true, true
+	case "NOTIFICATION_OF_CHARGEBACK":
+		return DisputeOpened, Dispute, false, true
+	case "CHARGEBACK", "SECOND_CHARGEBACK", "PREARBITRATION_LOST":
+		return DisputeLost, Dispute, false, true
+	case "CHARGEBACK_REVERSED", "PREARBITRATION_WON":
+		return DisputeWon, Dispute, false, true
+	}
+	return "", "", false, false
 }
 
 // signingString is the string Adyen signs: the eight fields joined by

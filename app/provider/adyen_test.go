@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -235,4 +236,48 @@ func mustItem(t *testing.T, body []byte, i int) map[string]any {
 		t.Fatalf("no item %d", i)
 	}
 	return list[i].(map[string]any)["NotificationRequestItem"].(map[string]any)
+}
+
+// TestAdyenReversals: refunds and chargebacks by Adyen's event codes, each
+// naming its payment in originalReference.
+func TestAdyenReversals(t *testing.T) {
+	t.Parallel()
+	a, err := NewAdyen(AdyenConfig{HMACKeys: []string{adyenKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		code     string
+		success  bool
+		original string
+		want     *Reversal
+	}{
+		{"REFUND", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Refund}},
+		{"REFUND", false, "PSP1", nil},
+		{"CANCEL_OR_REFUND", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Refund, Full: true}},
+		{"CANCELLATION", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Refund, Full: true}},
+		{"NOTIFICATION_OF_CHARGEBACK", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Dispute, Stage: DisputeOpened}},
+		{"CHARGEBACK", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Dispute, Stage: DisputeLost}},
+		{"SECOND_CHARGEBACK", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Dispute, Stage: DisputeLost}},
+		{"CHARGEBACK_REVERSED", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Dispute, Stage: DisputeWon}},
+		{"CHARGEBACK", true, "", nil},
+		{"AUTHORISATION", true, "", nil},
+	}
+	for _, tt := range tests {
+		body, err := SignAdyen([]AdyenItem{{EventCode: tt.code, PSPReference: "MOD1", OriginalReference: tt.original, MerchantAccount: "Shop",
+			Value: 100, Currency: "EUR", Success: tt.success}}, adyenKey, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := a.Verify(nil, body, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(ev.Reversal, tt.want) {
+			t.Errorf("%s success %v original %q: reversal %+v, want %+v", tt.code, tt.success, tt.original, ev.Reversal, tt.want)
+		}
+		if ev.Reversal != nil && ev.Fulfils() {
+			t.Errorf("%s both fulfils and reverses", tt.code)
+		}
+	}
 }

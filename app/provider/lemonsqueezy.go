@@ -116,6 +116,21 @@ func (l *LemonSqueezy) Map(eventName string, body []byte) (Event, error) {
 // lemonSqueezyMap applies the rule for "paid" to ev: a paid order names
 // itself, anything else says why not.
 func lemonSqueezyMap(ev Event, data, attrs map[string]any) Event {
+	if ev.Type == "order_refunded" {
+		// The order refunded, whole ("refunded") or in part
+		// ("partial_refund"), named as order_created named it.
+		order, _ := data["id"].(string)
+		status, _ := attrs["status"].(string)
+		switch {
+		case status != "refunded" && status != "partial_refund":
+			ev.Note = "order_refunded with status " + strconv.Quote(status) + ": no refund Guardian knows"
+		case order == "" || len(order) > maxIDLength || hasNUL(order):
+			ev.Note = "no string order id at data.id: a reversal Guardian cannot match to a payment"
+		default:
+			ev.Reversal = &Reversal{PaymentID: order, Kind: Refund, Full: status == "refunded"}
+		}
+		return ev
+	}
 	if ev.Type != LemonSqueezyFulfilEvent {
 		return ev
 	}

@@ -118,3 +118,28 @@ func TestLemonSqueezyRules(t *testing.T) {
 		})
 	}
 }
+
+// TestLemonSqueezyReversals: order_refunded, whole or in part, names the
+// order order_created named.
+func TestLemonSqueezyReversals(t *testing.T) {
+	t.Parallel()
+	const secret = "ls_signing_secret_reversal_0123456789"
+	l, err := NewLemonSqueezy(LemonSqueezyConfig{Secrets: []string{secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for status, want := range map[string]*Reversal{
+		"refunded":       {PaymentID: "1", Kind: Refund, Full: true},
+		"partial_refund": {PaymentID: "1", Kind: Refund},
+		"paid":           nil,
+	} {
+		body := []byte(`{"meta":{"test_mode":false,"event_name":"order_refunded"},"data":{"type":"orders","id":"1","attributes":{"status":"` + status + `","refunded":true,"updated_at":"2026-12-01T00:00:00.000000Z"}}}`)
+		ev, err := l.Verify(SignLemonSqueezy(body, secret, "order_refunded"), body, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (want == nil) != (ev.Reversal == nil) || (want != nil && *want != *ev.Reversal) || ev.Fulfils() {
+			t.Errorf("status %s: reversal %+v, want %+v", status, ev.Reversal, want)
+		}
+	}
+}

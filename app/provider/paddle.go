@@ -115,9 +115,19 @@ func (p *Paddle) Map(eventType string, body []byte) (Event, error) {
 	return p.mapEnvelope(Event{Provider: p.Name(), Type: eventType, Payload: body}, env), nil
 }
 
+// PaddleRuleTypes are the events Paddle's rules read: the fulfilling one
+// and the adjustments (refunds and chargebacks). A backfill lists these.
+var PaddleRuleTypes = []string{PaddleFulfilType, "adjustment.created", "adjustment.updated"}
+
 // mapEnvelope applies the rule for "paid" to ev: a completed transaction
-// names its payment, anything else says why not.
+// names its payment, anything else says why not; an adjustment says what
+// it reverses.
 func (p *Paddle) mapEnvelope(ev Event, env map[string]any) Event {
+	if ev.Type == "adjustment.created" || ev.Type == "adjustment.updated" {
+		data, _ := env["data"].(map[string]any)
+		ev.Reversal, ev.Note = paddleReversal(data)
+		return ev
+	}
 	if ev.Type != PaddleFulfilType {
 		return ev
 	}
@@ -180,4 +190,47 @@ func paddleSignature(header string) (ts string, sigs [][]byte, ok bool) {
 		}
 	}
 	return ts, sigs, ts != "" && len(sigs) > 0
+}
+
+// paddleReversal reads an adjustment: a refund Paddle approved (whole when
+// the adjustment, or every item of it, is "full"), a chargeback (lost: the
+// funds are taken), a chargeback warning (opened), a chargeback reversed
+// (won). A credit, or a refund pending approval or rejected, is none.
+func paddleReversal(data map[string]any) (*Reversal, string) {
+	str := func(k string) string { v, _ := data[k].(string); return v }
+	r := &Reversal{PaymentID: str("transaction_id")}
+	switch action := str("action"); action {
+	case "refund":
+		if st := str("status"); st != "approved" {
+			return nil, "refund adjustment is " + strconv.Quote(st) + ", not approved"
+		}
+		r.Kind, r.Full = Refund, paddleWhole(data)
+	case "chargeback":
+		r.Kind, r.Stage = Dispute, DisputeLost
+	case "chargeback_warning":
+		r.Kind, r.Stage = Dispute, DisputeOpened
+	case "chargeback_reverse":
+		r.Kind, r.Stage = Dispute, DisputeWon
+	default:
+		return nil, "adjustment " + strconv.Quote(action) + " takes no money back"
+	}
+	if r.PaymentID == "" || len(r.PaymentID) > maxIDLength || hasNUL(r.PaymentID) {
+		return nil, "names no transaction: a reversal Guardian cannot match to a payment"
+	}
+	return r, ""
+}
+
+// paddleWhole reports whether an adjustment is the whole transaction: its
+// own type, or else every item's.
+func paddleWhole(data map[string]any) bool {
+	if t, ok := data["type"].(string); ok {
+		return t == "full"
+	}
+	items, _ := data["items"].([]any)
+	for _, it := range items {
+		if m, _ := it.(map[string]any); m == nil || m["type"] != "full" {
+			return false
+		}
+	}
+	return len(items) > 0
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +149,64 @@ func TestPaddleRules(t *testing.T) {
 			}
 			if (tt.name == "NumericIDIsFlagged") != (ev.Unmapped != "") {
 				t.Errorf("unmapped = %q: only a paid transaction without a readable id is flagged", ev.Unmapped)
+			}
+		})
+	}
+}
+
+// TestPaddleReversals: adjustments by Paddle's rules, from the official
+// Node SDK's adjustment.updated mock.
+func TestPaddleReversals(t *testing.T) {
+	t.Parallel()
+	var mock map[string]any
+	loadTestdata(t, "paddle/adjustment_updated.json", &mock)
+	p, err := NewPaddle(PaddleConfig{Secrets: []string{"pdl_ntfset_01reversal_secret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	variant := func(fields map[string]any) []byte {
+		var ev map[string]any
+		b, _ := json.Marshal(mock)
+		_ = json.Unmarshal(b, &ev)
+		data := ev["data"].(map[string]any)
+		for k, v := range fields {
+			if v == nil {
+				delete(data, k)
+			} else {
+				data[k] = v
+			}
+		}
+		out, _ := json.Marshal(ev)
+		return out
+	}
+	const txn = "txn_01h8bxpvx398a7zbawb77y0kp5"
+	tests := []struct {
+		name string
+		body []byte
+		want *Reversal
+	}{
+		{"TheSDKsPartialRefund", variant(nil), &Reversal{PaymentID: txn, Kind: Refund}},
+		{"FullRefund", variant(map[string]any{"type": "full"}), &Reversal{PaymentID: txn, Kind: Refund, Full: true}},
+		{"RefundPendingApproval", variant(map[string]any{"status": "pending_approval"}), nil},
+		{"RefundRejected", variant(map[string]any{"status": "rejected"}), nil},
+		{"Chargeback", variant(map[string]any{"action": "chargeback"}), &Reversal{PaymentID: txn, Kind: Dispute, Stage: DisputeLost}},
+		{"ChargebackWarning", variant(map[string]any{"action": "chargeback_warning"}), &Reversal{PaymentID: txn, Kind: Dispute, Stage: DisputeOpened}},
+		{"ChargebackReversed", variant(map[string]any{"action": "chargeback_reverse"}), &Reversal{PaymentID: txn, Kind: Dispute, Stage: DisputeWon}},
+		{"Credit", variant(map[string]any{"action": "credit"}), nil},
+		{"NoTransaction", variant(map[string]any{"transaction_id": nil}), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ev, err := p.Verify(SignPaddle(tt.body, "pdl_ntfset_01reversal_secret", time.Now()), tt.body, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(ev.Reversal, tt.want) || ev.Fulfils() {
+				t.Errorf("reversal %+v, want %+v", ev.Reversal, tt.want)
+			}
+			if tt.want == nil && ev.Note == "" {
+				t.Error("no word on why it is no reversal")
 			}
 		})
 	}

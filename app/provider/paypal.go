@@ -41,6 +41,11 @@ const payPalCertPath = "/v1/notifications/certs/"
 // PayPal's fulfilling event: a capture that completed.
 const PayPalFulfilEvent = "PAYMENT.CAPTURE.COMPLETED"
 
+// PayPalRuleTypes are the events PayPal's rules read: the fulfilling one,
+// and the refunds, reversals and disputes. A backfill lists these.
+var PayPalRuleTypes = []string{PayPalFulfilEvent, "PAYMENT.CAPTURE.REFUNDED", "PAYMENT.CAPTURE.REVERSED",
+	"CUSTOMER.DISPUTE.CREATED", "CUSTOMER.DISPUTE.RESOLVED"}
+
 // maxPayPalCerts bounds the certificate cache; PayPal rotates its
 // certificate every year or so, so a handful of URLs is all a deployment
 // sees.
@@ -198,9 +203,10 @@ func (p *PayPal) Map(eventType string, body []byte) (Event, error) {
 	return payPalRules(Event{Provider: p.Name(), Type: eventType, Payload: body}, resource), nil
 }
 
-// payPalRules applies the rule for "paid" to ev.
+// payPalRules applies the rule for "paid" to ev, and reads a reversal.
 func payPalRules(ev Event, resource map[string]any) Event {
 	if ev.Type != PayPalFulfilEvent {
+		ev.Reversal, ev.Note = payPalReversal(ev.Type, resource)
 		return ev
 	}
 	status, _ := resource["status"].(string)
@@ -338,4 +344,51 @@ func fetchOverHTTPS(ctx context.Context, url string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: reading PayPal's certificate: %v", ErrUnavailable, err)
 	}
 	return raw, nil
+}
+
+// payPalReversal reads a refund or dispute, by PayPal's event names: a
+// capture refunded (the refund names its capture by its "up" link; whether
+// it is the whole capture it does not say), or reversed by PayPal (the
+// funds taken back: lost); a dispute opened, or resolved (in the buyer's
+// favour: lost; otherwise: won), naming the capture it disputes.
+func payPalReversal(eventType string, resource map[string]any) (*Reversal, string) {
+	var r *Reversal
+	var capture string
+	switch eventType {
+	case "PAYMENT.CAPTURE.REFUNDED", "PAYMENT.CAPTURE.REVERSED":
+		r = &Reversal{Kind: Refund}
+		if eventType == "PAYMENT.CAPTURE.REVERSED" {
+			r = &Reversal{Kind: Dispute, Stage: DisputeLost}
+		}
+		links, _ := resource["links"].([]any)
+		for _, l := range links {
+			link, _ := l.(map[string]any)
+			if href, _ := link["href"].(string); link["rel"] == "up" {
+				if _, id, ok := strings.Cut(href, "/v2/payments/captures/"); ok && !strings.Contains(id, "/") {
+					capture = id
+				}
+			}
+		}
+	case "CUSTOMER.DISPUTE.CREATED", "CUSTOMER.DISPUTE.RESOLVED":
+		r = &Reversal{Kind: Dispute, Stage: DisputeOpened}
+		if eventType == "CUSTOMER.DISPUTE.RESOLVED" {
+			outcome, _ := resource["dispute_outcome"].(map[string]any)
+			r.Stage = DisputeWon
+			if outcome["outcome_code"] == "RESOLVED_BUYER_FAVOUR" {
+				r.Stage = DisputeLost
+			}
+		}
+		txns, _ := resource["disputed_transactions"].([]any)
+		if len(txns) > 0 {
+			txn, _ := txns[0].(map[string]any)
+			capture, _ = txn["seller_transaction_id"].(string)
+		}
+	default:
+		return nil, ""
+	}
+	if capture == "" || len(capture) > maxIDLength || hasNUL(capture) {
+		return nil, "names no capture: a reversal Guardian cannot match to a payment"
+	}
+	r.PaymentID = capture
+	return r, ""
 }

@@ -297,3 +297,43 @@ func TestPayPalRules(t *testing.T) {
 		})
 	}
 }
+
+// TestPayPalReversals: refunds, reversals and disputes, each naming the
+// capture PAYMENT.CAPTURE.COMPLETED named.
+func TestPayPalReversals(t *testing.T) {
+	t.Parallel()
+	s := newPayPal(t, provider.ModeTest, nil)
+	now := time.Now()
+	refund := func(typ string) []byte {
+		return []byte(`{"id":"WH-R-` + typ + `","event_type":"` + typ + `","resource_type":"refund","resource":{"id":"1Y107995YT783435V","status":"COMPLETED",` +
+			`"amount":{"value":"2.51","currency_code":"USD"},"links":[{"href":"https://api.paypal.com/v2/payments/refunds/1Y107995YT783435V","rel":"self","method":"GET"},` +
+			`{"href":"https://api.paypal.com/v2/payments/captures/27M47624FP291604U","rel":"up","method":"GET"}]}}`)
+	}
+	dispute := func(typ, outcome string) []byte {
+		return []byte(`{"id":"WH-D-` + typ + outcome + `","event_type":"` + typ + `","resource_type":"dispute","resource":{"dispute_id":"PP-D-27803",` +
+			`"disputed_transactions":[{"seller_transaction_id":"27M47624FP291604U"}],"dispute_outcome":{"outcome_code":"` + outcome + `"}}}`)
+	}
+	tests := []struct {
+		name string
+		body []byte
+		want *provider.Reversal
+	}{
+		{"Refunded", refund("PAYMENT.CAPTURE.REFUNDED"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Refund}},
+		{"Reversed", refund("PAYMENT.CAPTURE.REVERSED"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Dispute, Stage: provider.DisputeLost}},
+		{"DisputeOpened", dispute("CUSTOMER.DISPUTE.CREATED", ""), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Dispute, Stage: provider.DisputeOpened}},
+		{"DisputeLost", dispute("CUSTOMER.DISPUTE.RESOLVED", "RESOLVED_BUYER_FAVOUR"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Dispute, Stage: provider.DisputeLost}},
+		{"DisputeWon", dispute("CUSTOMER.DISPUTE.RESOLVED", "RESOLVED_SELLER_FAVOUR"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Dispute, Stage: provider.DisputeWon}},
+		{"OrderApproved", []byte(`{"id":"WH-A","event_type":"CHECKOUT.ORDER.APPROVED","resource":{"id":"ORDER1"}}`), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev, err := s.p.Verify(s.sign(t, tt.body, payPalSandboxCert, payPalWebhook, "t-"+tt.name, now), tt.body, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (tt.want == nil) != (ev.Reversal == nil) || (tt.want != nil && *tt.want != *ev.Reversal) || ev.Fulfils() {
+				t.Errorf("reversal %+v, want %+v", ev.Reversal, tt.want)
+			}
+		})
+	}
+}

@@ -114,6 +114,7 @@ func (s *Shopify) Map(topic string, body []byte) (Event, error) {
 // under orders/paid names no order and is flagged, never fulfilled.
 func shopifyMap(ev Event, order map[string]any) Event {
 	if ev.Type != ShopifyFulfilTopic {
+		ev.Reversal, ev.Note = shopifyReversal(ev.Type, order)
 		return ev
 	}
 	id, ok := order["id"].(json.Number)
@@ -131,4 +132,54 @@ func shopifyMap(ev Event, order map[string]any) Event {
 		ev.PaymentID = strconv.FormatUint(n, 10)
 	}
 	return ev
+}
+
+// shopifyReversal reads a refund or dispute by its topic and, the topic
+// being unsigned, by what the signed body is: refunds/create carries a
+// refund (its order_id; whether it is the whole order it does not say);
+// orders/updated an order whose financial_status says refunded (the whole
+// order) or partially_refunded; disputes/create and disputes/update a
+// chargeback (its order_id; won or lost when it closes; an inquiry is no
+// chargeback). Anything else is no reversal.
+func shopifyReversal(topic string, body map[string]any) (*Reversal, string) {
+	var r *Reversal
+	orderID := body["order_id"]
+	switch topic {
+	case "refunds/create":
+		if orderID == nil {
+			return nil, "not a refund: no order_id, whatever the unsigned X-Shopify-Topic says"
+		}
+		r = &Reversal{Kind: Refund}
+	case "orders/updated":
+		status, _ := body["financial_status"].(string)
+		switch status {
+		case "refunded":
+			r = &Reversal{Kind: Refund, Full: true}
+		case "partially_refunded":
+			r = &Reversal{Kind: Refund}
+		default:
+			return nil, ""
+		}
+		orderID = body["id"]
+	case "disputes/create", "disputes/update":
+		if kind, _ := body["type"].(string); kind != "chargeback" || orderID == nil {
+			return nil, "not a chargeback: an inquiry, or no order_id"
+		}
+		r = &Reversal{Kind: Dispute, Stage: DisputeOpened}
+		switch body["status"] {
+		case "won":
+			r.Stage = DisputeWon
+		case "lost":
+			r.Stage = DisputeLost
+		}
+	default:
+		return nil, ""
+	}
+	id, ok := orderID.(json.Number)
+	n, err := strconv.ParseUint(string(id), 10, 64)
+	if !ok || err != nil || n == 0 {
+		return nil, "names no positive integer order id: a reversal Guardian cannot match to a payment"
+	}
+	r.PaymentID = strconv.FormatUint(n, 10)
+	return r, ""
 }

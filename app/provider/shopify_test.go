@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -147,6 +148,44 @@ func TestShopifyRules(t *testing.T) {
 			m, err := s.Map(tt.topic, tt.body)
 			if err != nil || m.PaymentID != ev.PaymentID || m.Unmapped != ev.Unmapped {
 				t.Errorf("Map = %+v, %v; want the same reading as Verify", m, err)
+			}
+		})
+	}
+}
+
+// TestShopifyReversals: refunds, refunded orders and chargebacks, each
+// matched to its order by what the signed body is, whatever the unsigned
+// topic says.
+func TestShopifyReversals(t *testing.T) {
+	t.Parallel()
+	const secret = "shopify_client_secret_for_guardian_reversals"
+	s, err := NewShopify(ShopifyConfig{Secrets: []string{secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, topic, body string
+		want              *Reversal
+	}{
+		{"Refund", "refunds/create", `{"id":890088186,"order_id":450789469,"note":"wrong size","transactions":[{"amount":"41.94","kind":"refund","status":"success"}]}`, &Reversal{PaymentID: "450789469", Kind: Refund}},
+		{"OrderRefunded", "orders/updated", `{"id":450789469,"financial_status":"refunded","test":false}`, &Reversal{PaymentID: "450789469", Kind: Refund, Full: true}},
+		{"OrderPartlyRefunded", "orders/updated", `{"id":450789469,"financial_status":"partially_refunded","test":false}`, &Reversal{PaymentID: "450789469", Kind: Refund}},
+		{"OrderUpdatedOtherwise", "orders/updated", `{"id":450789469,"financial_status":"paid","test":false}`, nil},
+		{"ChargebackOpened", "disputes/create", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"needs_response"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeOpened}},
+		{"ChargebackLost", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"lost"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeLost}},
+		{"ChargebackWon", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"won"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeWon}},
+		{"Inquiry", "disputes/create", `{"id":598735659,"order_id":450789469,"type":"inquiry","status":"needs_response"}`, nil},
+		{"AnOrderSentAsARefund", "refunds/create", `{"id":450789469,"financial_status":"paid","test":false}`, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ev, err := s.Verify(SignShopify([]byte(tt.body), secret, tt.topic, "evt-"+tt.name), []byte(tt.body), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(ev.Reversal, tt.want) || ev.Fulfils() {
+				t.Errorf("reversal %+v, want %+v", ev.Reversal, tt.want)
 			}
 		})
 	}
