@@ -248,15 +248,15 @@ func printMoved(w io.Writer, f web.Fulfilment) {
 func printFulfilments(w io.Writer, list web.FulfilmentList, parked bool) {
 	tw := table(w)
 	if parked {
-		fmt.Fprintln(tw, "FULFILMENT\tPROVIDER\tPAYMENT\tATTEMPT\tPARKED FOR\tCHECKS")
+		fmt.Fprintln(tw, "FULFILMENT\tPROVIDER\tPAYMENT\tACTION\tATTEMPT\tPARKED FOR\tCHECKS")
 	} else {
-		fmt.Fprintln(tw, "FULFILMENT\tPROVIDER\tPAYMENT\tSTATE\tATTEMPT\tCREATED")
+		fmt.Fprintln(tw, "FULFILMENT\tPROVIDER\tPAYMENT\tACTION\tSTATE\tATTEMPT\tCREATED")
 	}
 	for _, f := range list.Fulfilments {
 		if parked {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\n", f.ID, f.Provider, f.PaymentID, f.Attempt, time.Since(f.UpdatedAt).Round(time.Second), f.Checks)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\n", f.ID, f.Provider, f.PaymentID, f.Action, f.Attempt, time.Since(f.UpdatedAt).Round(time.Second), f.Checks)
 		} else {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", f.ID, f.Provider, f.PaymentID, f.State, f.Attempt, f.CreatedAt.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", f.ID, f.Provider, f.PaymentID, f.Action, f.State, f.Attempt, f.CreatedAt.UTC().Format(time.RFC3339))
 		}
 	}
 	_ = tw.Flush()
@@ -288,8 +288,8 @@ func printEvents(w io.Writer, list web.EventList) {
 
 func printDetail(w io.Writer, d web.FulfilmentDetail) {
 	f := d.Fulfilment
-	fmt.Fprintf(w, "fulfilment %s\n  payment   %s %s\n  key       %s\n  state     %s (attempt %d)\n  event     %s (%s), %d deliveries\n  created   %s\n\n",
-		f.ID, f.Provider, f.PaymentID, f.IdempotencyKey, f.State, f.Attempt, d.Event.EventID, d.Event.Type, d.Event.Deliveries, f.CreatedAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "fulfilment %s\n  payment   %s %s\n  action    %s\n  key       %s\n  state     %s (attempt %d)\n  event     %s (%s), %d deliveries\n  created   %s\n\n",
+		f.ID, f.Provider, f.PaymentID, f.Action, f.IdempotencyKey, f.State, f.Attempt, d.Event.EventID, d.Event.Type, d.Event.Deliveries, f.CreatedAt.UTC().Format(time.RFC3339))
 	tw := table(w)
 	fmt.Fprintln(tw, "WHEN\tFROM\tTO\tATTEMPT\tACTOR\tREASON\tEVIDENCE")
 	for _, t := range d.Transitions {

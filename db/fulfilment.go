@@ -107,10 +107,15 @@ func CountByState(ctx context.Context, q DBTX, states ...state.State) (map[state
 		return nil, wrap("count by state", err)
 	}
 	counts := map[state.State]int{}
+	return counts, wrap("count by state", collectCounts(rows, counts))
+}
+
+// collectCounts reads (state, count) rows into counts.
+func collectCounts(rows pgx.Rows, counts map[state.State]int) error {
 	var st state.State
 	var n int
-	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error { counts[st] = n; return nil })
-	return counts, wrap("count by state", err)
+	_, err := pgx.ForEachRow(rows, []any{&st, &n}, func() error { counts[st] = n; return nil })
+	return err
 }
 
 // DispatchInput is what the dispatcher hands the connector: the fulfilment

@@ -13,6 +13,9 @@ import (
 // Stats is the shape of the fulfilment table at one moment.
 type Stats struct {
 	ByState map[state.State]int
+	// Revocations counts the revocations (rows with action revoke, which
+	// ByState counts too) by state.
+	Revocations map[state.State]int
 	// OldestNeedsReconciliation is when the longest-waiting parked
 	// fulfilment was parked; nil when none waits.
 	OldestNeedsReconciliation *time.Time
@@ -111,7 +114,14 @@ func GetStats(ctx context.Context, q DBTX, states ...state.State) (Stats, error)
 	if err != nil {
 		return Stats{}, err
 	}
-	st := Stats{ByState: counts}
+	st := Stats{ByState: counts, Revocations: map[state.State]int{}}
+	rows, err := q.Query(ctx, `SELECT state, count(*) FROM fulfilment WHERE action = 'revoke' GROUP BY state`)
+	if err != nil {
+		return Stats{}, wrap("count revocations", err)
+	}
+	if err := collectCounts(rows, st.Revocations); err != nil {
+		return Stats{}, wrap("count revocations", err)
+	}
 	// Two statements, so each min is one step down fulfilment_state_idx.
 	for s, dst := range map[state.State]**time.Time{state.NeedsReconciliation: &st.OldestNeedsReconciliation, state.Pending: &st.OldestPending} {
 		if err := q.QueryRow(ctx, `SELECT min(updated_at) FROM fulfilment WHERE state = $1`, s).Scan(dst); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/db/dbtest/faultproxy"
@@ -74,6 +75,7 @@ type chaosHarness struct {
 	acked     sync.Map // event id -> chaosDelivery
 	unpaid    sync.Map // payment id -> true: a purchase whose payment failed
 	fulfils   sync.Map // event id -> true: the event that pays for its purchase
+	reversed  sync.Map // payment id -> true: a purchase refunded or charged back, which the policy takes back
 	fivexxAt  []time.Time
 	fivexx    atomic.Int64
 	fivexxIDs sync.Map // event id -> true: answered 5xx at least once
@@ -260,6 +262,10 @@ func (h *chaosHarness) purchaseEvents(i int) []chaosDelivery {
 		}
 		auth := adyen("AUTHORISATION", pay)
 		h.fulfils.Store(auth.id, true)
+		if i%16 == 0 { // charged back and lost, before or after it fulfilled
+			h.reversed.Store(pay, true)
+			return []chaosDelivery{adyen("CAPTURE", "CAP"+pay), auth, adyen("CHARGEBACK", "CB"+pay)}
+		}
 		return []chaosDelivery{adyen("CAPTURE", "CAP"+pay), auth}
 	case "shopify": // orders/create never fulfils, paid or not
 		shopify := func(id, topic string) chaosDelivery {
@@ -293,6 +299,11 @@ func (h *chaosHarness) purchaseEvents(i int) []chaosDelivery {
 			stripe("evt_async_", "checkout.session.async_payment_failed", session("unpaid"))}
 	}
 	h.fulfils.Store(fmt.Sprintf("evt_cs_%d", i), true)
+	if i%16 == 7 { // refunded in full, before or after it fulfilled
+		h.reversed.Store(pay, true)
+		return []chaosDelivery{intent, stripe("evt_cs_", "checkout.session.completed", session("paid")),
+			stripe("evt_rf_", "charge.refunded", fmt.Sprintf(`"data":{"object":{"id":"ch_%d","object":"charge","payment_intent":%q,"refunded":true}}}`, i, pay))}
+	}
 	return []chaosDelivery{intent, stripe("evt_cs_", "checkout.session.completed", session("paid"))}
 }
 
@@ -424,6 +435,9 @@ func every(d time.Duration) func() time.Duration { return func() time.Duration {
 // report is one scenario's line.
 type report struct {
 	deliveries, faults, doubles, lost, unsettled, parked, fivexx, unpaidActed int
+	// revoked counts payments taken back; badRevokes those revoked twice,
+	// revoked without being done, or done, reversed and left standing.
+	revoked, badRevokes int
 }
 
 // check waits for quiet, then checks the invariants from the outside.
@@ -432,20 +446,29 @@ func (h *chaosHarness) check(payments int) report {
 	ctx := context.Background()
 	count := func(q string, args ...any) int { return h.d.Count(t, q, args...) }
 	// Quiet: nothing pending or dispatching (the sweep parks what a crash
-	// left, within the lease), and the reconciler had its chance.
+	// left, within the lease), no reversed payment settled done waiting for
+	// the sweep to take it back, and the reconciler had its chance.
+	untaken := func() int { // reversed payments settled done, waiting for the sweep to take them back
+		return count(`SELECT count(*) FROM fulfilment f WHERE f.action = 'fulfil' AND f.state = 'fulfilled'
+			AND EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id)
+			AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id AND v.action = 'revoke')`)
+	}
 	require.Eventually(t, func() bool {
-		return count(`SELECT count(*) FROM fulfilment WHERE state IN ('pending', 'dispatching')`) == 0
-	}, 90*time.Second, 100*time.Millisecond, "fulfilments still pending or dispatching")
+		return count(`SELECT count(*) FROM fulfilment WHERE state IN ('pending', 'dispatching')`) == 0 && untaken() == 0
+	}, 90*time.Second, 100*time.Millisecond, "fulfilments still pending or dispatching, or reversed and not yet taken back")
 	deadline := time.Now().Add(45 * time.Second) // generous: CI shares two cores with every other suite
-	for time.Now().Before(deadline) && count(`SELECT count(*) FROM fulfilment WHERE state NOT IN ('fulfilled', 'failed', 'cancelled')`) > 0 {
+	for time.Now().Before(deadline) && (count(`SELECT count(*) FROM fulfilment WHERE state NOT IN ('fulfilled', 'failed', 'cancelled')`) > 0 || untaken() > 0) {
 		time.Sleep(100 * time.Millisecond) // the reconciler works by lookups every second
 	}
 
 	r := report{faults: int(h.faults.Load()), fivexx: int(h.fivexx.Load()), deliveries: int(h.sent.Load())}
 	// 1. No payment's action performed twice.
-	acted := map[string]int{}
+	acted, revoked := map[string]int{}, map[string]int{}
 	for _, e := range h.conn.entries(t) {
-		if e.Acted {
+		switch {
+		case e.Acted && e.Action == connector.ActionRevoke:
+			revoked[e.Payment]++
+		case e.Acted:
 			acted[e.Payment]++
 		}
 	}
@@ -477,19 +500,44 @@ func (h *chaosHarness) check(payments int) report {
 	// operator in one fulfilment, never a second key after a cancel; or
 	// failed by a rejection, each retry of it a failed fulfilment too.
 	for p := range paid {
-		live := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state IN ('fulfilled', 'needs_reconciliation', 'cancelled')`, p)
-		failed := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state = 'failed'`, p)
+		live := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action = 'fulfil' AND state IN ('fulfilled', 'needs_reconciliation', 'cancelled')`, p)
+		failed := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action = 'fulfil' AND state = 'failed'`, p)
+		if _, rev := h.reversed.Load(p); rev && live+failed == 0 {
+			continue // reversed before its payment event: never fulfilled, as it must be
+		}
 		if live > 1 || live == 0 && failed == 0 {
 			r.unsettled++
 			t.Errorf("payment %s: %d live and %d failed fulfilments, want one live, or only failed ones", p, live, failed)
 		}
-		if count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state = 'fulfilled'`, p) == 1 && acted[p] != 1 {
+		if count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action = 'fulfil' AND state = 'fulfilled'`, p) == 1 && acted[p] != 1 {
 			var ts string
 			_ = h.d.Pool.QueryRow(ctx, `SELECT string_agg(coalesce(from_state, '-') || '>' || to_state || ' ' || actor || ' ' || reason || ' ' || evidence::text, ' | ' ORDER BY t.id)
 				FROM fulfilment_transition t JOIN fulfilment f ON f.id = t.fulfilment_id WHERE f.payment_id = $1`, p).Scan(&ts)
 			t.Errorf("payment %s is fulfilled but the connector acted %d times; transitions: %s", p, acted[p], ts)
 		}
 	}
+	// 5. Reversals: a payment is taken back at most once, only if it was
+	// done, and a reversed payment that was done is taken back (or the
+	// receiver declined the revocation, in its own word).
+	for p, n := range revoked {
+		if n > 1 || acted[p] != 1 {
+			r.badRevokes++
+			t.Errorf("payment %s: revoked %d times, fulfilled %d times", p, n, acted[p])
+		}
+	}
+	h.reversed.Range(func(k, _ any) bool {
+		p := k.(string)
+		declined := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action = 'revoke' AND state = 'failed'`, p)
+		if acted[p] == 1 && revoked[p] == 0 && declined == 0 {
+			r.badRevokes++
+			var ts string
+			_ = h.d.Pool.QueryRow(ctx, `SELECT string_agg(f.action || ' ' || coalesce(t.from_state, '-') || '>' || t.to_state || ' ' || t.actor || ' ' || t.reason, ' | ' ORDER BY t.id)
+				FROM fulfilment_transition t JOIN fulfilment f ON f.id = t.fulfilment_id WHERE f.payment_id = $1`, p).Scan(&ts)
+			t.Errorf("payment %s was fulfilled and reversed, and was never taken back; transitions: %s", p, ts)
+		}
+		r.revoked += revoked[p]
+		return true
+	})
 	// 4. No connector call, and no fulfilment, for a purchase never paid.
 	h.unpaid.Range(func(k, _ any) bool {
 		p := k.(string)
@@ -526,12 +574,13 @@ func (h *chaosHarness) check(payments int) report {
 	require.Zero(t, r.lost)
 	require.Zero(t, r.unsettled)
 	require.Zero(t, r.unpaidActed)
+	require.Zero(t, r.badRevokes)
 	return r
 }
 
 func logReport(t *testing.T, name, load string, r report, extra string) {
-	line := fmt.Sprintf("chaos: %-26s %s | deliveries %d, faults %d, doubles %d, lost %d, unpaid acted %d, parked %d, 5xx %d%s",
-		name, load, r.deliveries, r.faults, r.doubles, r.lost, r.unpaidActed, r.parked, r.fivexx, extra)
+	line := fmt.Sprintf("chaos: %-26s %s | deliveries %d, faults %d, doubles %d, lost %d, unpaid acted %d, parked %d, 5xx %d, taken back %d, bad revokes %d%s",
+		name, load, r.deliveries, r.faults, r.doubles, r.lost, r.unpaidActed, r.parked, r.fivexx, r.revoked, r.badRevokes, extra)
 	t.Log(line)
 	if f := os.Getenv("CHAOS_REPORT"); f != "" {
 		if fh, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
@@ -813,7 +862,20 @@ func TestChaosRestore(t *testing.T) {
 	r := h.check(before + after)
 
 	replayed := 0
-	for _, e := range h.conn.entries(t)[actedBefore:] {
+	entries := h.conn.entries(t)
+	done := map[string]bool{} // payment and action the receiver performed before the restore
+	for _, e := range entries[:actedBefore] {
+		if e.Acted {
+			done[e.Payment+" "+e.Action] = true
+		}
+	}
+	for _, e := range entries[actedBefore:] {
+		if _, reversed := h.reversed.Load(e.Payment); reversed && !done[e.Payment+" "] {
+			// Refunded before it went out the first time; redelivered in
+			// another order, it may now go out and be taken back: once
+			// each, which check holds.
+			continue
+		}
 		require.False(t, e.Acted, "payment %s acted again after the restore", e.Payment)
 		if e.Answer == "replay" || e.Answer == "409" {
 			replayed++

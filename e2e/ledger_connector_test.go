@@ -37,6 +37,8 @@ type ledgerEntry struct {
 	Key     string `json:"key"`
 	Payment string `json:"payment"`
 	Attempt string `json:"attempt"`
+	// Action is "revoke" for a call taking the payment back; "" fulfils.
+	Action string `json:"action,omitempty"`
 	// Acted is true when the connector performed the action on this call.
 	Acted  bool   `json:"acted"`
 	Answer string `json:"answer"`
@@ -120,9 +122,10 @@ func runLedgerConnector(addr string) int {
 		}
 		var req struct {
 			PaymentID string `json:"payment_id"`
+			Action    string `json:"action"`
 		}
 		_ = json.Unmarshal(body, &req)
-		e := ledgerEntry{Key: r.Header.Get("Idempotency-Key"), Payment: req.PaymentID, Attempt: r.Header.Get("Guardian-Attempt"), Acted: true, Answer: "200"}
+		e := ledgerEntry{Key: r.Header.Get("Idempotency-Key"), Payment: req.PaymentID, Action: req.Action, Attempt: r.Header.Get("Guardian-Attempt"), Acted: true, Answer: "200"}
 		if mode == "idempotent" {
 			serveIdempotent(w, r, body, e, &mu, keys, write)
 			return

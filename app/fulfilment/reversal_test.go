@@ -117,6 +117,9 @@ func TestTakeBack(t *testing.T) {
 		}
 		rv := b.revocation(t, "pi_1")
 		require.Equal(t, state.Pending, rv.State)
+		st, err := db.GetStats(b.ctx, b.db.Pool)
+		require.NoError(t, err)
+		require.Equal(t, map[state.State]int{state.Pending: 1}, st.Revocations, "the gauges count it")
 		require.Equal(t, 1, b.enqueuer.count(rv.ID), "one dispatch job for it")
 		require.NotEqual(t, b.db.Fulfilment(t, fid).Key, rv.Key, "its own key")
 		require.Regexp(t, `^gk1_[0-9a-f]{40}$`, rv.Key)

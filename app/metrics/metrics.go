@@ -243,6 +243,7 @@ type tableCollector struct {
 
 var (
 	fulfilmentsDesc = prometheus.NewDesc("guardian_fulfilments", "Fulfilments by state, as of the last table read; fulfilled as of its last count, every 20th read (5 minutes by default).", []string{"state"}, nil)
+	revocationsDesc = prometheus.NewDesc("guardian_revocations", "Revocations (payments being taken back after a refund or dispute; guardian_fulfilments counts them too) by state, as of the last table read.", []string{"state"}, nil)
 	queueDesc       = prometheus.NewDesc("guardian_reconciliation_queue_depth", "Fulfilments waiting in needs_reconciliation, as of the last table read.", nil, nil)
 	oldestDesc      = prometheus.NewDesc("guardian_reconciliation_oldest_age_seconds", "How long the oldest needs_reconciliation fulfilment has waited; 0 when none waits.", nil, nil)
 	pendingAgeDesc  = prometheus.NewDesc("guardian_pending_oldest_age_seconds", "How long the oldest pending fulfilment has waited for dispatch since it entered pending; 0 when none waits. Above the sweep interval plus the job timeout, a payment may be stranded.", nil, nil)
@@ -292,6 +293,7 @@ func (m *Metrics) RunTableRefresh(ctx context.Context, interval time.Duration) {
 
 func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- fulfilmentsDesc
+	ch <- revocationsDesc
 	ch <- queueDesc
 	ch <- oldestDesc
 	ch <- pendingAgeDesc
@@ -314,6 +316,7 @@ func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(readAgeDesc, prometheus.GaugeValue, time.Since(readAt).Seconds())
 	for _, s := range state.All {
 		ch <- prometheus.MustNewConstMetric(fulfilmentsDesc, prometheus.GaugeValue, float64(st.ByState[s]), string(s))
+		ch <- prometheus.MustNewConstMetric(revocationsDesc, prometheus.GaugeValue, float64(st.Revocations[s]), string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(st.ByState[state.NeedsReconciliation]))
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, ageOf(st.OldestNeedsReconciliation))

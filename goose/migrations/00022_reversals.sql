@@ -13,6 +13,9 @@ ALTER TABLE webhook_event ADD COLUMN reverses text CHECK (reverses <> '');
 CREATE INDEX webhook_event_reverses ON webhook_event (provider, reverses) WHERE reverses IS NOT NULL;
 
 ALTER TABLE fulfilment ADD COLUMN action text NOT NULL DEFAULT 'fulfil' CHECK (action IN ('fulfil', 'revoke'));
+-- The gauges count revocations by state at every read: few rows, found
+-- without reading the table.
+CREATE INDEX fulfilment_revocations ON fulfilment (state) WHERE action = 'revoke';
 
 -- Invariant 1, per action: one live fulfilment and one live revocation per
 -- payment.
@@ -138,6 +141,7 @@ $$;
 DROP INDEX fulfilment_one_per_payment;
 CREATE UNIQUE INDEX fulfilment_one_per_payment ON fulfilment (provider, payment_id)
     WHERE state <> 'failed';
+DROP INDEX fulfilment_revocations;
 ALTER TABLE fulfilment DROP COLUMN action;
 DROP INDEX webhook_event_reverses;
 ALTER TABLE webhook_event DROP COLUMN reverses;
