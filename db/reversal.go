@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -101,4 +102,30 @@ func CreateRevocations(ctx context.Context, q DBTX, actor string, payments []Pay
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return out, wrap("create revocations", err)
+}
+
+// RetryRevocation makes a new pending revocation for the payment of a
+// failed one (the receiver declined its key: nothing was taken back), under
+// the payment's next revoke key, if the payment is still fulfilled and
+// nothing else holds its revocation. It returns the new row's id, or ""
+// when nothing was created.
+func RetryRevocation(ctx context.Context, q DBTX, failed Fulfilment, actor, reason string) (string, error) {
+	var id string
+	err := q.QueryRow(ctx, `
+		WITH created AS (
+			INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key, action)
+			SELECT $1::bigint, $2::text, $3::text, guardian_revoke_key($2, $3,
+				(SELECT count(*) FROM fulfilment p WHERE p.provider = $2 AND p.payment_id = $3 AND p.action = 'revoke' AND p.state = 'failed')), 'revoke'
+			WHERE EXISTS (SELECT 1 FROM fulfilment f WHERE f.provider = $2 AND f.payment_id = $3 AND f.action = 'fulfil' AND f.state = 'fulfilled')
+			ON CONFLICT (provider, payment_id, action) WHERE state <> 'failed' DO NOTHING
+			RETURNING id
+		), logged AS (
+			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
+			SELECT id, NULL, 'pending', 0, $4, $5 FROM created
+		)
+		SELECT id FROM created`, failed.EventPK, failed.Provider, failed.PaymentID, actor, reason).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return id, wrap("retry revocation", err)
 }

@@ -110,7 +110,16 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 			r.Verdict = RetryNotFailed
 			return nil
 		}
-		r.FulfilmentID, err = s.create(ctx, tx, f.EventPK, "operator "+operator, "retry of failed fulfilment "+id)
+		if f.Action == db.ActionRevoke {
+			// A revocation the receiver declined: again, under the
+			// payment's next revoke key, while the payment stays fulfilled.
+			r.FulfilmentID, err = db.RetryRevocation(ctx, tx, f, "operator "+operator, "retry of failed revocation "+id)
+			if err == nil && r.FulfilmentID != "" {
+				err = s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, r.FulfilmentID)
+			}
+		} else {
+			r.FulfilmentID, err = s.create(ctx, tx, f.EventPK, "operator "+operator, "retry of failed fulfilment "+id)
+		}
 		r.Verdict = RetryPaymentHeld
 		if r.FulfilmentID != "" {
 			r.Verdict = RetryCreated

@@ -239,12 +239,24 @@ func mustItem(t *testing.T, body []byte, i int) map[string]any {
 }
 
 // TestAdyenReversals: refunds and chargebacks by Adyen's event codes, each
-// naming its payment in originalReference.
+// naming its payment in originalReference; the library's own REFUND sample,
+// which failed, takes nothing back, and the same refund succeeded does.
 func TestAdyenReversals(t *testing.T) {
 	t.Parallel()
 	a, err := NewAdyen(AdyenConfig{HMACKeys: []string{adyenKey}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	sample := loadTestdata(t, "adyen/refund.json", nil)
+	for success, want := range map[string]*Reversal{"false": nil, "true": {PaymentID: "ORIGINAL_PSP", Kind: Refund}} {
+		body, err := ResignAdyen(bytes.Replace(sample, []byte(`"success": "false"`), []byte(`"success": "`+success+`"`), 1), adyenKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := a.Verify(nil, body, time.Now())
+		if err != nil || !reflect.DeepEqual(ev.Reversal, want) {
+			t.Errorf("the library's REFUND with success %s: %+v, %v; want %+v", success, ev.Reversal, err, want)
+		}
 	}
 	tests := []struct {
 		code     string
