@@ -155,7 +155,7 @@ func (a *App) buildProviders() ([]provider.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: cfg.StandardSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StandardFulfilTypes, PaymentPath: cfg.StandardPaymentPath})
+	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: cfg.StandardSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StandardFulfilTypes, PaymentPath: cfg.StandardPaymentPath, RefundTypes: cfg.StandardRefundTypes})
 	if err != nil {
 		return nil, err
 	}

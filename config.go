@@ -40,6 +40,9 @@ type Config struct {
 	StandardFulfilTypes []string
 	// StandardPaymentPath is where Standard Webhooks bodies name the payment.
 	StandardPaymentPath string
+	// StandardRefundTypes are the Standard Webhooks types that refund the
+	// payment at StandardPaymentPath in full.
+	StandardRefundTypes []string
 	// PaddleSecrets, when set, serves Paddle Billing at /webhooks/paddle
 	// with these notification destination secrets (comma-separated; old and
 	// new while rotating).
@@ -248,6 +251,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		StripeFulfilTypes:    List(getenv("GUARDIAN_STRIPE_FULFIL_TYPES"), ","),
 		StandardFulfilTypes:  List(getenv("GUARDIAN_STANDARD_FULFIL_TYPES"), ","),
 		StandardPaymentPath:  getenv("GUARDIAN_STANDARD_PAYMENT_PATH"),
+		StandardRefundTypes:  List(getenv("GUARDIAN_STANDARD_REFUND_TYPES"), ","),
 		PaddleSecrets:        List(getenv("GUARDIAN_PADDLE_SECRETS"), ","),
 		PaddleFulfilRenewals: boolean("GUARDIAN_PADDLE_FULFIL_RENEWALS", false),
 		ShopifySecrets:       List(getenv("GUARDIAN_SHOPIFY_SECRETS"), ","),
@@ -631,7 +635,7 @@ var Variables = []string{
 	"GUARDIAN_PADDLE_API_KEY", "GUARDIAN_PADDLE_API_URL", "GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS",
 	"GUARDIAN_PAYPAL_API_URL", "GUARDIAN_PAYPAL_CLIENT_ID", "GUARDIAN_PAYPAL_CLIENT_SECRET", "GUARDIAN_PAYPAL_WEBHOOK_IDS", "GUARDIAN_PPROF", "GUARDIAN_PPROF_ADDR",
 	"GUARDIAN_PPROF_ALLOW_REMOTE", "GUARDIAN_PUBLIC_URL", "GUARDIAN_RECONCILE_GRACE", "GUARDIAN_RECONCILE_INTERVAL",
-	"GUARDIAN_REDIS_PREFIX", "GUARDIAN_REVOKE_ON", "GUARDIAN_SESSION_TTL", "GUARDIAN_SHOPIFY_SECRETS", "GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_SECRETS",
+	"GUARDIAN_REDIS_PREFIX", "GUARDIAN_REVOKE_ON", "GUARDIAN_SESSION_TTL", "GUARDIAN_SHOPIFY_SECRETS", "GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_REFUND_TYPES", "GUARDIAN_STANDARD_SECRETS",
 	"GUARDIAN_STRIPE_API_KEY", "GUARDIAN_STRIPE_API_URL", "GUARDIAN_STRIPE_BACKFILL_INTERVAL", "GUARDIAN_STRIPE_FULFIL_TYPES",
 	"GUARDIAN_STRIPE_SECRETS", "GUARDIAN_SWEEP_INTERVAL", "GUARDIAN_TIMESTAMP_TOLERANCE", "GUARDIAN_TOKEN_STORE",
 	"GUARDIAN_TRUSTED_PROXIES", "GUARDIAN_URL", "GUARDIAN_WORKERS",

@@ -25,8 +25,10 @@ type conformant struct {
 	sign func(t *testing.T, id string, body []byte, at time.Time, old bool) http.Header
 	// paid is the event that pays for purchase; other is another event of
 	// the same purchase that must not fulfil it again; unpaid is an event
-	// of a fulfilling type that does not pay.
-	paid, other, unpaid func(purchase string) (id string, body []byte)
+	// of a fulfilling type that does not pay; reversed is an event that
+	// takes the purchase back under the default policy (a full refund or a
+	// dispute lost).
+	paid, other, unpaid, reversed func(purchase string) (id string, body []byte)
 	// unsignedTime says the scheme signs no time (Shopify): no delivery is
 	// stale, and a replay is stopped by the event's identity instead.
 	unsignedTime bool
@@ -80,6 +82,10 @@ var conformants = []conformant{
 			id := "evt_unpaid_" + p
 			return id, []byte(fmt.Sprintf(`{"id":%q,"object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_u_%s","object":"checkout.session","mode":"payment","payment_status":"unpaid","payment_intent":"pi_u_%s"}}}`, id, p, p))
 		},
+		reversed: func(p string) (string, []byte) {
+			id := "evt_refunded_" + p
+			return id, []byte(fmt.Sprintf(`{"id":%q,"object":"event","type":"charge.refunded","data":{"object":{"id":"ch_%s","object":"charge","payment_intent":"pi_%s","refunded":true}}}`, id, p, p))
+		},
 	},
 	{
 		name: "standard",
@@ -100,6 +106,9 @@ var conformants = []conformant{
 		unpaid: func(p string) (string, []byte) {
 			return "msg_unpaid_" + p, []byte(`{"type":"payment.succeeded","data":{"amount":100}}`)
 		},
+		reversed: func(p string) (string, []byte) {
+			return "msg_refunded_" + p, []byte(fmt.Sprintf(`{"type":"payment.refunded","data":{"payment_id":"pay_%s"}}`, p))
+		},
 	},
 	{
 		name: "paddle",
@@ -118,6 +127,10 @@ var conformants = []conformant{
 		},
 		unpaid: func(p string) (string, []byte) {
 			return "evt_pastdue_" + p, paddleEvent("evt_pastdue_"+p, "transaction.completed", "txn_u_"+p, "past_due")
+		},
+		reversed: func(p string) (string, []byte) {
+			id := "evt_chargeback_" + p
+			return id, []byte(fmt.Sprintf(`{"event_id":%q,"event_type":"adjustment.created","occurred_at":"2026-12-01T00:00:00Z","data":{"id":"adj_%s","action":"chargeback","status":"approved","transaction_id":"txn_%s"}}`, id, p, p))
 		},
 	},
 	{
@@ -142,6 +155,9 @@ var conformants = []conformant{
 		},
 		unpaid: func(p string) (string, []byte) {
 			return "evt-pending-" + p, shopifyOrder("orders/paid", "9"+p, "pending")
+		},
+		reversed: func(p string) (string, []byte) {
+			return "evt-refunded-" + p, shopifyOrder("orders/updated", p, "refunded")
 		},
 	},
 	{
@@ -170,6 +186,9 @@ var conformants = []conformant{
 		unpaid: func(p string) (string, []byte) {
 			return "order_created:orders:u" + p + ":2026-12-01T00:00:00.000000Z", lemonEvent("order_created", "orders", "u"+p, `"status":"pending"`)
 		},
+		reversed: func(p string) (string, []byte) {
+			return "order_refunded:orders:" + p + ":2026-12-01T00:00:00.000000Z", lemonEvent("order_refunded", "orders", p, `"status":"refunded"`)
+		},
 	},
 	{
 		name:         "adyen",
@@ -196,6 +215,9 @@ var conformants = []conformant{
 		unpaid: func(p string) (string, []byte) {
 			return "AUTHORISATION:PSP_U_" + p + ":false", adyenItem("AUTHORISATION", "PSP_U_"+p, "", false)
 		},
+		reversed: func(p string) (string, []byte) {
+			return "CHARGEBACK:CB_" + p + ":true", adyenItem("CHARGEBACK", "CB_"+p, "PSP_"+p, true)
+		},
 	},
 	{
 		name: "paypal",
@@ -217,6 +239,10 @@ var conformants = []conformant{
 		},
 		unpaid: func(p string) (string, []byte) {
 			return "WH-PENDING-" + p, payPalEvent("WH-PENDING-"+p, "PAYMENT.CAPTURE.COMPLETED", "CAPU"+p, "PENDING")
+		},
+		reversed: func(p string) (string, []byte) {
+			id := "WH-DISPUTE-LOST-" + p
+			return id, []byte(fmt.Sprintf(`{"id":%q,"event_type":"CUSTOMER.DISPUTE.RESOLVED","resource_type":"dispute","resource":{"dispute_id":"PP-D-%s","disputed_transactions":[{"seller_transaction_id":"CAP%s"}],"dispute_outcome":{"outcome_code":"RESOLVED_BUYER_FAVOUR"}}}`, id, p, p))
 		},
 	},
 }
@@ -336,6 +362,22 @@ func TestProviderConformance(t *testing.T) {
 				require.Equal(t, http.StatusBadRequest, b.post(t, path, r.header, r.body).code, r.name)
 			}
 			require.Equal(t, 3, count(`SELECT count(*) FROM webhook_event WHERE provider = $1`, c.name), "refused requests change nothing")
+
+			// Taken back: the purchase's reversal, delivered twice at once,
+			// revokes it once, under a key of its own.
+			rid, reversal := c.reversed("p1")
+			var rw sync.WaitGroup
+			for range 2 {
+				rw.Go(func() { require.Equal(t, http.StatusOK, c.post(t, b, path, rid, reversal, now, false).code) })
+			}
+			rw.Wait()
+			require.Eventually(t, func() bool {
+				return count(`SELECT count(*) FROM fulfilment WHERE provider = $1 AND action = 'revoke' AND state = 'fulfilled'`, c.name) == 1
+			}, 15*time.Second, 10*time.Millisecond, "the payment is taken back")
+			require.Equal(t, 2, b.rec.CallsForPayment(fs[0].PaymentID), "one fulfilment and one revocation reached the receiver")
+			calls := b.rec.Calls()
+			require.Equal(t, "revoke", calls[len(calls)-1].Action)
+			require.Equal(t, 1, count(`SELECT count(*) FROM fulfilment WHERE provider = $1 AND action = 'revoke'`, c.name))
 
 			if c.rotates(t) {
 				rid, rbody := c.paid("p2")

@@ -399,3 +399,28 @@ func TestStripeMode(t *testing.T) {
 	_, err := NewStripe(StripeConfig{Secrets: []string{stripeSecret}, Mode: "sandbox"})
 	require.Error(t, err)
 }
+
+// TestStandardRefunds: a refund type names the payment at the payment path,
+// refunded in full by the sender's word; one naming none says why.
+func TestStandardRefunds(t *testing.T) {
+	t.Parallel()
+	s := newStandard(t, standardSecret)
+	now := time.Now()
+	for body, want := range map[string]*Reversal{
+		`{"type":"payment.refunded","data":{"payment_id":"pay_1"}}`: {PaymentID: "pay_1", Kind: Refund, Full: true},
+		`{"type":"payment.refunded","data":{"amount":100}}`:         nil,
+		`{"type":"payment.updated","data":{"payment_id":"pay_1"}}`:  nil,
+	} {
+		h, err := SignStandard("msg_r", []byte(body), standardSecret, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := s.Verify(h, []byte(body), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (want == nil) != (ev.Reversal == nil) || (want != nil && *want != *ev.Reversal) || ev.Fulfils() {
+			t.Errorf("%s: reversal %+v, want %+v", body, ev.Reversal, want)
+		}
+	}
+}

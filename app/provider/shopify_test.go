@@ -167,7 +167,7 @@ func TestShopifyReversals(t *testing.T) {
 		name, topic, body string
 		want              *Reversal
 	}{
-		{"Refund", "refunds/create", `{"id":890088186,"order_id":450789469,"note":"wrong size","transactions":[{"amount":"41.94","kind":"refund","status":"success"}]}`, &Reversal{PaymentID: "450789469", Kind: Refund}},
+		{"TheLibrarysRefund", "refunds/create", string(loadTestdata(t, "shopify/refund.json", nil)), &Reversal{PaymentID: "450789469", Kind: Refund}},
 		{"OrderRefunded", "orders/updated", `{"id":450789469,"financial_status":"refunded","test":false}`, &Reversal{PaymentID: "450789469", Kind: Refund, Full: true}},
 		{"OrderPartlyRefunded", "orders/updated", `{"id":450789469,"financial_status":"partially_refunded","test":false}`, &Reversal{PaymentID: "450789469", Kind: Refund}},
 		{"OrderUpdatedOtherwise", "orders/updated", `{"id":450789469,"financial_status":"paid","test":false}`, nil},

@@ -29,7 +29,15 @@ type StandardConfig struct {
 	// a string (e.g. "data.object.payment.id"). Defaults to
 	// DefaultStandardPaymentPath.
 	PaymentPath string
+	// RefundTypes are the event types that say the payment at PaymentPath
+	// was refunded in full (the sender's word: Standard Webhooks defines no
+	// refund). Defaults to DefaultStandardRefundTypes.
+	RefundTypes []string
 }
+
+// DefaultStandardRefundTypes are the Standard Webhooks event types that
+// refund a payment in full.
+var DefaultStandardRefundTypes = []string{"payment.refunded"}
 
 // DefaultStandardPaymentPath is where a Standard Webhooks body names its
 // payment by default: {"type": ..., "data": {"payment_id": ...}}.
@@ -46,6 +54,7 @@ type Standard struct {
 	verifiers   []*standardwebhooks.Webhook
 	tolerance   time.Duration
 	fulfilTypes []string
+	refundTypes []string
 	paymentPath []string
 }
 
@@ -63,6 +72,7 @@ func NewStandard(cfg StandardConfig) (*Standard, error) {
 	s := &Standard{
 		tolerance:   cmp.Or(cfg.Tolerance, DefaultTolerance),
 		fulfilTypes: orDefault(cfg.FulfilTypes, DefaultStandardFulfilTypes),
+		refundTypes: orDefault(cfg.RefundTypes, DefaultStandardRefundTypes),
 		paymentPath: path,
 	}
 	for i, secret := range secrets {
@@ -136,9 +146,11 @@ func (s *Standard) Map(eventType string, body []byte) (Event, error) {
 }
 
 // mapEnvelope names ev's payment when its type fulfils: the string at the
-// payment path, or why there is none.
+// payment path, or why there is none; and the payment a refund type
+// refunds, at the same path.
 func (s *Standard) mapEnvelope(ev Event, env map[string]any) Event {
-	if !slices.Contains(s.fulfilTypes, ev.Type) {
+	refund := slices.Contains(s.refundTypes, ev.Type)
+	if !refund && !slices.Contains(s.fulfilTypes, ev.Type) {
 		return ev
 	}
 	var at any = env
@@ -147,7 +159,16 @@ func (s *Standard) mapEnvelope(ev Event, env map[string]any) Event {
 		at = m[key]
 	}
 	pid, _ := at.(string)
-	if pid == "" || len(pid) > maxIDLength || hasNUL(pid) {
+	valid := pid != "" && len(pid) <= maxIDLength && !hasNUL(pid)
+	switch {
+	case refund && valid:
+		ev.Reversal = &Reversal{PaymentID: pid, Kind: Refund, Full: true}
+		return ev
+	case refund:
+		ev.Note = "no string payment id at " + strings.Join(s.paymentPath, ".") + ": a refund Guardian cannot match to a payment"
+		return ev
+	}
+	if !valid {
 		// Well signed, so stored and acknowledged; it cannot fulfil.
 		ev.Unmapped = "no string payment id at " + strings.Join(s.paymentPath, ".")
 		return ev
