@@ -10,6 +10,17 @@
 // database therefore happens exactly once, with no unknown outcome at all:
 // the key and the write commit together or not at all.
 //
+// # Two actions
+//
+// A Delivery whose Action is connector.ActionRevoke takes the payment back:
+// a refund or dispute reversed a payment Guardian fulfilled, and Guardian's
+// policy says to revoke what was granted (docs/design.md, "Taking back what
+// was refunded or disputed"). It comes under a key of its own, at most once
+// per payment, only after the payment's fulfilment was done; the Handler
+// revokes inside the same transaction, so the revocation too happens
+// exactly once, and declines (Decline) a revocation of something it never
+// granted. A Delivery without an Action fulfils.
+//
 // # Answers
 //
 // The action endpoint (Action) answers, every answer but the first two

@@ -24,8 +24,10 @@ import (
 )
 
 // Delivery is one request from Guardian, as the handler sees it: the body
-// every attempt under the key carries (the key, the payment, the event, and
-// the provider's payload byte for byte as it signed it), and the attempt.
+// every attempt under the key carries (the key, the payment, the event, the
+// action, "" to fulfil or connector.ActionRevoke to take the payment back,
+// and the provider's payload byte for byte as it signed it), and the
+// attempt.
 type Delivery struct {
 	connector.Body
 	// Attempt is Guardian's attempt number for the key (1 first); the
