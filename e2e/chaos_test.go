@@ -76,6 +76,8 @@ type chaosHarness struct {
 	unpaid    sync.Map // payment id -> true: a purchase whose payment failed
 	fulfils   sync.Map // event id -> true: the event that pays for its purchase
 	reversed  sync.Map // payment id -> true: a purchase refunded or charged back, which the policy takes back
+	reversals sync.Map // event id -> payment id: the events that reverse a purchase
+	ackedAt   sync.Map // payment id -> time.Time: when its reversal was first acknowledged (committed)
 	fivexxAt  []time.Time
 	fivexx    atomic.Int64
 	fivexxIDs sync.Map // event id -> true: answered 5xx at least once
@@ -125,7 +127,7 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 		"GUARDIAN_CONNECTOR_URL":        h.conn.url + "/",
 		"GUARDIAN_CONNECTOR_SECRET":     connectorSecret,
 		"GUARDIAN_CONNECTOR_LOOKUP_URL": h.conn.url + "/lookup/{key}",
-		"GUARDIAN_CONNECTOR_TIMEOUT":    "500ms",
+		"GUARDIAN_CONNECTOR_TIMEOUT":    chaosConnectorTimeout.String(),
 		"GUARDIAN_DISPATCH_LEASE":       "16s",
 		"GUARDIAN_SWEEP_INTERVAL":       "1s",
 		"GUARDIAN_RECONCILE_INTERVAL":   "1s",
@@ -263,8 +265,10 @@ func (h *chaosHarness) purchaseEvents(i int) []chaosDelivery {
 		auth := adyen("AUTHORISATION", pay)
 		h.fulfils.Store(auth.id, true)
 		if i%16 == 0 { // charged back and lost, before or after it fulfilled
+			cb := adyen("CHARGEBACK", "CB"+pay)
 			h.reversed.Store(pay, true)
-			return []chaosDelivery{adyen("CAPTURE", "CAP"+pay), auth, adyen("CHARGEBACK", "CB"+pay)}
+			h.reversals.Store(cb.id, pay)
+			return []chaosDelivery{adyen("CAPTURE", "CAP"+pay), auth, cb}
 		}
 		return []chaosDelivery{adyen("CAPTURE", "CAP"+pay), auth}
 	case "shopify": // orders/create never fulfils, paid or not
@@ -300,9 +304,10 @@ func (h *chaosHarness) purchaseEvents(i int) []chaosDelivery {
 	}
 	h.fulfils.Store(fmt.Sprintf("evt_cs_%d", i), true)
 	if i%16 == 7 { // refunded in full, before or after it fulfilled
+		refund := stripe("evt_rf_", "charge.refunded", fmt.Sprintf(`"data":{"object":{"id":"ch_%d","object":"charge","payment_intent":%q,"refunded":true}}}`, i, pay))
 		h.reversed.Store(pay, true)
-		return []chaosDelivery{intent, stripe("evt_cs_", "checkout.session.completed", session("paid")),
-			stripe("evt_rf_", "charge.refunded", fmt.Sprintf(`"data":{"object":{"id":"ch_%d","object":"charge","payment_intent":%q,"refunded":true}}}`, i, pay))}
+		h.reversals.Store(refund.id, pay)
+		return []chaosDelivery{intent, stripe("evt_cs_", "checkout.session.completed", session("paid")), refund}
 	}
 	return []chaosDelivery{intent, stripe("evt_cs_", "checkout.session.completed", session("paid"))}
 }
@@ -335,6 +340,9 @@ func (h *chaosHarness) deliverFrom(first, payments, copies, concurrency int, giv
 						resp.Body.Close()
 						if resp.StatusCode/100 == 2 {
 							h.acked.Store(d.id, d)
+							if p, ok := h.reversals.Load(d.id); ok {
+								h.ackedAt.LoadOrStore(p, time.Now())
+							}
 							break
 						}
 						if resp.StatusCode >= 500 {
@@ -432,6 +440,9 @@ func (in *injector) finish() {
 
 func every(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
 
+// chaosConnectorTimeout is the processes' GUARDIAN_CONNECTOR_TIMEOUT.
+const chaosConnectorTimeout = 500 * time.Millisecond
+
 // report is one scenario's line.
 type report struct {
 	deliveries, faults, doubles, lost, unsettled, parked, fivexx, unpaidActed int
@@ -516,9 +527,21 @@ func (h *chaosHarness) check(payments int) report {
 			t.Errorf("payment %s is fulfilled but the connector acted %d times; transitions: %s", p, acted[p], ts)
 		}
 	}
-	// 5. Reversals: a payment is taken back at most once, only if it was
-	// done, and a reversed payment that was done is taken back (or the
-	// receiver declined the revocation, in its own word).
+	// 5. Reversals: no fulfilment goes out after its payment's reversal
+	// committed. A call that arrives later than the reversal's first 2xx
+	// plus the connector timeout was claimed after it: a dispatcher never
+	// calls past the deadline it took before its claim (2 s of slack for
+	// two busy cores).
+	for _, e := range h.conn.entries(t) {
+		at, reversed := h.ackedAt.Load(e.Payment)
+		if e.Acted && e.Action == "" && reversed && e.Received.After(at.(time.Time).Add(chaosConnectorTimeout+2*time.Second)) {
+			r.badRevokes++
+			t.Errorf("payment %s: a fulfilment call arrived %s after its reversal was acknowledged", e.Payment, e.Received.Sub(at.(time.Time)))
+		}
+	}
+	// A payment is taken back at most once, only if it was done, and a
+	// reversed payment that was done is taken back (or the receiver
+	// declined the revocation, in its own word).
 	for p, n := range revoked {
 		if n > 1 || acted[p] != 1 {
 			r.badRevokes++
@@ -857,6 +880,9 @@ func TestChaosRestore(t *testing.T) {
 	rotate.Env = []string{"DATABASE_URL=" + h.d.URL}
 	out, err = rotate.CombinedOutput()
 	require.NoError(t, err, "epoch rotate: %s", out)
+	// The restored database never saw the later reversals: their
+	// redeliveries are acknowledged (committed) anew.
+	h.ackedAt.Range(func(k, _ any) bool { h.ackedAt.Delete(k); return true })
 	h.restart(0)
 	h.deliverRange(before, after) // the provider's retries, or the backfill
 	r := h.check(before + after)

@@ -42,6 +42,8 @@ type ledgerEntry struct {
 	// Acted is true when the connector performed the action on this call.
 	Acted  bool   `json:"acted"`
 	Answer string `json:"answer"`
+	// Received is when the call arrived, before anything was done for it.
+	Received time.Time `json:"received"`
 }
 
 // runLedgerConnector serves until killed. Modes: "normal" acts and answers
@@ -115,6 +117,7 @@ func runLedgerConnector(addr string) int {
 		_ = connector.WriteStatement(w, connectorSecret, http.StatusOK, connector.Statement{IdempotencyKey: key, Status: status}, time.Now())
 	})
 	mux.HandleFunc("POST /", func(w http.ResponseWriter, r *http.Request) {
+		received := time.Now()
 		body, _ := io.ReadAll(r.Body)
 		if wh.Verify(body, r.Header) != nil {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
@@ -125,7 +128,7 @@ func runLedgerConnector(addr string) int {
 			Action    string `json:"action"`
 		}
 		_ = json.Unmarshal(body, &req)
-		e := ledgerEntry{Key: r.Header.Get("Idempotency-Key"), Payment: req.PaymentID, Action: req.Action, Attempt: r.Header.Get("Guardian-Attempt"), Acted: true, Answer: "200"}
+		e := ledgerEntry{Key: r.Header.Get("Idempotency-Key"), Payment: req.PaymentID, Action: req.Action, Attempt: r.Header.Get("Guardian-Attempt"), Acted: true, Answer: "200", Received: received}
 		if mode == "idempotent" {
 			serveIdempotent(w, r, body, e, &mu, keys, write)
 			return
