@@ -13,7 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -123,6 +126,65 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 			}
 			fmt.Fprintf(stdout, "\n%d deliveries, 2 payments, %d fulfilments, %d fulfilled.\n", len(deliveries), len(rows), fulfilled)
 			if fulfilled != 2 || len(rows) != 2 {
+				return ExitFailure
+			}
+			return demoRefund(ctx, client, pool, *base, stripeSecret, run, pi, stdout, stderr)
+		}
+		select {
+		case <-ctx.Done():
+			return ExitFailure
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// demoRefund refunds the Stripe payment in full, twice over (Stripe sends
+// charge.refunded and refund.updated for one refund), and shows the one
+// revocation that takes it back.
+func demoRefund(ctx context.Context, client *http.Client, pool *pgxpool.Pool, base, secret, run, pi string, stdout, stderr io.Writer) int {
+	refunded := fmt.Sprintf(`{"id":"evt_demo_rf_%s","object":"event","type":"charge.refunded","data":{"object":{"id":"ch_demo_%s","object":"charge","payment_intent":%q,"refunded":true}}}`, run, run, pi)
+	refund := fmt.Sprintf(`{"id":"evt_demo_re_%s","object":"event","type":"refund.updated","data":{"object":{"id":"re_demo_%s","object":"refund","payment_intent":%q,"status":"succeeded"}}}`, run, run, pi)
+	fmt.Fprintf(stdout, "\nThe customer is refunded in full:\n")
+	tw := table(stdout)
+	for _, d := range []struct{ what, body string }{{"stripe charge.refunded", refunded}, {"stripe refund.updated, same refund", refund}} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/webhooks/stripe", strings.NewReader(d.body))
+		if err != nil {
+			fmt.Fprintf(stderr, "guardian demo: %v\n", err)
+			return ExitFailure
+		}
+		req.Header = provider.SignStripe([]byte(d.body), secret, time.Now())
+		resp, err := client.Do(req)
+		if err != nil {
+			fmt.Fprintf(stderr, "guardian demo: %v\n", err)
+			return ExitFailure
+		}
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", d.what, resp.StatusCode, strings.TrimSpace(string(answer)))
+	}
+	_ = tw.Flush()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		fs, err := db.FulfilmentsByPayment(ctx, pool, "stripe", pi)
+		if err != nil {
+			fmt.Fprintf(stderr, "guardian demo: %v\n", err)
+			return ExitFailure
+		}
+		var revocations []db.Fulfilment
+		for _, f := range fs {
+			if f.Action == db.ActionRevoke {
+				revocations = append(revocations, f)
+			}
+		}
+		if (len(revocations) == 1 && revocations[0].State == state.Fulfilled) || time.Now().After(deadline) {
+			tw := table(stdout)
+			fmt.Fprintf(tw, "PAYMENT\tACTION\tSTATE\tKEY\n")
+			for _, f := range fs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.PaymentID, f.Action, f.State, f.Key)
+			}
+			_ = tw.Flush()
+			fmt.Fprintf(stdout, "\n2 refund events, %d revocation: the payment was taken back once (GUARDIAN_REVOKE_ON).\n", len(revocations))
+			if len(revocations) != 1 || revocations[0].State != state.Fulfilled {
 				return ExitFailure
 			}
 			return ExitOK

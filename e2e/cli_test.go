@@ -296,3 +296,30 @@ func TestConnectorTestCLI(t *testing.T) {
 	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "connector secret is required")
 }
+
+// TestDemo runs `guardian demo` against the real binary, as a new user
+// does after `just run`: every delivery answered as the demo expects, both
+// payments fulfilled once, and the refund taking the Stripe one back once.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	conn := newFakeConnector(t)
+	e := baseEnv(t, d, conn)
+	g := start(t, e)
+	cmd := exec.Command(binary, "demo", "--url", g.url)
+	cmd.Env = []string{"DATABASE_URL=" + e["DATABASE_URL"], "GUARDIAN_STRIPE_SECRETS=" + stripeSecret, "GUARDIAN_STANDARD_SECRETS=" + standardSecret}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "9 deliveries, 2 payments, 2 fulfilments, 2 fulfilled.")
+	require.Contains(t, string(out), "2 refund events, 1 revocation: the payment was taken back once")
+	revokes := 0
+	conn.mu.Lock()
+	for key, body := range conn.payment {
+		if strings.Contains(body, `"action":"revoke"`) {
+			revokes += conn.calls[key]
+		}
+	}
+	conn.mu.Unlock()
+	require.Equal(t, 1, revokes, "the receiver saw one revocation, once")
+	g.stop(t)
+}
