@@ -71,21 +71,11 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	tw := table(stdout)
 	fmt.Fprintf(tw, "DELIVERY\tSTATUS\tANSWER\n")
 	for _, d := range deliveries {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(*base, "/")+"/webhooks/"+d.path, bytes.NewReader([]byte(d.body)))
-		if err != nil {
-			fmt.Fprintf(stderr, "guardian demo: %v\n", err)
-			return ExitUsage
-		}
-		req.Header = d.header.Clone()
-		resp, err := client.Do(req)
-		if err != nil {
+		if err := demoPost(ctx, client, tw, *base, d.what, d.path, d.body, d.header); err != nil {
 			_ = tw.Flush()
 			fmt.Fprintf(stderr, "guardian demo: is `just run` serving at %s? %v\n", *base, err)
 			return ExitFailure
 		}
-		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		resp.Body.Close()
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", d.what, resp.StatusCode, strings.TrimSpace(string(answer)))
 	}
 	_ = tw.Flush()
 
@@ -147,20 +137,11 @@ func demoRefund(ctx context.Context, client *http.Client, pool *pgxpool.Pool, ba
 	fmt.Fprintf(stdout, "\nThe customer is refunded in full:\n")
 	tw := table(stdout)
 	for _, d := range []struct{ what, body string }{{"stripe charge.refunded", refunded}, {"stripe refund.updated, same refund", refund}} {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/webhooks/stripe", strings.NewReader(d.body))
-		if err != nil {
+		if err := demoPost(ctx, client, tw, base, d.what, "stripe", d.body, provider.SignStripe([]byte(d.body), secret, time.Now())); err != nil {
+			_ = tw.Flush()
 			fmt.Fprintf(stderr, "guardian demo: %v\n", err)
 			return ExitFailure
 		}
-		req.Header = provider.SignStripe([]byte(d.body), secret, time.Now())
-		resp, err := client.Do(req)
-		if err != nil {
-			fmt.Fprintf(stderr, "guardian demo: %v\n", err)
-			return ExitFailure
-		}
-		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		resp.Body.Close()
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", d.what, resp.StatusCode, strings.TrimSpace(string(answer)))
 	}
 	_ = tw.Flush()
 	deadline := time.Now().Add(15 * time.Second)
@@ -195,6 +176,24 @@ func demoRefund(ctx context.Context, client *http.Client, pool *pgxpool.Pool, ba
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// demoPost sends one delivery to /webhooks/<path> and writes a row of
+// what, the status and the answer.
+func demoPost(ctx context.Context, client *http.Client, tw io.Writer, base, what, path, body string, header http.Header) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/webhooks/"+path, bytes.NewReader([]byte(body)))
+	if err != nil {
+		return err
+	}
+	req.Header = header.Clone()
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	resp.Body.Close()
+	fmt.Fprintf(tw, "%s\t%d\t%s\n", what, resp.StatusCode, strings.TrimSpace(string(answer)))
+	return nil
 }
 
 func first(list []string, def string) string {
