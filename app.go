@@ -312,6 +312,7 @@ func (a *App) buildJobs(service *fulfilment.Service, store *db.Store, tracer tra
 	if a.jobs, err = jobs.New(jobs.Config{
 		Pool: a.pool, Logger: a.logger, Service: service, Locker: lock.Postgres{Store: store},
 		Tokens: tokens.Postgres{Store: store}, Refusals: store, Tracer: tracer,
+		Bodies: store, PayloadRetention: cfg.PayloadRetention, Metrics: a.metrics,
 		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers, ReconcileInterval: cfg.ReconcileInterval,
 		Backfills: a.sortedBackfills(), BackfillInterval: cfg.BackfillInterval,
 	}); err != nil {

@@ -92,6 +92,10 @@ type Config struct {
 	// PayPalAPIURL is PayPal's API: https://api-m.paypal.com, or the
 	// sandbox's in test mode (the default follows GUARDIAN_MODE).
 	PayPalAPIURL string
+	// PayloadRetention is how long an event's body (the provider's payload,
+	// personal data in it) is kept once nothing can need it; 0 keeps
+	// bodies for good. Defaults to DefaultPayloadRetention.
+	PayloadRetention time.Duration
 	// RevokeOn is what a refund or dispute takes a fulfilled payment back
 	// for (fulfilment.ReversalPolicy). Defaults to full_refund,dispute_lost.
 	RevokeOn fulfilment.ReversalPolicy
@@ -263,6 +267,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		StripeAPIURL:         getenv("GUARDIAN_STRIPE_API_URL"),
 		Mode:                 provider.Mode(getenv("GUARDIAN_MODE")),
 		RevokeOn:             fulfilment.DefaultReversalPolicy,
+		PayloadRetention:     DefaultPayloadRetention,
 		PaddleAPIKey:         getenv("GUARDIAN_PADDLE_API_KEY"),
 		PaddleAPIURL:         getenv("GUARDIAN_PADDLE_API_URL"),
 		PayPalClientID:       getenv("GUARDIAN_PAYPAL_CLIENT_ID"),
@@ -299,6 +304,17 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		PublicURL:          getenv("GUARDIAN_PUBLIC_URL"),
 		TrustedProxies:     List(getenv("GUARDIAN_TRUSTED_PROXIES"), ", "),
 		ServiceName:        cmp.Or(getenv("OTEL_SERVICE_NAME"), "guardian"),
+	}
+	switch v := getenv("GUARDIAN_PAYLOAD_RETENTION"); v {
+	case "":
+	case "off":
+		cfg.PayloadRetention = 0
+	default:
+		if d, err := time.ParseDuration(v); err != nil || d < MinPayloadRetention {
+			errs = append(errs, fmt.Errorf("GUARDIAN_PAYLOAD_RETENTION: want a duration of at least %s (the providers retry for three days), or off; got %q", MinPayloadRetention, v))
+		} else {
+			cfg.PayloadRetention = d
+		}
 	}
 	if v := getenv("GUARDIAN_REVOKE_ON"); v != "" {
 		p, err := fulfilment.ParseReversalPolicy(v)
@@ -458,6 +474,16 @@ func (c *Config) apiURL(url, live, sandbox string) string {
 	}
 	return live
 }
+
+// DefaultPayloadRetention keeps an event's body 90 days: long past the
+// providers' retries and the reconciliation of what they paid for.
+const DefaultPayloadRetention = 90 * 24 * time.Hour
+
+// MinPayloadRetention is the shortest payload retention: the providers'
+// three days of retries and a day of margin, so a late delivery still meets
+// its body (nothing needs it to dedupe, but an operator reading a fresh
+// payment's event does).
+const MinPayloadRetention = 96 * time.Hour
 
 // Providers names every provider Guardian serves, each at
 // /webhooks/<name>.
@@ -632,7 +658,7 @@ var Variables = []string{
 	"GUARDIAN_DEV", "GUARDIAN_DISPATCH_LEASE", "GUARDIAN_DISPATCH_WORKERS", "GUARDIAN_LEMONSQUEEZY_SECRETS",
 	"GUARDIAN_LOG_FORMAT", "GUARDIAN_LOG_LEVEL", "GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH",
 	"GUARDIAN_METRICS_URL", "GUARDIAN_MIGRATE", "GUARDIAN_MODE", "GUARDIAN_OPERATOR_TOKEN",
-	"GUARDIAN_PADDLE_API_KEY", "GUARDIAN_PADDLE_API_URL", "GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS",
+	"GUARDIAN_PADDLE_API_KEY", "GUARDIAN_PADDLE_API_URL", "GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS", "GUARDIAN_PAYLOAD_RETENTION",
 	"GUARDIAN_PAYPAL_API_URL", "GUARDIAN_PAYPAL_CLIENT_ID", "GUARDIAN_PAYPAL_CLIENT_SECRET", "GUARDIAN_PAYPAL_WEBHOOK_IDS", "GUARDIAN_PPROF", "GUARDIAN_PPROF_ADDR",
 	"GUARDIAN_PPROF_ALLOW_REMOTE", "GUARDIAN_PUBLIC_URL", "GUARDIAN_RECONCILE_GRACE", "GUARDIAN_RECONCILE_INTERVAL",
 	"GUARDIAN_REDIS_PREFIX", "GUARDIAN_REVOKE_ON", "GUARDIAN_SESSION_TTL", "GUARDIAN_SHOPIFY_SECRETS", "GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_REFUND_TYPES", "GUARDIAN_STANDARD_SECRETS",

@@ -141,7 +141,12 @@ func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, rea
 			WHERE e.id = ANY($1) AND e.payment_id IS NOT NULL
 				-- A payment already taken back is never fulfilled.
 				AND NOT EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id)
+				-- Nor is one from a body pruned after the payload retention
+				-- (the lock waits out a prune in progress, then reads its
+				-- result: db.Store.PruneEventBodies).
+				AND e.pruned_at IS NULL
 			ORDER BY e.provider, e.payment_id, u.ord
+			FOR KEY SHARE OF e
 			ON CONFLICT (provider, payment_id, action) WHERE state <> 'failed' DO NOTHING
 			RETURNING id, event_pk
 		), logged AS (

@@ -25,8 +25,10 @@ type Event struct {
 	// lost"); Reverses is the payment it takes back under the policy at
 	// intake. Both empty for every other event.
 	Reversal, Reverses string
-	// Payload is the body exactly as the provider signed it.
+	// Payload is the body exactly as the provider signed it; empty once
+	// pruned (PrunedAt) after the payload retention.
 	Payload     json.RawMessage
+	PrunedAt    *time.Time
 	Deliveries  int
 	FirstSeenAt time.Time
 	LastSeenAt  time.Time
@@ -49,12 +51,12 @@ type EventParams struct {
 	Reversal, Reverses string
 }
 
-const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), coalesce(unmapped, ''), coalesce(delivery_id, ''), coalesce(reversal, ''), coalesce(reverses, ''), body, deliveries, first_seen_at, last_seen_at`
+const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), coalesce(unmapped, ''), coalesce(delivery_id, ''), coalesce(reversal, ''), coalesce(reverses, ''), body, pruned_at, deliveries, first_seen_at, last_seen_at`
 
 func scanEvent(row pgx.Row) (Event, error) {
 	var e Event
 	var payload []byte
-	err := row.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Unmapped, &e.DeliveryID, &e.Reversal, &e.Reverses, &payload, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt)
+	err := row.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Unmapped, &e.DeliveryID, &e.Reversal, &e.Reverses, &payload, &e.PrunedAt, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt)
 	e.Payload = payload
 	return e, err
 }

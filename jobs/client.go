@@ -18,6 +18,7 @@ import (
 	"github.com/guardian-pay/guardian/app/backfill"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
+	"github.com/guardian-pay/guardian/app/metrics"
 )
 
 // Queue names. Maintenance work has its own queue so a backlog of
@@ -98,6 +99,12 @@ type Config struct {
 	// Refusals, when set, has refused-request records pruned by the
 	// maintenance worker to refusals.Retention and refusals.Rows.
 	Refusals RefusalPruner
+	// Bodies, with PayloadRetention above zero, empties the bodies of events
+	// older than PayloadRetention on the leader's maintenance round.
+	Bodies           BodyPruner
+	PayloadRetention time.Duration
+	// Metrics counts what maintenance prunes; nil counts nothing.
+	Metrics *metrics.Metrics
 	// MaintenanceInterval is how often the leader prunes. Defaults to
 	// DefaultMaintenanceInterval.
 	MaintenanceInterval time.Duration
@@ -166,7 +173,8 @@ func New(cfg Config) (*Client, error) {
 	}
 	dispatch := &DispatchWorker{service: cfg.Service, tracer: cfg.Tracer}
 	sweep := &SweepWorker{service: cfg.Service, locker: cfg.Locker, logger: cfg.Logger}
-	maintenance := &MaintenanceWorker{tokens: cfg.Tokens, refusals: cfg.Refusals, locker: cfg.Locker, logger: cfg.Logger}
+	maintenance := &MaintenanceWorker{tokens: cfg.Tokens, refusals: cfg.Refusals, bodies: cfg.Bodies, retention: cfg.PayloadRetention,
+		metrics: cfg.Metrics, locker: cfg.Locker, logger: cfg.Logger}
 	reconcile := &ReconcileWorker{service: cfg.Service, locker: cfg.Locker, logger: cfg.Logger}
 	workers := river.NewWorkers()
 	fill := &BackfillWorker{backfills: map[string]*backfill.Backfill{}, locker: cfg.Locker, logger: cfg.Logger}
@@ -190,7 +198,7 @@ func New(cfg Config) (*Client, error) {
 			func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "guardian_sweep", RunOnStart: true}),
 	}
-	if cfg.Tokens != nil || cfg.Refusals != nil {
+	if cfg.Tokens != nil || cfg.Refusals != nil || (cfg.Bodies != nil && cfg.PayloadRetention > 0) {
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cmp.Or(cfg.MaintenanceInterval, DefaultMaintenanceInterval)),
 			func() (river.JobArgs, *river.InsertOpts) { return MaintenanceArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "guardian_maintenance", RunOnStart: true}))

@@ -8,6 +8,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/guardian-pay/guardian/app/lock"
+	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/refusals"
 )
 
@@ -23,6 +24,17 @@ func (MaintenanceArgs) Kind() string { return "guardian_maintenance" }
 func (MaintenanceArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueMaintenance, MaxAttempts: 1}
 }
+
+// BodyPruner empties event bodies older than a time that nothing can need
+// again, a batch at a time (db.Store.PruneEventBodies): done says the walk
+// reached the time.
+type BodyPruner interface {
+	PruneEventBodies(ctx context.Context, before time.Time, limit int) (pruned int, done bool, err error)
+}
+
+// pruneBatch is how many events one prune statement walks: a short
+// transaction, so intake never waits long on it.
+const pruneBatch = 1000
 
 // TokenPruner deletes single-use token records that expired before a time.
 type TokenPruner interface {
@@ -54,8 +66,12 @@ type MaintenanceWorker struct {
 
 	tokens   TokenPruner
 	refusals RefusalPruner
-	locker   lock.Locker
-	logger   *slog.Logger
+	bodies   BodyPruner
+	// retention is how long event bodies are kept; 0 keeps them.
+	retention time.Duration
+	metrics   *metrics.Metrics
+	locker    lock.Locker
+	logger    *slog.Logger
 }
 
 // Timeout ends a round that runs too long.
@@ -81,6 +97,31 @@ func (w *MaintenanceWorker) Work(ctx context.Context, job *river.Job[Maintenance
 				w.logger.InfoContext(ctx, "maintenance: pruned refused-request records", "rows", n)
 			}
 		}
+		if w.bodies != nil && w.retention > 0 {
+			w.pruneBodies(ctx, time.Now().Add(-w.retention))
+		}
 		return nil
 	})
+}
+
+// pruneBodies empties the bodies of events seen before before, a batch at
+// a time, until the walk reaches it or the round's time runs out (the next
+// round goes on from there).
+func (w *MaintenanceWorker) pruneBodies(ctx context.Context, before time.Time) {
+	total := 0
+	for ctx.Err() == nil {
+		n, done, err := w.bodies.PruneEventBodies(ctx, before, pruneBatch)
+		if err != nil {
+			w.logger.WarnContext(ctx, "maintenance: prune event bodies", "error", err)
+			break
+		}
+		total += n
+		w.metrics.Pruned(n)
+		if done {
+			break
+		}
+	}
+	if total > 0 {
+		w.logger.InfoContext(ctx, "maintenance: emptied event bodies past the payload retention", "events", total, "before", before)
+	}
 }

@@ -73,6 +73,23 @@ func TestMaintenanceWorker(t *testing.T) {
 	})
 }
 
+func TestMaintenanceWorkerPrunesBodies(t *testing.T) {
+	t.Parallel()
+	pruner := &laterStore{}
+	b := setup(t, &connectortest.Recorder{}, false, options{Jobs: func(c *jobs.Config) {
+		c.Bodies, c.PayloadRetention = pruner, 96*time.Hour
+	}})
+	pruner.Store = db.New(b.db.Pool)
+	_, err := b.db.Pool.Exec(b.ctx, `INSERT INTO webhook_event (provider, event_id, event_type, body, first_seen_at)
+		VALUES ('stripe', 'evt_old', 'customer.created', '{"email":"ana@example.com"}', now() - interval '100 days'),
+		       ('stripe', 'evt_new', 'customer.created', '{"email":"bo@example.com"}', now())`)
+	require.NoError(t, err)
+	b.start(t)
+	b.waitJobs(t, `kind = 'guardian_maintenance' AND state = 'completed'`, 1)
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE pruned_at IS NOT NULL AND body = '' AND event_id = 'evt_old'`))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE pruned_at IS NULL AND event_id = 'evt_new'`), "a recent body stays")
+}
+
 // laterStore is a db.Store set once the test's database exists.
 type laterStore struct{ *db.Store }
 

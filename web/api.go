@@ -378,6 +378,9 @@ func (s *Server) replay(c echo.Context, providerName, eventID string) (ReplayAns
 	if errors.Is(err, db.ErrNotFound) {
 		return ReplayAnswer{}, &HTTPError{Code: http.StatusNotFound, Msg: "event not found"}
 	}
+	if errors.Is(err, db.ErrPruned) {
+		return ReplayAnswer{}, &HTTPError{Code: http.StatusConflict, Msg: db.ErrPruned.Error() + ": it cannot be replayed"}
+	}
 	if err != nil {
 		return ReplayAnswer{}, storageError(err)
 	}

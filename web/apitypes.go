@@ -56,8 +56,10 @@ type Event struct {
 	// it. Both absent for other events.
 	Reversal string `json:"reversal,omitempty"`
 	Reverses string `json:"reverses,omitempty"`
-	// Payload is absent in listings.
+	// Payload is absent in listings, and once pruned after the payload
+	// retention (PrunedAt says when).
 	Payload     json.RawMessage `json:"payload,omitempty"`
+	PrunedAt    *time.Time      `json:"pruned_at,omitempty"`
 	Deliveries  int             `json:"deliveries"`
 	FirstSeenAt time.Time       `json:"first_seen_at"`
 	LastSeenAt  time.Time       `json:"last_seen_at"`
@@ -93,7 +95,7 @@ func apiFulfilment(f db.Fulfilment) Fulfilment {
 func apiEvent(e db.Event) Event {
 	return Event{
 		Provider: e.Provider, EventID: e.EventID, Type: e.Type, PaymentID: e.PaymentID, Unmapped: e.Unmapped, DeliveryID: e.DeliveryID,
-		Reversal: e.Reversal, Reverses: e.Reverses, Payload: e.Payload,
+		Reversal: e.Reversal, Reverses: e.Reverses, Payload: e.Payload, PrunedAt: e.PrunedAt,
 		Deliveries: e.Deliveries, FirstSeenAt: e.FirstSeenAt, LastSeenAt: e.LastSeenAt,
 	}
 }

@@ -180,6 +180,9 @@ func (s *Service) Replay(ctx context.Context, providerName, eventID, operator st
 		if err != nil {
 			return err
 		}
+		if ev.PrunedAt != nil {
+			return db.ErrPruned // nothing to read the rules from, nor to send
+		}
 		if ev.PaymentID == "" {
 			if ev, err = s.remap(ctx, tx, ev); err != nil {
 				return err

@@ -34,6 +34,7 @@ type Metrics struct {
 	refused         *prometheus.CounterVec
 	refusedDropped  prometheus.Counter
 	unmapped        *prometheus.CounterVec
+	pruned          prometheus.Counter
 	table           *tableCollector
 }
 
@@ -88,6 +89,10 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 		Name: "guardian_unmapped_events_total",
 		Help: "Events that say they are paid but name no payment Guardian can read, by provider: stored, acknowledged and flagged (GET /api/v1/events?unmapped=true). Alert on any.",
 	}, []string{"provider"})
+	m.pruned = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "guardian_event_bodies_pruned_total",
+		Help: "Event bodies emptied after GUARDIAN_PAYLOAD_RETENTION: the provider's payload is gone, the event's identity and the fulfilment record stay.",
+	})
 	version, revision, goVersion := buildInfo()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "guardian_build_info",
@@ -96,7 +101,7 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 	})
 	buildInfo.Set(1)
 	for _, c := range []prometheus.Collector{
-		buildInfo, m.refused, m.refusedDropped, m.unmapped,
+		buildInfo, m.refused, m.refusedDropped, m.unmapped, m.pruned,
 		m.deliveries, m.intakeSeconds, m.transitions, m.dispatchSeconds, m.dispatches, m.connectorErrors, m.filterErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.table,
@@ -196,6 +201,14 @@ func (m *Metrics) Unmapped(provider string) {
 		return
 	}
 	m.unmapped.WithLabelValues(provider).Inc()
+}
+
+// Pruned counts n event bodies emptied after the payload retention.
+func (m *Metrics) Pruned(n int) {
+	if m == nil {
+		return
+	}
+	m.pruned.Add(float64(n))
 }
 
 // Refused counts one refused webhook request.

@@ -1,0 +1,103 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrPruned means an event's body was pruned after the payload retention:
+// nothing that needs the body (a replay) can run.
+var ErrPruned = errors.New("the event's body was pruned after GUARDIAN_PAYLOAD_RETENTION")
+
+// PruneEventBodies walks the stored events in id order from where the last
+// walk stopped, at most limit of them, up to the first one seen at or after
+// before, and empties the body of each one nothing can need again: no
+// fulfilment of it that is not fulfilled (a pending, in-flight, parked,
+// failed or cancelled row may yet be sent, retried or reopened, and every
+// attempt under a key sends the same body), and, for a reversal, a
+// revocation made from it (the sweep may yet make one). The event's
+// identity stays, so a late delivery is still a duplicate. It returns how
+// many bodies it emptied and whether the walk reached before (or the end):
+// false means call again.
+//
+// The bodies are emptied under FOR UPDATE, skipping rows another
+// transaction holds: a fulfilment being created from an event holds it
+// (the foreign key's KEY SHARE), and db.InsertFulfilments takes that lock
+// itself and skips an event pruned meanwhile, so no fulfilment is ever made
+// from an emptied body. A row skipped now stays behind the walk, unpruned.
+func (s *Store) PruneEventBodies(ctx context.Context, before time.Time, limit int) (pruned int, done bool, err error) {
+	err = s.InTx(ctx, func(tx pgx.Tx) error {
+		pruned, done = 0, false
+		var cursor int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce((SELECT last_id FROM prune_cursor WHERE name = 'event_body' FOR UPDATE), 0)`).Scan(&cursor); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT e.id, e.first_seen_at < $2 AS old,
+				e.pruned_at IS NULL
+				AND NOT EXISTS (SELECT 1 FROM fulfilment f WHERE f.event_pk = e.id AND f.state <> 'fulfilled')
+				AND (e.reverses IS NULL OR EXISTS (SELECT 1 FROM fulfilment v WHERE v.event_pk = e.id)) AS prunable
+			FROM webhook_event e WHERE e.id > $1 ORDER BY e.id LIMIT $3`, cursor, before, limit)
+		if err != nil {
+			return err
+		}
+		var ids []int64
+		walked, last := 0, cursor
+		for rows.Next() {
+			var id int64
+			var old, prunable bool
+			if err := rows.Scan(&id, &old, &prunable); err != nil {
+				return err
+			}
+			if !old {
+				done = true
+				break
+			}
+			walked, last = walked+1, id
+			if prunable {
+				ids = append(ids, id)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if walked < limit {
+			done = true
+		}
+		if len(ids) > 0 {
+			// Lock first, then look again in a statement of its own: its
+			// snapshot, taken after the locks, sees every fulfilment whose
+			// creator let go of the row first; a creator still holding it
+			// was skipped, and one that comes after waits, then finds the
+			// event pruned and makes nothing.
+			rows, err := tx.Query(ctx, `SELECT id FROM webhook_event WHERE id = ANY($1) AND pruned_at IS NULL ORDER BY id FOR UPDATE SKIP LOCKED`, ids)
+			if err != nil {
+				return err
+			}
+			locked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				return err
+			}
+			tag, err := tx.Exec(ctx, `
+				UPDATE webhook_event e SET body = '', pruned_at = now()
+				WHERE e.id = ANY($1)
+				  AND NOT EXISTS (SELECT 1 FROM fulfilment f WHERE f.event_pk = e.id AND f.state <> 'fulfilled')
+				  AND (e.reverses IS NULL OR EXISTS (SELECT 1 FROM fulfilment v WHERE v.event_pk = e.id))`, locked)
+			if err != nil {
+				return err
+			}
+			pruned = int(tag.RowsAffected())
+		}
+		if last == cursor {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO prune_cursor (name, last_id) VALUES ('event_body', $1)
+			ON CONFLICT (name) DO UPDATE SET last_id = excluded.last_id`, last)
+		return err
+	})
+	return pruned, done, wrap("prune event bodies", err)
+}
