@@ -17,8 +17,8 @@ var ErrPruned = errors.New("the event's body was pruned after GUARDIAN_PAYLOAD_R
 // before, and empties the body of each one nothing can need again: no
 // fulfilment of it that is not fulfilled (a pending, in-flight, parked,
 // failed or cancelled row may yet be sent, retried or reopened, and every
-// attempt under a key sends the same body), and, for a reversal, a
-// revocation made from it (the sweep may yet make one). The event's
+// attempt under a key sends the same body), and, for a reversal, its
+// payment's revocation made (until then the sweep may make one from it). The event's
 // identity stays, so a late delivery is still a duplicate. It returns how
 // many bodies it emptied and whether the walk reached before (or the end):
 // false means call again.
@@ -39,7 +39,7 @@ func (s *Store) PruneEventBodies(ctx context.Context, before time.Time, limit in
 			SELECT e.id, e.first_seen_at < $2 AS old,
 				e.pruned_at IS NULL
 				AND NOT EXISTS (SELECT 1 FROM fulfilment f WHERE f.event_pk = e.id AND f.state <> 'fulfilled')
-				AND (e.reverses IS NULL OR EXISTS (SELECT 1 FROM fulfilment v WHERE v.event_pk = e.id)) AS prunable
+				AND (e.reverses IS NULL OR EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = e.provider AND v.payment_id = e.reverses AND v.action = 'revoke')) AS prunable
 			FROM webhook_event e WHERE e.id > $1 ORDER BY e.id LIMIT $3`, cursor, before, limit)
 		if err != nil {
 			return err
@@ -86,7 +86,7 @@ func (s *Store) PruneEventBodies(ctx context.Context, before time.Time, limit in
 				UPDATE webhook_event e SET body = '', pruned_at = now()
 				WHERE e.id = ANY($1)
 				  AND NOT EXISTS (SELECT 1 FROM fulfilment f WHERE f.event_pk = e.id AND f.state <> 'fulfilled')
-				  AND (e.reverses IS NULL OR EXISTS (SELECT 1 FROM fulfilment v WHERE v.event_pk = e.id))`, locked)
+				  AND (e.reverses IS NULL OR EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = e.provider AND v.payment_id = e.reverses AND v.action = 'revoke'))`, locked)
 			if err != nil {
 				return err
 			}
