@@ -117,3 +117,26 @@ func TestPruneEventBodies(t *testing.T) {
 		t.Logf("%d of %d events pruned, %d fulfilments made", d.Count(t, `SELECT count(*) FROM webhook_event WHERE pruned_at IS NOT NULL`), rounds, d.Count(t, `SELECT count(*) FROM fulfilment`))
 	})
 }
+
+// TestFulfilmentIDsFollowTime: a fulfilment's id is a UUIDv7, so ids made
+// later sort after ids made earlier and inserts append at the index's edge.
+func TestFulfilmentIDsFollowTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := dbtest.NewDB(t)
+	var ids []string
+	for i := range 5 {
+		pk, _, err := insertEvent(ctx, d.Pool, db.EventParams{Provider: "stripe", EventID: fmt.Sprintf("evt_%d", i), Type: "t", PaymentID: fmt.Sprintf("pi_%d", i), Payload: []byte(`{}`)})
+		require.NoError(t, err)
+		id, _, err := db.InsertFulfilment(ctx, d.Pool, pk, "test", "payment event received")
+		require.NoError(t, err)
+		require.Equal(t, byte('7'), id[14], "version 7: %s", id)
+		require.Contains(t, "89ab", string(id[19]), "RFC 9562 variant: %s", id)
+		ids = append(ids, id)
+		time.Sleep(2 * time.Millisecond)
+	}
+	require.IsIncreasing(t, ids, "made later, sorted later")
+	var ms int64
+	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT ('x' || substr(replace($1, '-', ''), 1, 12))::bit(48)::bigint`, ids[4]).Scan(&ms))
+	require.WithinDuration(t, time.Now(), time.UnixMilli(ms), time.Minute, "its first 48 bits are the time it was made")
+}
