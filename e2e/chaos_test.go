@@ -551,7 +551,11 @@ func (h *chaosHarness) check(payments int) report {
 	h.reversed.Range(func(k, _ any) bool {
 		p := k.(string)
 		declined := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action = 'revoke' AND state = 'failed'`, p)
-		if acted[p] == 1 && revoked[p] == 0 && declined == 0 {
+		// A parked fulfilment or revocation an operator cancelled is their
+		// final word: only a fulfilment settled done is taken back, and a
+		// cancelled revocation is not sent again (docs/design.md).
+		cancelled := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state = 'cancelled'`, p)
+		if acted[p] == 1 && revoked[p] == 0 && declined == 0 && cancelled == 0 {
 			r.badRevokes++
 			var ts string
 			_ = h.d.Pool.QueryRow(ctx, `SELECT string_agg(f.action || ' ' || coalesce(t.from_state, '-') || '>' || t.to_state || ' ' || t.actor || ' ' || t.reason, ' | ' ORDER BY t.id)
