@@ -42,6 +42,8 @@ func TestLookupsUseIndexes(t *testing.T) {
 
 	var knownPK int64
 	require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM webhook_event WHERE event_id = $1`, known).Scan(&knownPK))
+	var knownFulfilment string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM fulfilment WHERE event_pk = $1`, knownPK).Scan(&knownFulfilment))
 	seqScans := func() int {
 		var n int
 		require.NoError(t, tx.QueryRow(ctx, `SELECT sum(seq_scan) FROM pg_stat_xact_user_tables WHERE relname IN ('webhook_event', 'fulfilment', 'fulfilment_transition')`).Scan(&n))
@@ -72,6 +74,25 @@ func TestLookupsUseIndexes(t *testing.T) {
 		},
 		"fulfilments of an event": func() error {
 			_, err := db.FulfilmentsByEvent(ctx, tx, knownPK)
+			return err
+		},
+		"claim a fulfilment (the reversal guard included)": func() error {
+			_, err := db.ClaimManyForDispatch(ctx, tx, []db.ClaimParams{{ID: knownFulfilment, Actor: "test", Timeout: time.Second}})
+			return err
+		},
+		"take back one payment (intake's reversal)": func() error {
+			payment := []db.Payment{{Provider: "stripe", PaymentID: "pi_" + known[len("evt_"):]}}
+			if _, err := db.CancelReversedPending(ctx, tx, "test", payment); err != nil {
+				return err
+			}
+			_, err := db.CreateRevocations(ctx, tx, "test", payment)
+			return err
+		},
+		"take back every reversed payment (the sweep)": func() error {
+			if _, err := db.CancelReversedPending(ctx, tx, "test", nil); err != nil {
+				return err
+			}
+			_, err := db.CreateRevocations(ctx, tx, "test", nil)
 			return err
 		},
 		"fulfilments by payment prefix": func() error {
