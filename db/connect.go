@@ -32,6 +32,7 @@ func Connect(ctx context.Context, rawURL string) (*pgxpool.Pool, error) {
 		// dispatch, which share the pool; see docs/deployment.md for sizing.
 		cfg.MaxConns = DefaultMaxConns
 	}
+	cfg.PrepareConn = refuseReadOnly
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
@@ -43,6 +44,29 @@ func Connect(ctx context.Context, rawURL string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("connect to %s: %w", Redact(rawURL), err)
 	}
 	return pool, nil
+}
+
+// ErrReadOnly means the connection is to a server that can only read: a
+// standby, or a primary fenced read-only (a failover demoting it). Every
+// write there fails with SQLSTATE 25006, so the connection is closed; the
+// next one is dialled afresh, and a multi-host DATABASE_URL with
+// target_session_attrs=read-write dials the new primary.
+var ErrReadOnly = errors.New("the database server is read-only (a standby, or a demoted primary): connection closed; the next one goes to the primary")
+
+// refuseReadOnly is the pool's check before it hands out a connection: one
+// whose server reports itself in recovery (in_hot_standby) or read-only by
+// default (default_transaction_read_only), as Postgres 14 and later report
+// both to every session when they change, is destroyed, and its query
+// fails with ErrReadOnly instead of hanging on to a server that can only
+// answer 25006. (River's client, sharing the pool, would otherwise fail
+// for ever on a connection to a demoted primary.) A retry takes a new
+// connection.
+func refuseReadOnly(_ context.Context, c *pgx.Conn) (bool, error) {
+	p := c.PgConn()
+	if p.ParameterStatus("in_hot_standby") == "on" || p.ParameterStatus("default_transaction_read_only") == "on" {
+		return false, ErrReadOnly
+	}
+	return true, nil
 }
 
 // EnsureDatabase creates the database url names if it does not exist, by
