@@ -29,6 +29,7 @@ import (
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/operators"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/refusals"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/goose"
@@ -246,6 +247,13 @@ func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, conn connector
 		return nil, nil, err
 	}
 	a.metrics = m
+	for record, kept := range map[string]time.Duration{
+		"event": 0, "event_body": cfg.PayloadRetention, "fulfilment": 0, "transition": 0,
+		"completed_job": cfg.JobRetention, "discarded_job": max(cfg.JobRetention, jobs.DiscardedJobRetention),
+		"refused_delivery": refusals.Retention, "single_use_token": jobs.TokenGrace,
+	} {
+		m.Retention(record, kept)
+	}
 	enqueuer, err := jobs.NewEnqueuer(a.pool, a.logger)
 	if err != nil {
 		return nil, nil, err
@@ -312,7 +320,7 @@ func (a *App) buildJobs(service *fulfilment.Service, store *db.Store, tracer tra
 	if a.jobs, err = jobs.New(jobs.Config{
 		Pool: a.pool, Logger: a.logger, Service: service, Locker: lock.Postgres{Store: store},
 		Tokens: tokens.Postgres{Store: store}, Refusals: store, Tracer: tracer,
-		Bodies: store, PayloadRetention: cfg.PayloadRetention, Metrics: a.metrics,
+		Bodies: store, PayloadRetention: cfg.PayloadRetention, Metrics: a.metrics, JobRetention: cfg.JobRetention,
 		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers, ReconcileInterval: cfg.ReconcileInterval,
 		Backfills: a.sortedBackfills(), BackfillInterval: cfg.BackfillInterval,
 	}); err != nil {

@@ -96,6 +96,9 @@ type Config struct {
 	// personal data in it) is kept once nothing can need it; 0 keeps
 	// bodies for good. Defaults to DefaultPayloadRetention.
 	PayloadRetention time.Duration
+	// JobRetention is how long River keeps completed and cancelled jobs.
+	// Defaults to jobs.DefaultJobRetention.
+	JobRetention time.Duration
 	// RevokeOn is what a refund or dispute takes a fulfilled payment back
 	// for (fulfilment.ReversalPolicy). Defaults to full_refund,dispute_lost.
 	RevokeOn fulfilment.ReversalPolicy
@@ -268,6 +271,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		Mode:                 provider.Mode(getenv("GUARDIAN_MODE")),
 		RevokeOn:             fulfilment.DefaultReversalPolicy,
 		PayloadRetention:     DefaultPayloadRetention,
+		JobRetention:         dur("GUARDIAN_JOB_RETENTION", jobs.DefaultJobRetention),
 		PaddleAPIKey:         getenv("GUARDIAN_PADDLE_API_KEY"),
 		PaddleAPIURL:         getenv("GUARDIAN_PADDLE_API_URL"),
 		PayPalClientID:       getenv("GUARDIAN_PAYPAL_CLIENT_ID"),
@@ -655,7 +659,7 @@ func List(v, seps string) []string {
 var Variables = []string{
 	"GUARDIAN_ADDR", "GUARDIAN_ADMIN_TOKEN", "GUARDIAN_ADYEN_CAPTURE", "GUARDIAN_ADYEN_HMAC_KEYS", "GUARDIAN_API", "GUARDIAN_BACKFILL_INTERVAL", "GUARDIAN_BATCH", "GUARDIAN_BATCH_WRITERS",
 	"GUARDIAN_CONNECTOR_LOOKUP_URL", "GUARDIAN_CONNECTOR_SECRET", "GUARDIAN_CONNECTOR_TIMEOUT", "GUARDIAN_CONNECTOR_URL",
-	"GUARDIAN_DEV", "GUARDIAN_DISPATCH_LEASE", "GUARDIAN_DISPATCH_WORKERS", "GUARDIAN_LEMONSQUEEZY_SECRETS",
+	"GUARDIAN_DEV", "GUARDIAN_DISPATCH_LEASE", "GUARDIAN_DISPATCH_WORKERS", "GUARDIAN_JOB_RETENTION", "GUARDIAN_LEMONSQUEEZY_SECRETS",
 	"GUARDIAN_LOG_FORMAT", "GUARDIAN_LOG_LEVEL", "GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH",
 	"GUARDIAN_METRICS_URL", "GUARDIAN_MIGRATE", "GUARDIAN_MODE", "GUARDIAN_OPERATOR_TOKEN",
 	"GUARDIAN_PADDLE_API_KEY", "GUARDIAN_PADDLE_API_URL", "GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS", "GUARDIAN_PAYLOAD_RETENTION",

@@ -103,6 +103,10 @@ type Config struct {
 	// older than PayloadRetention on the leader's maintenance round.
 	Bodies           BodyPruner
 	PayloadRetention time.Duration
+	// JobRetention is how long River keeps completed and cancelled jobs
+	// (discarded ones a week, or JobRetention if longer). Defaults to
+	// DefaultJobRetention.
+	JobRetention time.Duration
 	// Metrics counts what maintenance prunes; nil counts nothing.
 	Metrics *metrics.Metrics
 	// MaintenanceInterval is how often the leader prunes. Defaults to
@@ -158,6 +162,14 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
+
+// River's finished jobs: completed and cancelled ones kept a day by
+// default, discarded ones (a dispatch whose retries ran out, for an
+// operator to read) at least a week.
+const (
+	DefaultJobRetention   = 24 * time.Hour
+	DiscardedJobRetention = 7 * 24 * time.Hour
+)
 
 // Client is Guardian's working River client: dispatch, sweep and reconcile
 // workers, and the leader's periodic schedules.
@@ -227,6 +239,10 @@ func New(cfg Config) (*Client, error) {
 			QueueMaintenance: {MaxWorkers: 2},
 		},
 		PeriodicJobs: periodic,
+		// River's own cleaner deletes finished jobs past these.
+		CompletedJobRetentionPeriod: cmp.Or(cfg.JobRetention, DefaultJobRetention),
+		CancelledJobRetentionPeriod: cmp.Or(cfg.JobRetention, DefaultJobRetention),
+		DiscardedJobRetentionPeriod: max(cfg.JobRetention, DiscardedJobRetention),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)

@@ -50,8 +50,8 @@ type RefusalPruner interface {
 // DefaultMaintenanceInterval is how often the leader prunes.
 const DefaultMaintenanceInterval = 10 * time.Minute
 
-// tokenGrace keeps expired tokens' consumption records a day past expiry.
-const tokenGrace = 24 * time.Hour
+// TokenGrace keeps expired tokens' consumption records a day past expiry.
+const TokenGrace = 24 * time.Hour
 
 // maintenanceRound bounds one round.
 const maintenanceRound = 150 * time.Second
@@ -84,7 +84,7 @@ func (w *MaintenanceWorker) Timeout(*river.Job[MaintenanceArgs]) time.Duration {
 func (w *MaintenanceWorker) Work(ctx context.Context, job *river.Job[MaintenanceArgs]) error {
 	return exclusive(ctx, w.locker, w.logger, "guardian_maintenance", leaseTTL, func(ctx context.Context, _ lock.Lease) error {
 		if w.tokens != nil {
-			if n, err := w.tokens.Prune(ctx, time.Now().Add(-tokenGrace)); err != nil {
+			if n, err := w.tokens.Prune(ctx, time.Now().Add(-TokenGrace)); err != nil {
 				w.logger.WarnContext(ctx, "maintenance: prune tokens", "error", err)
 			} else if n > 0 {
 				w.logger.InfoContext(ctx, "maintenance: pruned expired tokens", "rows", n)

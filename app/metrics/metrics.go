@@ -35,6 +35,7 @@ type Metrics struct {
 	refusedDropped  prometheus.Counter
 	unmapped        *prometheus.CounterVec
 	pruned          prometheus.Counter
+	retention       *prometheus.GaugeVec
 	table           *tableCollector
 }
 
@@ -93,6 +94,10 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 		Name: "guardian_event_bodies_pruned_total",
 		Help: "Event bodies emptied after GUARDIAN_PAYLOAD_RETENTION: the provider's payload is gone, the event's identity and the fulfilment record stay.",
 	})
+	m.retention = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "guardian_retention_seconds",
+		Help: "How long each kind of record is kept, by the configuration (docs/operations.md, \"What Guardian keeps\"); 0: kept for good.",
+	}, []string{"record"})
 	version, revision, goVersion := buildInfo()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "guardian_build_info",
@@ -101,7 +106,7 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 	})
 	buildInfo.Set(1)
 	for _, c := range []prometheus.Collector{
-		buildInfo, m.refused, m.refusedDropped, m.unmapped, m.pruned,
+		buildInfo, m.refused, m.refusedDropped, m.unmapped, m.pruned, m.retention,
 		m.deliveries, m.intakeSeconds, m.transitions, m.dispatchSeconds, m.dispatches, m.connectorErrors, m.filterErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.table,
@@ -201,6 +206,14 @@ func (m *Metrics) Unmapped(provider string) {
 		return
 	}
 	m.unmapped.WithLabelValues(provider).Inc()
+}
+
+// Retention shows how long a kind of record is kept; 0 means for good.
+func (m *Metrics) Retention(record string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.retention.WithLabelValues(record).Set(d.Seconds())
 }
 
 // Pruned counts n event bodies emptied after the payload retention.

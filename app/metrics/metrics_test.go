@@ -154,3 +154,24 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, stateLabel string) floa
 	t.Fatalf("no %s{state=%q}", name, stateLabel)
 	return 0
 }
+
+// TestRetentionIsShown: each policy's retention is a gauge.
+func TestRetentionIsShown(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, db.NewStatsReader(dbtest.NewDB(t).Pool), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	m.Retention("event_body", 90*24*time.Hour)
+	m.Retention("transition", 0)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() == "guardian_retention_seconds" {
+			for _, metric := range f.GetMetric() {
+				got[metric.GetLabel()[0].GetValue()] = metric.GetGauge().GetValue()
+			}
+		}
+	}
+	require.Equal(t, map[string]float64{"event_body": 7776000, "transition": 0}, got)
+}
