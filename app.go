@@ -147,54 +147,41 @@ func (a *App) buildSchema(ctx context.Context) error {
 	return nil
 }
 
-// buildProviders makes the providers that verify deliveries: Stripe and
-// Standard Webhooks always; Paddle, Shopify, Lemon Squeezy, Adyen and
-// PayPal when their secrets or webhook ids are configured.
+// buildProviders makes the providers that verify deliveries: those the
+// configuration serves (Config.ServedProviders), each from its settings.
 func (a *App) buildProviders() ([]provider.Provider, error) {
 	cfg := a.cfg
-	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes, Mode: cfg.Mode})
-	if err != nil {
-		return nil, err
+	build := map[string]func() (provider.Provider, error){
+		"stripe": func() (provider.Provider, error) {
+			return provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes, Mode: cfg.Mode})
+		},
+		"standard": func() (provider.Provider, error) {
+			return provider.NewStandard(provider.StandardConfig{Secrets: cfg.StandardSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StandardFulfilTypes,
+				PaymentPath: cfg.StandardPaymentPath, RefundTypes: cfg.StandardRefundTypes})
+		},
+		"paddle": func() (provider.Provider, error) {
+			return provider.NewPaddle(provider.PaddleConfig{Secrets: cfg.PaddleSecrets, Tolerance: cfg.Tolerance, FulfilRenewals: cfg.PaddleFulfilRenewals})
+		},
+		"shopify": func() (provider.Provider, error) {
+			return provider.NewShopify(provider.ShopifyConfig{Secrets: cfg.ShopifySecrets, Mode: cfg.Mode})
+		},
+		"lemonsqueezy": func() (provider.Provider, error) {
+			return provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: cfg.LemonSqueezySecrets, Mode: cfg.Mode})
+		},
+		"adyen": func() (provider.Provider, error) {
+			return provider.NewAdyen(provider.AdyenConfig{HMACKeys: cfg.AdyenHMACKeys, Capture: cfg.AdyenCapture, Mode: cfg.Mode})
+		},
+		"paypal": func() (provider.Provider, error) {
+			return provider.NewPayPal(provider.PayPalConfig{WebhookIDs: cfg.PayPalWebhookIDs, Tolerance: cfg.Tolerance, Mode: cfg.Mode})
+		},
 	}
-	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: cfg.StandardSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StandardFulfilTypes, PaymentPath: cfg.StandardPaymentPath, RefundTypes: cfg.StandardRefundTypes})
-	if err != nil {
-		return nil, err
-	}
-	providers := []provider.Provider{stripe, standard}
-	if len(cfg.PaddleSecrets) > 0 {
-		paddle, err := provider.NewPaddle(provider.PaddleConfig{Secrets: cfg.PaddleSecrets, Tolerance: cfg.Tolerance, FulfilRenewals: cfg.PaddleFulfilRenewals})
+	var providers []provider.Provider
+	for _, name := range cfg.ServedProviders() {
+		p, err := build[name]()
 		if err != nil {
 			return nil, err
 		}
-		providers = append(providers, paddle)
-	}
-	if len(cfg.ShopifySecrets) > 0 {
-		shopify, err := provider.NewShopify(provider.ShopifyConfig{Secrets: cfg.ShopifySecrets, Mode: cfg.Mode})
-		if err != nil {
-			return nil, err
-		}
-		providers = append(providers, shopify)
-	}
-	if len(cfg.LemonSqueezySecrets) > 0 {
-		lemon, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: cfg.LemonSqueezySecrets, Mode: cfg.Mode})
-		if err != nil {
-			return nil, err
-		}
-		providers = append(providers, lemon)
-	}
-	if len(cfg.AdyenHMACKeys) > 0 {
-		adyen, err := provider.NewAdyen(provider.AdyenConfig{HMACKeys: cfg.AdyenHMACKeys, Capture: cfg.AdyenCapture, Mode: cfg.Mode})
-		if err != nil {
-			return nil, err
-		}
-		providers = append(providers, adyen)
-	}
-	if len(cfg.PayPalWebhookIDs) > 0 {
-		paypal, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: cfg.PayPalWebhookIDs, Tolerance: cfg.Tolerance, Mode: cfg.Mode})
-		if err != nil {
-			return nil, err
-		}
-		providers = append(providers, paypal)
+		providers = append(providers, p)
 	}
 	return providers, nil
 }

@@ -495,7 +495,7 @@ var Providers = []string{"stripe", "standard", "paddle", "shopify", "lemonsqueez
 
 // ServedProviders names the providers this configuration serves: Stripe
 // and Standard Webhooks always, each other one when its secrets or webhook
-// ids are set (the App makes the same ones).
+// ids are set: the App builds exactly these.
 func (c *Config) ServedProviders() []string {
 	on := map[string]bool{"stripe": true, "standard": true, "paddle": len(c.PaddleSecrets) > 0, "shopify": len(c.ShopifySecrets) > 0,
 		"lemonsqueezy": len(c.LemonSqueezySecrets) > 0, "adyen": len(c.AdyenHMACKeys) > 0, "paypal": len(c.PayPalWebhookIDs) > 0}
