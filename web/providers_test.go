@@ -475,7 +475,12 @@ func TestPayPalCertificateHostDownIs503(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusServiceUnavailable, b.post(t, "/webhooks/paypal", h, body).code)
 	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
-	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM refused_delivery`))
+	// Refusals are written behind the answer, in order: a real refusal
+	// after the 503 shows, once written, whether the 503 was written too.
+	require.Equal(t, http.StatusBadRequest, b.post(t, "/webhooks/paypal", http.Header{}, body).code)
+	require.Eventually(t, func() bool { return b.db.Count(t, `SELECT count(*) FROM refused_delivery`) > 0 }, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM refused_delivery`), "the 503 is no refusal")
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM refused_delivery WHERE reason = 'signature'`))
 	h, err = provider.SignPayPal(body, payPalCert.key, payPalCertURL, payPalWebhook, "tx-up", time.Now())
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, b.post(t, "/webhooks/paypal", h, body).code, "the retry, once PayPal answers")
