@@ -12,6 +12,13 @@ import (
 // nothing that needs the body (a replay) can run.
 var ErrPruned = errors.New("the event's body was pruned after GUARDIAN_PAYLOAD_RETENTION")
 
+// bodyPrunable says, of an event e, that nothing can need its body again
+// (PruneEventBodies): asked when the walk picks it, and again after its
+// lock is taken.
+const bodyPrunable = `(e.pruned_at IS NULL
+	AND NOT EXISTS (SELECT 1 FROM fulfilment f WHERE f.event_pk = e.id AND f.state <> 'fulfilled')
+	AND (e.reverses IS NULL OR EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = e.provider AND v.payment_id = e.reverses AND v.action = 'revoke')))`
+
 // PruneEventBodies walks the stored events in id order from where the last
 // walk stopped, at most limit of them, up to the first one seen at or after
 // before, and empties the body of each one nothing can need again: no
@@ -36,10 +43,7 @@ func (s *Store) PruneEventBodies(ctx context.Context, before time.Time, limit in
 			return err
 		}
 		rows, err := tx.Query(ctx, `
-			SELECT e.id, e.first_seen_at < $2 AS old,
-				e.pruned_at IS NULL
-				AND NOT EXISTS (SELECT 1 FROM fulfilment f WHERE f.event_pk = e.id AND f.state <> 'fulfilled')
-				AND (e.reverses IS NULL OR EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = e.provider AND v.payment_id = e.reverses AND v.action = 'revoke')) AS prunable
+			SELECT e.id, e.first_seen_at < $2 AS old, `+bodyPrunable+` AS prunable
 			FROM webhook_event e WHERE e.id > $1 ORDER BY e.id LIMIT $3`, cursor, before, limit)
 		if err != nil {
 			return err
@@ -82,11 +86,7 @@ func (s *Store) PruneEventBodies(ctx context.Context, before time.Time, limit in
 			if err != nil {
 				return err
 			}
-			tag, err := tx.Exec(ctx, `
-				UPDATE webhook_event e SET body = '', pruned_at = now()
-				WHERE e.id = ANY($1)
-				  AND NOT EXISTS (SELECT 1 FROM fulfilment f WHERE f.event_pk = e.id AND f.state <> 'fulfilled')
-				  AND (e.reverses IS NULL OR EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = e.provider AND v.payment_id = e.reverses AND v.action = 'revoke'))`, locked)
+			tag, err := tx.Exec(ctx, `UPDATE webhook_event e SET body = '', pruned_at = now() WHERE e.id = ANY($1) AND `+bodyPrunable, locked)
 			if err != nil {
 				return err
 			}
