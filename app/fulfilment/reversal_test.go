@@ -13,6 +13,7 @@ import (
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -162,7 +163,7 @@ func TestTakeBack(t *testing.T) {
 		b := setup(t)
 		_, err := b.svc.Accept(b.ctx, reversal("evt_lost", "pi_3", disputeLost))
 		require.NoError(t, err)
-		res, err := b.svc.Accept(b.ctx, providerPayment("evt_pay", "pi_3"))
+		res, err := b.svc.Accept(b.ctx, providertest.Payment("evt_pay", "pi_3"))
 		require.NoError(t, err)
 		require.Empty(t, res.FulfilmentID)
 		b.sweep(t)
@@ -232,7 +233,7 @@ func TestTakeBack(t *testing.T) {
 		for i := range payments {
 			pi := fmt.Sprintf("pi_race_%d", i)
 			wg.Go(func() {
-				res, err := b.svc.Accept(b.ctx, providerPayment("evt_pay_"+pi, pi))
+				res, err := b.svc.Accept(b.ctx, providertest.Payment("evt_pay_"+pi, pi))
 				require.NoError(t, err)
 				if res.FulfilmentID != "" {
 					_, err = b.dispatch(t, res.FulfilmentID)
@@ -272,65 +273,4 @@ func TestTakeBack(t *testing.T) {
 		}
 		t.Logf("%d payments fulfilled then taken back, %d reversed before they went out", fulfilled, cancelled)
 	})
-}
-
-// providerPayment is a verified Stripe payment event.
-func providerPayment(eventID, paymentID string) provider.Event {
-	return provider.Event{Provider: "stripe", ID: eventID, Type: "payment_intent.succeeded", PaymentID: paymentID,
-		Payload: []byte(`{"id":"` + eventID + `"}`)}
-}
-
-// TestRetryADeclinedRevocation: a revocation the receiver declined is not
-// sent again on its own; an operator's retry sends it under the payment's
-// next revoke key, once, and only while the payment stays fulfilled.
-func TestRetryADeclinedRevocation(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.settle(t, "evt_pay", "pi_r", state.Done, state.Fulfilled)
-	_, err := b.svc.Accept(b.ctx, reversal("evt_full", "pi_r", fullRefund))
-	require.NoError(t, err)
-	first := b.revocation(t, "pi_r")
-	b.rec.Answer = answer(state.Declined)
-	_, err = b.dispatch(t, first.ID)
-	require.NoError(t, err)
-	b.rec.Answer = nil
-	require.Equal(t, state.Failed, b.db.Fulfilment(t, first.ID).State)
-	b.sweep(t)
-	require.Equal(t, map[state.State]int{state.Failed: 1}, b.rows(t, "pi_r", db.ActionRevoke), "not sent again on its own")
-
-	var results [][]fulfilment.BulkResult
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range 3 { // two operators and a double click
-		wg.Go(func() {
-			res, err := b.svc.Retry(b.ctx, []string{first.ID}, "ana")
-			require.NoError(t, err)
-			mu.Lock()
-			results = append(results, res)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	created := 0
-	for _, res := range results {
-		if res[0].Verdict == fulfilment.RetryCreated {
-			created++
-		}
-	}
-	require.Equal(t, 1, created, "one retry creates it; the others find it held")
-	rows := b.rows(t, "pi_r", db.ActionRevoke)
-	require.Equal(t, map[state.State]int{state.Failed: 1, state.Pending: 1}, rows)
-	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", "pi_r")
-	require.NoError(t, err)
-	var second db.Fulfilment
-	for _, f := range fs {
-		if f.Action == db.ActionRevoke && f.State == state.Pending {
-			second = f
-		}
-	}
-	require.NotEqual(t, first.Key, second.Key, "the payment's next revoke key")
-	res, err := b.dispatch(t, second.ID)
-	require.NoError(t, err)
-	require.Equal(t, state.Fulfilled, res.State)
-	require.Equal(t, connector.ActionRevoke, b.rec.Calls()[len(b.rec.Calls())-1].Action)
 }
