@@ -11,6 +11,7 @@ import (
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/refusals"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/app/tokens"
@@ -175,4 +176,36 @@ func TestNoPendingRowIsStranded(t *testing.T) {
 			require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment_transition WHERE fulfilment_id = $1 AND to_state = 'dispatching'`, id))
 		})
 	}
+}
+
+// TestARevocationIsNeverStranded: a revocation whose dispatch job an
+// operator cancels in River UI gets a new one from the sweep, like any
+// pending row, and takes the payment back once.
+func TestARevocationIsNeverStranded(t *testing.T) {
+	t.Parallel()
+	rec := &connectortest.Recorder{}
+	b := setup(t, rec, false, options{
+		Fulfilment: func(c *fulfilment.Config) { c.DispatchLease = fulfilment.DefaultDispatchLease },
+		Jobs:       func(c *jobs.Config) { c.SweepInterval = time.Second },
+	})
+	id := b.pay(t, "evt_1", "pi_1")
+	_, err := b.service.Dispatch(b.ctx, fulfilment.DispatchRequest{FulfilmentID: id, Actor: "test dispatcher"})
+	require.NoError(t, err)
+	b.db.WaitState(t, id, state.Fulfilled)
+	refund := provider.Reversal{PaymentID: "pi_1", Kind: provider.Refund, Full: true}
+	_, err = b.service.Accept(b.ctx, provider.Event{Provider: "stripe", ID: "evt_refund", Type: "charge.refunded", Reversal: &refund, Payload: []byte(`{"id":"evt_refund"}`)})
+	require.NoError(t, err)
+	var revocation string
+	require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT id FROM fulfilment WHERE action = 'revoke'`).Scan(&revocation))
+	var jobID int64
+	require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT id FROM river_job WHERE kind = 'guardian_dispatch' AND args ->> 'fulfilment_id' = $1`, revocation).Scan(&jobID))
+	_, err = b.client.River().JobCancel(b.ctx, jobID)
+	require.NoError(t, err)
+	b.db.Backdate(t, revocation, time.Now().Add(-time.Hour))
+
+	b.start(t)
+	b.db.WaitState(t, revocation, state.Fulfilled)
+	require.Equal(t, 1, rec.CallsFor(revocation))
+	require.Equal(t, connector.ActionRevoke, rec.Calls()[len(rec.Calls())-1].Action)
+	require.Equal(t, 1, rec.CallsFor(id), "the fulfilment was not sent again")
 }
