@@ -69,6 +69,14 @@ fuzz time="30s":
 bench *args:
     go run ./e2e/bench {{args}}
 
+# Fail Postgres over under load: a primary with a synchronous standby, then
+# an asynchronous one, each crashed and the standby promoted (docs/deployment.md,
+# "A Postgres that fails over"). One line per scenario.
+failover:
+    rm -f /tmp/guardian-failover.txt
+    CHAOS_FULL=1 CHAOS_REPORT=/tmp/guardian-failover.txt go test -count=1 -timeout 20m -run 'ChaosFailover' ./e2e/
+    cat /tmp/guardian-failover.txt
+
 # The full chaos suite: more load, hundreds of kill cycles, the zombie
 # dispatcher; one line per scenario (docs/reliability.md).
 chaos:

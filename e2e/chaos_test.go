@@ -94,11 +94,17 @@ type chaosOpts struct {
 	// redisThrough and connectorThrough route Redis and the connector
 	// through proxies made here, kept in the harness.
 	redisThrough, connectorThrough bool
+	// db, when set, is the database instead of a fresh one on the test
+	// server (a replicated pair's, for failovers).
+	db *dbtest.DB
 }
 
 func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 	t.Helper()
-	d := dbtest.NewDB(t)
+	d := o.db
+	if d == nil {
+		d = dbtest.NewDB(t)
+	}
 	h := &chaosHarness{t: t, d: d, conn: startLedgerConnector(t, o.connectorMode)}
 	dbURL := d.URL
 	if o.dbThrough {
@@ -851,6 +857,44 @@ func TestChaosIdempotencyLayer(t *testing.T) {
 			answers["200-slow"], answers["reset"], answers["409"], answers["replay"], answers["declined"], answers["500-nothing-done"]))
 }
 
+// redeliverLost delivers purchases first to first+n-1 again, as the
+// providers' retries or the backfill do after the database forgot them,
+// and checks that none of their payments acted again at the receiver,
+// whose ledger held actedBefore entries when the database was lost: each
+// came back under the key the receiver had finished, and was answered
+// from its store. It returns the check's report and how many calls the
+// receiver answered from its store.
+func (h *chaosHarness) redeliverLost(first, n, actedBefore int) (report, int) {
+	t := h.t
+	// The database never saw the later reversals: their redeliveries are
+	// acknowledged (committed) anew.
+	h.ackedAt.Range(func(k, _ any) bool { h.ackedAt.Delete(k); return true })
+	h.deliverRange(first, n)
+	r := h.check(first + n)
+	replayed := 0
+	entries := h.conn.entries(t)
+	done := map[string]bool{} // payment and action the receiver performed before the loss
+	for _, e := range entries[:actedBefore] {
+		if e.Acted {
+			done[e.Payment+" "+e.Action] = true
+		}
+	}
+	for _, e := range entries[actedBefore:] {
+		if _, reversed := h.reversed.Load(e.Payment); reversed && !done[e.Payment+" "] {
+			// Refunded before it went out the first time; redelivered in
+			// another order, it may now go out and be taken back: once
+			// each, which check holds.
+			continue
+		}
+		require.False(t, e.Acted, "payment %s acted again after the database lost it", e.Payment)
+		if e.Answer == "replay" || e.Answer == "409" {
+			replayed++
+		}
+	}
+	require.Positive(t, replayed, "the lost payments came back under the keys the receiver had finished")
+	return r, replayed
+}
+
 // TestChaosRestore follows docs/operations.md's restore runbook: a dump,
 // more payments (fulfilled at the receiver), a restore of the dump that
 // forgets them, the epoch rotated, Guardian started again, and the
@@ -884,34 +928,8 @@ func TestChaosRestore(t *testing.T) {
 	rotate.Env = []string{"DATABASE_URL=" + h.d.URL}
 	out, err = rotate.CombinedOutput()
 	require.NoError(t, err, "epoch rotate: %s", out)
-	// The restored database never saw the later reversals: their
-	// redeliveries are acknowledged (committed) anew.
-	h.ackedAt.Range(func(k, _ any) bool { h.ackedAt.Delete(k); return true })
 	h.restart(0)
-	h.deliverRange(before, after) // the provider's retries, or the backfill
-	r := h.check(before + after)
-
-	replayed := 0
-	entries := h.conn.entries(t)
-	done := map[string]bool{} // payment and action the receiver performed before the restore
-	for _, e := range entries[:actedBefore] {
-		if e.Acted {
-			done[e.Payment+" "+e.Action] = true
-		}
-	}
-	for _, e := range entries[actedBefore:] {
-		if _, reversed := h.reversed.Load(e.Payment); reversed && !done[e.Payment+" "] {
-			// Refunded before it went out the first time; redelivered in
-			// another order, it may now go out and be taken back: once
-			// each, which check holds.
-			continue
-		}
-		require.False(t, e.Acted, "payment %s acted again after the restore", e.Payment)
-		if e.Answer == "replay" || e.Answer == "409" {
-			replayed++
-		}
-	}
-	require.Positive(t, replayed, "the lost payments came back under the keys the receiver had finished")
+	r, replayed := h.redeliverLost(before, after, actedBefore)
 	logReport(t, "restore-runbook", fmt.Sprintf("%d payments, dump, %d more, restore, redeliveries", before, after), r,
 		fmt.Sprintf(", answers replayed after the restore %d", replayed))
 }
