@@ -69,6 +69,13 @@ fuzz time="30s":
 bench *args:
     go run ./e2e/bench {{args}}
 
+# What Guardian costs as its tables grow: fills a database in SQL with a
+# merchant's history (10 million payments takes about half an hour and 25 GB
+# here) and measures intake, dispatch, p99, duplicates and every operator's
+# page at each size (docs/performance.md, "As the tables grow").
+bench-scale sizes="0,1000000,10000000" *args:
+    go run ./e2e/bench -only scale -sizes {{sizes}} {{args}}
+
 # Fail Postgres over under load: a primary with a synchronous standby, then
 # an asynchronous one, each crashed and the standby promoted (docs/deployment.md,
 # "A Postgres that fails over"). One line per scenario.

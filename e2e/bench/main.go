@@ -56,7 +56,8 @@ var (
 	duration    = flag.Duration("d", 5*time.Second, "length of each measured run")
 	runs        = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
-	only        = flag.String("only", "", "run one comparison only: dispatch, or curve")
+	only        = flag.String("only", "", "run one comparison only: dispatch, curve, or scale (the cost as the tables grow to -sizes)")
+	keep        = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
 	curvePath   = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
 )
 
@@ -99,7 +100,11 @@ func main() {
 	check(build.Run())
 
 	dbURL := createDB(ctx)
-	defer dropDB(ctx, dbURL)
+	if *keep {
+		log.Printf("keeping the database: %s", dbURL)
+	} else {
+		defer dropDB(ctx, dbURL)
+	}
 	pool, err := pgxpool.New(ctx, dbURL)
 	check(err)
 	defer pool.Close()
@@ -109,6 +114,10 @@ func main() {
 	log.Printf("machine: %d CPUs; concurrency %d; %d runs of %s each\n", runtime.NumCPU(), *concurrency, *runs, *duration)
 	if *only == "curve" {
 		printCurve(measureCurve(bin, dbURL, conn.URL))
+		return
+	}
+	if *only == "scale" {
+		runScale(ctx, bin, dbURL, conn.URL, pool)
 		return
 	}
 	if *only == "dispatch" {
@@ -456,6 +465,7 @@ var (
 	benchStripeSecret   = "whsec_" + rand.Text()
 	benchStandardSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte(rand.Text()))
 	benchConnSecret     = "whsec_" + base64.StdEncoding.EncodeToString([]byte(rand.Text()))
+	benchAdminToken     = "bench-admin-" + rand.Text()
 )
 
 // load runs `guardian bench` against g with args and returns its JSON.
@@ -483,7 +493,7 @@ func startGuardian(bin, dbURL, connURL string, extra map[string]string) *guardia
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + dbURL, "GUARDIAN_ADDR=" + addr, "GUARDIAN_METRICS_ADDR=" + metricsAddr,
 		"GUARDIAN_STRIPE_SECRETS=" + benchStripeSecret, "GUARDIAN_STANDARD_SECRETS=" + benchStandardSecret,
 		"GUARDIAN_CONNECTOR_URL=" + connURL, "GUARDIAN_CONNECTOR_SECRET=" + benchConnSecret,
-		"GUARDIAN_ADMIN_TOKEN=bench-admin-token-0123456789", "GUARDIAN_LOG_LEVEL=warn"}
+		"GUARDIAN_ADMIN_TOKEN=" + benchAdminToken, "GUARDIAN_LOG_LEVEL=warn"}
 	for k, v := range extra {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

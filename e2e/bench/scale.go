@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/guardian-pay/guardian/db"
+)
+
+// The scale run (`just bench-scale`, -only scale) measures what Guardian
+// costs as its tables grow: the database is filled in SQL with a merchant's
+// history of payments and measured at each size of -sizes, the same run
+// giving the baseline at the first.
+//
+// A payment's history, as Guardian leaves it: two events (the provider's
+// payment and checkout events; every third delivered more than once), one
+// fulfilment with its transitions, and for one in a hundred a refund taken
+// back (a reversal event and a fulfilled revocation). One in 500 failed, one
+// in 1,000 cancelled, one in 100,000 parked. Payments are 6 s apart, newest
+// first, so a larger size adds older history: bodies older than the default
+// payload retention (90 days) are pruned, as the maintenance round leaves
+// them, and River keeps the last day's finished jobs (its retention).
+var sizesFlag = flag.String("sizes", "0,1000000,10000000", "payments in the database at each measurement, ascending (-only scale)")
+
+const (
+	scaleSpacing   = 6 * time.Second // between two payments: 10 million is about two years
+	scaleChunk     = 250_000         // payments per fill transaction
+	scaleRetention = 90 * 24 * time.Hour
+	scaleJobDay    = 24 * time.Hour
+)
+
+// fillScale adds payments lo to hi-1 (payment g happened g*scaleSpacing ago).
+func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
+	body := `{"id":"evt","object":"event","type":"checkout.session.completed","data":{"object":{"object":"checkout.session","mode":"payment","payment_status":"paid","amount_total":1900,"currency":"usd","customer_details":{"email":"someone@example.com","name":"Some One","address":{"country":"DE"}}}}}`
+	spacing := scaleSpacing.Seconds()
+	for a := lo; a < hi; a += scaleChunk {
+		b := min(a+scaleChunk, hi)
+		start := time.Now()
+		tx, err := pool.Begin(ctx)
+		check(err)
+		steps := []struct {
+			sql  string
+			args []any
+		}{
+			{`CREATE TEMP TABLE scale_payment (g int, provider text, pay text COLLATE "C", at timestamptz) ON COMMIT DROP`, nil},
+			{`INSERT INTO scale_payment
+			 SELECT g, (ARRAY['paddle','adyen','shopify','stripe','stripe','stripe','stripe','stripe','stripe','stripe'])[g % 10 + 1],
+			        (ARRAY['txn_','PSP','','pi_','pi_','pi_','pi_','pi_','pi_','pi_'])[g % 10 + 1] || substr(md5(g::text), 1, 24),
+			        now() - g * make_interval(secs => $3)
+			 FROM generate_series($1::int, $2::int - 1) g`, []any{a, b, spacing}},
+			// The payment's two events; bodies past the retention pruned.
+			{`INSERT INTO webhook_event (provider, event_id, event_type, payment_id, deliveries, first_seen_at, last_seen_at, body, pruned_at)
+			 SELECT provider, 'evt_' || k || substr(md5(k || g), 1, 24), t, pay, 1 + (g % 3 = 0)::int, at, at,
+			        CASE WHEN at > now() - make_interval(secs => $1) THEN convert_to($2, 'UTF8') ELSE '' END,
+			        CASE WHEN at > now() - make_interval(secs => $1) THEN NULL ELSE at + make_interval(secs => $1) END
+			 FROM scale_payment, (VALUES ('p', 'payment_intent.succeeded'), ('c', 'checkout.session.completed')) v(k, t)
+			 ORDER BY g, k`, []any{scaleRetention.Seconds(), body}},
+			// One in a hundred refunded in full, a day later.
+			{`INSERT INTO webhook_event (provider, event_id, event_type, payment_id, first_seen_at, last_seen_at, body, pruned_at, reversal, reverses)
+			 SELECT provider, 'evt_r' || substr(md5('r' || g), 1, 24), 'charge.refunded', pay, at + interval '1 day', at + interval '1 day',
+			        '', at + make_interval(secs => $1), 'refund', pay
+			 FROM scale_payment WHERE g % 100 = 13`, []any{scaleRetention.Seconds()}},
+			// Each payment's fulfilment, the refunded ones' revocations, and
+			// their transitions.
+			{`WITH f AS (
+				INSERT INTO fulfilment (event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, idempotency_key, action)
+				SELECT e.id, p.provider, p.pay, s.state, 1, p.at, p.at, p.at, guardian_idempotency_key(p.provider, p.pay, 0), 'fulfil'
+				FROM scale_payment p
+				JOIN webhook_event e ON e.event_id = 'evt_c' || substr(md5('c' || p.g), 1, 24) AND e.provider = p.provider
+				CROSS JOIN LATERAL (SELECT CASE WHEN p.g % 100000 = 7 THEN 'needs_reconciliation' WHEN p.g % 500 = 3 THEN 'failed'
+					WHEN p.g % 1000 = 5 THEN 'cancelled' ELSE 'fulfilled' END AS state) s
+				UNION ALL
+				SELECT e.id, p.provider, p.pay, 'fulfilled', 1, e.first_seen_at, e.first_seen_at, e.first_seen_at, guardian_revoke_key(p.provider, p.pay, 0), 'revoke'
+				FROM scale_payment p
+				JOIN webhook_event e ON e.event_id = 'evt_r' || substr(md5('r' || p.g), 1, 24) AND e.provider = p.provider
+				WHERE p.g % 100 = 13 AND p.g % 500 <> 3 AND p.g % 1000 <> 5 AND p.g % 100000 <> 7
+				RETURNING id, state, created_at
+			)
+			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, created_at)
+			SELECT f.id, t.from_state, t.to_state, t.attempt, 'scale', 'history', f.created_at + t.n * interval '10 ms'
+			FROM f CROSS JOIN LATERAL (VALUES
+				(0, NULL, 'pending', 0),
+				(1, 'pending', CASE f.state WHEN 'cancelled' THEN 'cancelled' ELSE 'dispatching' END, CASE f.state WHEN 'cancelled' THEN 0 ELSE 1 END),
+				(2, 'dispatching', f.state, 1)) t(n, from_state, to_state, attempt)
+			WHERE t.n < 2 OR f.state <> 'cancelled'`, nil},
+			// River's finished jobs: the last day's, which its retention keeps.
+			{`INSERT INTO river_job (state, attempt, max_attempts, attempted_at, created_at, finalized_at, scheduled_at, args, kind, queue, attempted_by)
+			 SELECT 'completed', 1, 25, p.at, p.at, p.at, p.at, jsonb_build_object('fulfilment_id', f.id), 'guardian_dispatch', 'dispatch', ARRAY['scale']
+			 FROM scale_payment p JOIN fulfilment f ON f.provider = p.provider AND f.payment_id = p.pay AND f.action = 'fulfil'
+			 WHERE p.at > now() - make_interval(secs => $1)`, []any{scaleJobDay.Seconds()}},
+		}
+		for i, st := range steps {
+			if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
+				log.Fatalf("fill payments %d-%d, step %d: %v", a, b, i, err)
+			}
+		}
+		check(tx.Commit(ctx))
+		log.Printf("filled payments %d to %d in %s", a, b, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// scalePoint is one size's measurements.
+type scalePoint struct {
+	payments                  int
+	intake, dupPG, dispatched stats
+	p99ms                     float64
+	pages                     []pageTime
+	takeBack                  stats // the sweep's reversal catch-all, ms
+	tables                    []tableSize
+}
+
+type pageTime struct {
+	name            string
+	median, slowest float64 // ms
+}
+
+type tableSize struct {
+	name  string
+	bytes int64
+	rows  int64
+}
+
+// runScale fills the database to each size in turn and measures there.
+func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) {
+	var sizes []int
+	for _, f := range strings.Split(*sizesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || len(sizes) > 0 && n < sizes[len(sizes)-1] {
+			log.Fatalf("-sizes: want ascending payment counts, got %q", *sizesFlag)
+		}
+		sizes = append(sizes, n)
+	}
+	var points []scalePoint
+	filled, rate := 0, 0.0
+	for _, n := range sizes {
+		fillStart := time.Now()
+		fillScale(ctx, pool, filled, n)
+		filled = n
+		if n > 0 {
+			log.Printf("%d payments filled in %s", n, time.Since(fillStart).Round(time.Second))
+		}
+		vacuum(ctx, pool)
+		p := scalePoint{payments: n}
+		var intake, dup, disp, p99 []float64
+		for range *runs {
+			g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
+			intake = append(intake, bench(bin, g, 0, 1, 0, false).PerSecond)
+			dup = append(dup, duplicates(bin, g))
+			g.stop()
+			disp = append(disp, dispatch(ctx, bin, dbURL, connURL, pool))
+		}
+		p.intake, p.dupPG, p.dispatched = summarize(intake), summarize(dup), summarize(disp)
+		if rate == 0 {
+			rate = p.intake.median / 2 // the same offered rate at every size
+		}
+		g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
+		benchC(bin, g, *concurrency, 0, 1, 0, false) // warm up
+		for range *runs {
+			p99 = append(p99, bench(bin, g, 0, 1, rate, false).P99ms)
+		}
+		p.p99ms = summarize(p99).median
+		p.pages = measurePages(ctx, g, pool)
+		g.stop()
+		p.takeBack = measureTakeBack(ctx, pool)
+		p.tables = tableSizes(ctx, pool)
+		points = append(points, p)
+		printScale(points, rate)
+	}
+}
+
+// vacuum does what a deployment's autovacuum does after the fill: the
+// statistics, the visibility map, and the BRIN ranges summarized.
+func vacuum(ctx context.Context, pool *pgxpool.Pool) {
+	start := time.Now()
+	_, err := pool.Exec(ctx, `VACUUM (ANALYZE) webhook_event, fulfilment, fulfilment_transition, river_job`)
+	check(err)
+	log.Printf("vacuumed in %s", time.Since(start).Round(time.Second))
+}
+
+// measureTakeBack times the sweep's catch-all for reversals (every reversed
+// payment's pending rows and revocations) in a transaction rolled back.
+func measureTakeBack(ctx context.Context, pool *pgxpool.Pool) stats {
+	var ms []float64
+	for range 5 {
+		tx, err := pool.Begin(ctx)
+		check(err)
+		start := time.Now()
+		_, err = db.CancelReversedPending(ctx, tx, "bench", nil)
+		check(err)
+		_, err = db.CreateRevocations(ctx, tx, "bench", nil)
+		check(err)
+		ms = append(ms, float64(time.Since(start).Microseconds())/1000)
+		check(tx.Rollback(ctx))
+	}
+	return summarize(ms)
+}
+
+func tableSizes(ctx context.Context, pool *pgxpool.Pool) []tableSize {
+	var out []tableSize
+	for _, name := range []string{"webhook_event", "fulfilment", "fulfilment_transition", "river_job"} {
+		var t tableSize
+		t.name = name
+		check(pool.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass), (SELECT reltuples::bigint FROM pg_class WHERE oid = $1::regclass)`, name).Scan(&t.bytes, &t.rows))
+		out = append(out, t)
+	}
+	var total int64
+	check(pool.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&total))
+	return append(out, tableSize{name: "database", bytes: total})
+}
+
+// measurePages signs in to the dashboard as an operator does and times
+// every page and API listing an operator uses, 20 times each after two
+// warm-up requests.
+func measurePages(ctx context.Context, g *guardian, pool *pgxpool.Pool) []pageTime {
+	var fulfilmentID, eventID, payment string
+	check(pool.QueryRow(ctx, `SELECT f.id::text, e.event_id, f.payment_id FROM fulfilment f JOIN webhook_event e ON e.id = f.event_pk
+		WHERE f.provider = 'stripe' ORDER BY f.created_at DESC LIMIT 1`).Scan(&fulfilmentID, &eventID, &payment))
+	prefix := payment[:min(len(payment), 7)] // "pi_" and four characters of the id
+	hourAgo := url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
+	dashboard := signIn(g)
+	api := &http.Client{Timeout: 30 * time.Second}
+	type page struct {
+		name, path string
+		api        bool
+	}
+	pages := []page{
+		{"overview", "/", false},
+		{"queue (parked, oldest first)", "/queue", false},
+		{"search by payment prefix", "/search?q=" + prefix, false},
+		{"fulfilments: fulfilled, stripe", "/fulfilments?state=fulfilled&provider=stripe", false},
+		{"fulfilments: parked", "/fulfilments?state=needs_reconciliation", false},
+		{"fulfilments: last hour", "/fulfilments?since=" + hourAgo, false},
+		{"fulfilments CSV, first page", "/fulfilments.csv?state=fulfilled", false},
+		{"events: refunds", "/events?provider=stripe&type=charge.refunded", false},
+		{"events: a type with none", "/events?type=customer.created", false},
+		{"fulfilments: a provider with none", "/fulfilments?provider=paypal", false},
+		{"events CSV, first page", "/events.csv?provider=stripe", false},
+		{"fulfilment page", "/fulfilments/" + fulfilmentID, false},
+		{"event page", "/events/stripe/" + eventID, false},
+		{"refused deliveries", "/refused", false},
+		{"API fulfilments: failed", "/api/v1/fulfilments?state=failed&limit=100", true},
+		{"API fulfilments: payment prefix", "/api/v1/fulfilments?payment_prefix=" + prefix, true},
+		{"API events: payment prefix", "/api/v1/events?payment_prefix=" + prefix, true},
+		{"API events: unmapped", "/api/v1/events?unmapped=true", true},
+		{"API fulfilments CSV", "/api/v1/fulfilments?format=csv&state=fulfilled&limit=500", true},
+		{"API fulfilment", "/api/v1/fulfilments/" + fulfilmentID, true},
+		{"API stats", "/api/v1/stats", true},
+	}
+	var out []pageTime
+	for _, p := range pages {
+		client := dashboard
+		if p.api {
+			client = api
+		}
+		var ms []float64
+		for i := range 22 {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.url+p.path, nil)
+			check(err)
+			if p.api {
+				req.Header.Set("Authorization", "Bearer "+benchAdminToken)
+			}
+			start := time.Now()
+			resp, err := client.Do(req)
+			check(err)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				log.Fatalf("%s (%s): %d %s", p.name, p.path, resp.StatusCode, body)
+			}
+			if i >= 2 {
+				ms = append(ms, float64(time.Since(start).Microseconds())/1000)
+			}
+		}
+		s := summarize(ms)
+		out = append(out, pageTime{name: p.name, median: s.median, slowest: s.max})
+	}
+	return out
+}
+
+// signIn returns a client holding a dashboard session, got through the
+// sign-in form as a browser on the server's origin gets it.
+func signIn(g *guardian) *http.Client {
+	jar, err := cookiejar.New(nil)
+	check(err)
+	c := &http.Client{Jar: jar, Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(g.url + "/login")
+	check(err)
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`name="_csrf" value="([^"]+)"`).FindSubmatch(page)
+	if m == nil {
+		log.Fatalf("sign-in page without a form token")
+	}
+	req, err := http.NewRequest(http.MethodPost, g.url+"/login", strings.NewReader(url.Values{"_csrf": {string(m[1])}, "token": {benchAdminToken}}.Encode()))
+	check(err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", g.url)
+	resp, err = c.Do(req)
+	check(err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		log.Fatalf("sign-in: %d", resp.StatusCode)
+	}
+	return c
+}
+
+func printScale(points []scalePoint, rate float64) {
+	base := points[0]
+	header := fmt.Sprintf("%-36s", "payments in the database")
+	for _, p := range points {
+		header += fmt.Sprintf(" %14d", p.payments)
+	}
+	fmt.Println()
+	fmt.Println(header + "   last/first")
+	row := func(name string, f func(scalePoint) float64, unit string) {
+		line := fmt.Sprintf("%-36s", name)
+		for _, p := range points {
+			line += fmt.Sprintf(" %12.1f%-2s", f(p), unit)
+		}
+		if b := f(base); b > 0 {
+			line += fmt.Sprintf("   %.2f", f(points[len(points)-1])/b)
+		}
+		fmt.Println(line)
+	}
+	row("intake, new events", func(p scalePoint) float64 { return p.intake.median }, "/s")
+	row(fmt.Sprintf("p99 at %.0f/s", rate), func(p scalePoint) float64 { return p.p99ms }, "ms")
+	row("duplicates, no Redis", func(p scalePoint) float64 { return p.dupPG.median }, "/s")
+	row("dispatch", func(p scalePoint) float64 { return p.dispatched.median }, "/s")
+	row("sweep's reversal catch-all", func(p scalePoint) float64 { return p.takeBack.median }, "ms")
+	for i := range base.pages {
+		row(base.pages[i].name, func(p scalePoint) float64 { return p.pages[i].median }, "ms")
+	}
+	for i := range base.tables {
+		row("size: "+base.tables[i].name, func(p scalePoint) float64 { return float64(p.tables[i].bytes) / (1 << 20) }, "Mi")
+	}
+	last := points[len(points)-1]
+	slowest := pageTime{}
+	for _, p := range last.pages {
+		if p.median > slowest.median {
+			slowest = p
+		}
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	fmt.Printf("at %d payments: intake %.2fx the first size's (target ≥ 0.8: %s); slowest page %s, median %.1f ms, slowest of 20 %.1f ms (target < 100 ms: %s)\n",
+		last.payments, last.intake.median/base.intake.median, verdict(last.intake.median >= 0.8*base.intake.median),
+		slowest.name, slowest.median, slowest.slowest, verdict(slowest.median < 100))
+}
