@@ -160,3 +160,36 @@ func TestIntakeReadsDoNotGrowWithHistory(t *testing.T) {
 	require.Len(t, created, 1)
 	require.Less(t, rowsRead()-before, 50, "rows read to take in one new payment beside 5,000 reversals and declined keys")
 }
+
+// TestSweepTakeBackReadsRecentWork: the sweep's windowed catch-all for
+// revocations reads the fulfilments settled in its window, not every
+// reversal ever stored; the full catch-all, which runs once an hour, does.
+func TestSweepTakeBackReadsRecentWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tx := dbtest.Tx(t)
+	// 5,000 refunded payments, fulfilled and taken back a day ago.
+	_, err := tx.Exec(ctx, `
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses)
+		SELECT 'stripe', 'evt_rf_' || g, 'charge.refunded', 'pi_rf_' || g, '\x7b7d'::bytea, 'refund', 'pi_rf_' || g
+		FROM generate_series(1, 5000) g;
+		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key, action, created_at, updated_at)
+		SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0), a, now() - interval '1 day', now() - interval '1 day'
+		FROM webhook_event, (VALUES ('fulfil'), ('revoke')) v(a);
+		ANALYZE webhook_event; ANALYZE fulfilment`)
+	require.NoError(t, err)
+	rowsRead := func() int {
+		var n int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(idx_tup_fetch + seq_tup_read), 0) FROM pg_stat_xact_user_tables`).Scan(&n))
+		return n
+	}
+	before := rowsRead()
+	created, err := db.CreateRevocationsSettledSince(ctx, tx, "test", time.Now().Add(-10*time.Minute))
+	require.NoError(t, err)
+	require.Empty(t, created)
+	require.Less(t, rowsRead()-before, 50, "rows read by the windowed catch-all beside 5,000 old reversals")
+	before = rowsRead()
+	_, err = db.CreateRevocations(ctx, tx, "test", nil)
+	require.NoError(t, err)
+	require.Greater(t, rowsRead()-before, 5000, "the full catch-all reads every reversal: why it runs once an hour")
+}

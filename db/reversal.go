@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -76,14 +77,40 @@ const RevocationCreated = "payment reversed after it was fulfilled: taking it ba
 // Concurrent creators meet at the fulfilment_one_per_payment index: one
 // row. It returns the created rows' ids, each of which needs a dispatch
 // job in the same transaction.
+//
+// Every payment (nil) reads every reversing event: its cost grows with the
+// history of refunds. CreateRevocationsSettledSince is the bounded form.
 func CreateRevocations(ctx context.Context, q DBTX, actor string, payments []Payment) ([]string, error) {
 	providers, ids := paymentArrays(payments)
+	return createRevocations(ctx, q, actor,
+		`$3::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($3::text[], $4::text[]))`, providers, ids)
+}
+
+// CreateRevocationsSettledSince is CreateRevocations for the payments whose
+// fulfilment last moved (to fulfilled) at or after since: the ones a
+// reversal may have missed while they were in flight or parked. It reads
+// those fulfilments through the (state, updated_at) index, so its cost is
+// the recent work's, whatever the history.
+func CreateRevocationsSettledSince(ctx context.Context, q DBTX, actor string, since time.Time) ([]string, error) {
+	return createRevocations(ctx, q, actor, `f.updated_at >= $3`, since)
+}
+
+// TxTime is the transaction's own clock: now(), which stamps every row the
+// transaction moves (updated_at).
+func TxTime(ctx context.Context, q DBTX) (time.Time, error) {
+	var t time.Time
+	err := q.QueryRow(ctx, `SELECT now()`).Scan(&t)
+	return t, wrap("transaction time", err)
+}
+
+// createRevocations is CreateRevocations over the fulfilments scope
+// selects ($3 on: its own parameters).
+func createRevocations(ctx context.Context, q DBTX, actor, scope string, args ...any) ([]string, error) {
 	rows, err := q.Query(ctx, `
 		WITH due AS (
 			SELECT DISTINCT ON (f.provider, f.payment_id) f.provider, f.payment_id, r.id AS event_pk
 			FROM fulfilment f JOIN webhook_event r ON r.provider = f.provider AND r.reverses = f.payment_id
-			WHERE f.action = 'fulfil' AND f.state = 'fulfilled'
-			  AND ($1::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($1::text[], $2::text[])))
+			WHERE f.action = 'fulfil' AND f.state = 'fulfilled' AND (`+scope+`)
 			  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id AND v.action = 'revoke')
 			ORDER BY f.provider, f.payment_id, r.id
 		), created AS (
@@ -94,9 +121,9 @@ func CreateRevocations(ctx context.Context, q DBTX, actor string, payments []Pay
 			RETURNING id
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
-			SELECT id, NULL, 'pending', 0, $3, $4 FROM created
+			SELECT id, NULL, 'pending', 0, $1, $2 FROM created
 		)
-		SELECT id FROM created`, providers, ids, actor, RevocationCreated)
+		SELECT id FROM created`, append([]any{actor, RevocationCreated}, args...)...)
 	if err != nil {
 		return nil, wrap("create revocations", err)
 	}

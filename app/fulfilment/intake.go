@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -318,7 +319,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		}
 	}
 	if len(reversed) > 0 {
-		if _, _, err := s.takeBack(ctx, tx, "intake", reversed); err != nil {
+		if _, _, err := s.takeBack(ctx, tx, "intake", reversed, time.Time{}); err != nil {
 			return err
 		}
 	}

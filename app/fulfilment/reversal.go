@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -82,17 +84,23 @@ func (s *Service) reverses(ev provider.Event) string {
 	return ""
 }
 
-// takeBack applies reversals to the given payments (nil: every payment) in
-// tx: a pending fulfilment is cancelled before it goes out, a fulfilled
-// one gets its revocation and that a dispatch job. A fulfilment in flight
-// or parked is left to its facts: once it settles fulfilled, the next
-// sweep takes it back; settled any other way, there is nothing to take.
-// It returns the revocations created.
-func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payments []db.Payment) (cancelled, revoking []string, err error) {
+// takeBack applies reversals to the given payments in tx: a pending
+// fulfilment is cancelled before it goes out, a fulfilled one gets its
+// revocation and that a dispatch job. A fulfilment in flight or parked is
+// left to its facts: once it settles fulfilled, the sweep takes it back.
+// Payments nil is the sweep's catch-all: every reversed payment's pending
+// rows, and revocations for the payments settled fulfilled since
+// settledSince (every payment when it is zero). It returns what it moved.
+func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payments []db.Payment, settledSince time.Time) (cancelled, revoking []string, err error) {
 	if cancelled, err = db.CancelReversedPending(ctx, tx, actor, payments); err != nil {
 		return nil, nil, err
 	}
-	if revoking, err = db.CreateRevocations(ctx, tx, actor, payments); err != nil {
+	if payments == nil && !settledSince.IsZero() {
+		revoking, err = db.CreateRevocationsSettledSince(ctx, tx, actor, settledSince)
+	} else {
+		revoking, err = db.CreateRevocations(ctx, tx, actor, payments)
+	}
+	if err != nil {
 		return nil, nil, err
 	}
 	if len(revoking) > 0 {
@@ -101,4 +109,43 @@ func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payment
 		}
 	}
 	return cancelled, revoking, nil
+}
+
+// The sweep's catch-all for revocations reads only the payments settled
+// fulfilled since its last round, less takeBackOverlap for transactions
+// that stamped their rows before that round and committed after it; every
+// FullTakeBackEvery, and at a new leader's first round, it reads every
+// reversed payment, which bounds anything a window missed. Its cost is then
+// the recent work's, where reading every reversal each round grew with the
+// history of refunds (240 ms at a million payments; docs/performance.md).
+const (
+	takeBackOverlap   = 5 * time.Minute
+	FullTakeBackEvery = time.Hour
+)
+
+// takeBackWindow is where the sweep's revocation catch-all stands: the
+// transaction time of its last round, and of its last full round.
+type takeBackWindow struct {
+	mu             sync.Mutex
+	last, lastFull time.Time
+}
+
+// since says where the round at now starts: zero for a full round.
+func (w *takeBackWindow) since(now time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last.IsZero() || now.Sub(w.lastFull) >= FullTakeBackEvery {
+		return time.Time{}
+	}
+	return w.last.Add(-takeBackOverlap)
+}
+
+// done records a committed round at now that started at since.
+func (w *takeBackWindow) done(now, since time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = now
+	if since.IsZero() {
+		w.lastFull = now
+	}
 }

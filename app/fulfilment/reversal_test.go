@@ -198,6 +198,7 @@ func TestTakeBack(t *testing.T) {
 			t.Run(string(tc.settled), func(t *testing.T) {
 				t.Parallel()
 				b := setup(t)
+				b.sweep(t) // the leader's first, full round: the one below reads the recent window
 				fid := b.pay(t, "evt_pay", "pi_5")
 				inCall, release := make(chan struct{}), make(chan struct{})
 				b.rec.Answer = func(context.Context, connector.Request) connector.Result {

@@ -3,6 +3,7 @@ package fulfilment
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -33,7 +34,9 @@ const strandedBatch = 1000
 //     mid-call is noticed by a scan, not by an event a crash never sends.
 //   - It takes back reversed payments (takeBack): a reversal that arrived
 //     while the payment's fulfilment was in flight or parked is acted on
-//     once the fulfilment settles.
+//     once the fulfilment settles. It reads the fulfilments settled since
+//     its last round, and every reversed payment once an hour
+//     (FullTakeBackEvery) and at a new leader's first round.
 //   - It gives a new dispatch job to every pending fulfilment that has none
 //     alive (River's retries exhausted, a job cancelled or deleted in River
 //     UI, a job whose fetch answer was lost with its connection and that
@@ -48,6 +51,7 @@ const strandedBatch = 1000
 func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (SweepResult, error) {
 	var moved []db.Fulfilment
 	var requeued, cancelled, revoking []string
+	var now, since time.Time
 	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
 		if err := db.CheckFence(ctx, tx, lease.Name, lease.Fence); err != nil {
 			return err
@@ -58,7 +62,11 @@ func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (Sw
 		}
 		// Reversals whose fulfilment settled since (a call in flight or
 		// parked when the refund came) or raced it: taken back now.
-		if cancelled, revoking, err = s.takeBack(ctx, tx, actor, nil); err != nil {
+		if now, err = db.TxTime(ctx, tx); err != nil {
+			return err
+		}
+		since = s.takeBackFrom.since(now)
+		if cancelled, revoking, err = s.takeBack(ctx, tx, actor, nil, since); err != nil {
 			return err
 		}
 		if requeued, err = db.StrandedPending(ctx, tx, s.cfg.ConnectorTimeout+RecordMargin, strandedBatch); err != nil {
@@ -74,6 +82,7 @@ func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (Sw
 	if err != nil {
 		return SweepResult{}, err
 	}
+	s.takeBackFrom.done(now, since)
 	for _, id := range requeued {
 		s.cfg.Logger.WarnContext(ctx, "sweep: pending fulfilment had no live dispatch job; enqueued one", "fulfilment_id", id)
 	}
