@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/state"
@@ -128,6 +129,29 @@ func TestLookupsUseIndexes(t *testing.T) {
 	}
 }
 
+// refunds returns a transaction holding 5,000 refunded Stripe payments,
+// whose fulfilments the statement fulfilments makes from their events.
+func refunds(t *testing.T, fulfilments string) pgx.Tx {
+	t.Helper()
+	tx := dbtest.Tx(t)
+	_, err := tx.Exec(context.Background(), `
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses)
+		SELECT 'stripe', 'evt_rf_' || g, 'charge.refunded', 'pi_rf_' || g, '\x7b7d'::bytea, 'refund', 'pi_rf_' || g
+		FROM generate_series(1, 5000) g;
+	`+fulfilments+`;
+		ANALYZE webhook_event; ANALYZE fulfilment`)
+	require.NoError(t, err)
+	return tx
+}
+
+// rowsRead counts the rows tx has read so far, by any scan of any table.
+func rowsRead(t *testing.T, tx pgx.Tx) int {
+	t.Helper()
+	var n int
+	require.NoError(t, tx.QueryRow(context.Background(), `SELECT coalesce(sum(idx_tup_fetch + seq_tup_read), 0) FROM pg_stat_xact_user_tables`).Scan(&n))
+	return n
+}
+
 // TestIntakeReadsDoNotGrowWithHistory: creating a new payment's event and
 // fulfilment reads a handful of rows, by any scan, however many reversals
 // and declined fulfilments its provider has. Its checks once compared
@@ -137,28 +161,17 @@ func TestLookupsUseIndexes(t *testing.T) {
 func TestIntakeReadsDoNotGrowWithHistory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	tx := dbtest.Tx(t)
-	_, err := tx.Exec(ctx, `
-		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses)
-		SELECT 'stripe', 'evt_rf_' || g, 'charge.refunded', 'pi_rf_' || g, '\x7b7d'::bytea, 'refund', 'pi_rf_' || g
-		FROM generate_series(1, 5000) g;
+	tx := refunds(t, `
 		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key)
-		SELECT id, provider, payment_id, 'failed', guardian_idempotency_key(provider, payment_id, 0) FROM webhook_event;
-		ANALYZE webhook_event; ANALYZE fulfilment`)
-	require.NoError(t, err)
-	rowsRead := func() int {
-		var n int
-		require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(idx_tup_fetch + seq_tup_read), 0) FROM pg_stat_xact_user_tables`).Scan(&n))
-		return n
-	}
-	before := rowsRead()
+		SELECT id, provider, payment_id, 'failed', guardian_idempotency_key(provider, payment_id, 0) FROM webhook_event`)
+	before := rowsRead(t, tx)
 	events, err := db.InsertEvents(ctx, tx, []db.BatchEvent{{EventParams: db.EventParams{Provider: "stripe", EventID: "evt_new",
 		Type: "checkout.session.completed", PaymentID: "pi_new", Payload: []byte(`{}`)}, Deliveries: 1}})
 	require.NoError(t, err)
 	created, err := db.InsertFulfilments(ctx, tx, []db.BatchFulfilment{{EventPK: events[0].ID, Actor: "test"}}, "test")
 	require.NoError(t, err)
 	require.Len(t, created, 1)
-	require.Less(t, rowsRead()-before, 50, "rows read to take in one new payment beside 5,000 reversals and declined keys")
+	require.Less(t, rowsRead(t, tx)-before, 50, "rows read to take in one new payment beside 5,000 reversals and declined keys")
 }
 
 // TestSweepTakeBackReadsRecentWork: the sweep's windowed catch-all for
@@ -167,29 +180,18 @@ func TestIntakeReadsDoNotGrowWithHistory(t *testing.T) {
 func TestSweepTakeBackReadsRecentWork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	tx := dbtest.Tx(t)
-	// 5,000 refunded payments, fulfilled and taken back a day ago.
-	_, err := tx.Exec(ctx, `
-		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses)
-		SELECT 'stripe', 'evt_rf_' || g, 'charge.refunded', 'pi_rf_' || g, '\x7b7d'::bytea, 'refund', 'pi_rf_' || g
-		FROM generate_series(1, 5000) g;
+	// Fulfilled and taken back a day ago.
+	tx := refunds(t, `
 		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key, action, created_at, updated_at)
 		SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0), a, now() - interval '1 day', now() - interval '1 day'
-		FROM webhook_event, (VALUES ('fulfil'), ('revoke')) v(a);
-		ANALYZE webhook_event; ANALYZE fulfilment`)
-	require.NoError(t, err)
-	rowsRead := func() int {
-		var n int
-		require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(idx_tup_fetch + seq_tup_read), 0) FROM pg_stat_xact_user_tables`).Scan(&n))
-		return n
-	}
-	before := rowsRead()
+		FROM webhook_event, (VALUES ('fulfil'), ('revoke')) v(a)`)
+	before := rowsRead(t, tx)
 	created, err := db.CreateRevocationsSettledSince(ctx, tx, "test", time.Now().Add(-10*time.Minute))
 	require.NoError(t, err)
 	require.Empty(t, created)
-	require.Less(t, rowsRead()-before, 50, "rows read by the windowed catch-all beside 5,000 old reversals")
-	before = rowsRead()
+	require.Less(t, rowsRead(t, tx)-before, 50, "rows read by the windowed catch-all beside 5,000 old reversals")
+	before = rowsRead(t, tx)
 	_, err = db.CreateRevocations(ctx, tx, "test", nil)
 	require.NoError(t, err)
-	require.Greater(t, rowsRead()-before, 5000, "the full catch-all reads every reversal: why it runs once an hour")
+	require.Greater(t, rowsRead(t, tx)-before, 5000, "the full catch-all reads every reversal: why it runs once an hour")
 }
