@@ -135,14 +135,24 @@ func (a *App) build(ctx context.Context) error {
 	})
 }
 
-// buildSchema opens the migrator and, unless told not to, migrates.
+// buildSchema opens the migrator and, unless told not to, migrates; it
+// says when the server's settings can lose a commit it acknowledged.
 func (a *App) buildSchema(ctx context.Context) error {
 	var err error
 	if a.migrator, err = goose.NewMigrator(a.pool); err != nil {
 		return err
 	}
 	if a.cfg.Migrate {
-		return migrateUp(ctx, a.migrator, a.logger)
+		if err := migrateUp(ctx, a.migrator, a.logger); err != nil {
+			return err
+		}
+	}
+	lossy, why, err := db.CommitsCanBeLost(ctx, a.pool)
+	if err != nil {
+		return err
+	}
+	if lossy {
+		a.logger.Error("database setting can lose acknowledged deliveries", "problem", why)
 	}
 	return nil
 }

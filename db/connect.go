@@ -110,3 +110,18 @@ func Redact(rawURL string) string {
 	}
 	return u.Redacted()
 }
+
+// CommitsCanBeLost reports whether the server may lose a commit it has
+// acknowledged, and why: with synchronous_commit off, a crash of Postgres
+// alone loses its last commits, and Guardian has answered 2xx for the
+// deliveries they held, which their providers will not send again.
+func CommitsCanBeLost(ctx context.Context, q DBTX) (bool, string, error) {
+	var setting string
+	if err := q.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&setting); err != nil {
+		return false, "", wrap("read synchronous_commit", err)
+	}
+	if setting == "off" {
+		return true, "synchronous_commit is off: a Postgres crash can lose deliveries Guardian has acknowledged, which their providers will not send again; set it to on (docs/deployment.md)", nil
+	}
+	return false, "", nil
+}

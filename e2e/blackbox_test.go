@@ -295,3 +295,18 @@ func TestStartSaysWhatIsMissing(t *testing.T) {
 	require.Contains(t, string(out), "GUARDIAN_METRICS_ADDR")
 	require.NotContains(t, string(out), `"msg":"listening"`, "nothing said it was listening")
 }
+
+// TestSaysWhenCommitsCanBeLost: a database whose synchronous_commit is off
+// can lose deliveries Guardian acknowledged; Guardian says so at start.
+func TestSaysWhenCommitsCanBeLost(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	_, err := d.Pool.Exec(context.Background(), `ALTER DATABASE `+d.Name+` SET synchronous_commit = off`)
+	require.NoError(t, err)
+	g := start(t, baseEnv(t, d, newFakeConnector(t)))
+	require.Contains(t, g.logs(), "synchronous_commit is off")
+
+	on := dbtest.NewDB(t)
+	g = start(t, baseEnv(t, on, newFakeConnector(t)))
+	require.NotContains(t, g.logs(), "synchronous_commit")
+}
