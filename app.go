@@ -323,6 +323,8 @@ func (a *App) buildJobs(service *fulfilment.Service, store *db.Store, tracer tra
 	}); err != nil {
 		return nil, err
 	}
+	// River UI and river_leader name processes by this id.
+	a.logger.Info("workers on", "river_client_id", a.jobs.River().ID())
 	return a.jobs.River(), nil
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -9,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,6 +99,8 @@ type chaosOpts struct {
 	// db, when set, is the database instead of a fresh one on the test
 	// server (a replicated pair's, for failovers).
 	db *dbtest.DB
+	// logLevel is the processes' GUARDIAN_LOG_LEVEL; warn by default.
+	logLevel string
 }
 
 func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
@@ -139,7 +143,7 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 		"GUARDIAN_RECONCILE_INTERVAL":   "1s",
 		"GUARDIAN_RECONCILE_GRACE":      "2s",
 		"GUARDIAN_ADMIN_TOKEN":          adminToken,
-		"GUARDIAN_LOG_LEVEL":            "warn",
+		"GUARDIAN_LOG_LEVEL":            cmp.Or(o.logLevel, "warn"),
 	}
 	if o.redis != nil {
 		h.env["REDIS_URL"] = o.redis.URL()
@@ -932,4 +936,84 @@ func TestChaosRestore(t *testing.T) {
 	r, replayed := h.redeliverLost(before, after, actedBefore)
 	logReport(t, "restore-runbook", fmt.Sprintf("%d payments, dump, %d more, restore, redeliveries", before, after), r,
 		fmt.Sprintf(", answers replayed after the restore %d", replayed))
+}
+
+// TestChaosThreeNodes runs three processes behind one provider on one
+// Postgres. First under load alone, sampling Guardian's connections to
+// Postgres: never more than the three processes' budget (pool_max_conns
+// and River's listener each). Then it kills one of
+// them with SIGKILL again and again, restarting each, and restarts them
+// gracefully one after the other between kills. Then it kills two for
+// good: the survivor must take over the leader's periodic work (the sweep
+// and the reconciler settle what the kills parked) for the invariants to
+// hold.
+func TestChaosThreeNodes(t *testing.T) {
+	parallel(t)
+	h := newChaos(t, chaosOpts{processes: 3, connectorMode: "normal", logLevel: "info"}) // info: each says its River id
+	calm, payments, cycles := pick(60, 300), pick(150, 900), pick(6, 60)
+	var peak atomic.Int64
+	sampling, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			var n int64
+			// Every connection to the database but the harness's own.
+			if err := h.d.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, h.d.Name).Scan(&n); err == nil {
+				n -= int64(h.d.Pool.Stat().TotalConns())
+				for cur := peak.Load(); n > cur && !peak.CompareAndSwap(cur, n); cur = peak.Load() {
+				}
+			}
+			select {
+			case <-sampling:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	h.deliverFrom(0, calm, 3, 48, 60*time.Second)
+	close(sampling)
+	<-sampled
+	in := h.inject(cycles, func() time.Duration { return time.Duration(300+rand.IntN(400)) * time.Millisecond }, func(i int) {
+		node := i % 3
+		if i%4 == 3 {
+			h.proc(node).stop(t) // a rolling restart's step
+		} else {
+			h.proc(node).kill(t)
+		}
+		h.restart(node)
+	})
+	h.deliverFrom(calm, payments-calm, 3, 24, 120*time.Second)
+	in.finish()
+	// The leader and one other lost for good: the survivor must lead now.
+	var leader string
+	require.Eventually(t, func() bool {
+		return h.d.Pool.QueryRow(context.Background(), `SELECT leader_id FROM river_leader`).Scan(&leader) == nil
+	}, 10*time.Second, 50*time.Millisecond)
+	survivor := -1
+	for i := range 3 {
+		if !strings.Contains(h.proc(i).logs(), `"river_client_id":"`+leader+`"`) {
+			survivor = i
+		}
+	}
+	require.GreaterOrEqual(t, survivor, 0)
+	for i := range 3 {
+		if i != survivor {
+			h.proc(i).kill(t)
+		}
+	}
+	h.addrs = []string{h.addrs[survivor]}
+	id := regexp.MustCompile(`"river_client_id":"([^"]+)"`).FindStringSubmatch(h.proc(survivor).logs())
+	require.NotNil(t, id, "the survivor logged its River id")
+	require.Eventually(t, func() bool {
+		return h.d.Pool.QueryRow(context.Background(), `SELECT leader_id FROM river_leader`).Scan(&leader) == nil && leader == id[1]
+	}, 60*time.Second, 100*time.Millisecond, "the survivor never took the lead")
+	r := h.check(payments)
+	// Each process: its pool (newChaos's pool_max_conns) and River's LISTEN
+	// connection, which River takes out of the pool for good.
+	const budget = 10 + 1
+	require.Positive(t, peak.Load())
+	require.LessOrEqual(t, peak.Load(), int64(3*budget), "Guardian's connections exceeded three processes' budget")
+	require.Zero(t, r.fivexx, "a kill or a restart answered 5xx")
+	logReport(t, "three-nodes-kill-9-rolling", fmt.Sprintf("%d payments x2 types x3 copies, 24-48 concurrent, 3 processes, then 1", payments), r,
+		fmt.Sprintf(", transport errors %d, peak connections under load %d of %d", h.transport.Load(), peak.Load(), 3*budget))
 }
