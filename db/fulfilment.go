@@ -96,12 +96,24 @@ func FulfilmentsByPayment(ctx context.Context, q DBTX, provider, paymentID strin
 // states named it counts only those, through fulfilment_state_idx, in time
 // proportional to the rows counted.
 func CountByState(ctx context.Context, q DBTX, states ...state.State) (map[state.State]int, error) {
+	return countStates(ctx, q, "TRUE", states)
+}
+
+// CountRevocationsByState is CountByState over revocations (action
+// revoke), through the partial index fulfilment_revocations.
+func CountRevocationsByState(ctx context.Context, q DBTX, states ...state.State) (map[state.State]int, error) {
+	return countStates(ctx, q, "action = 'revoke'", states)
+}
+
+// countStates counts the rows where filter holds, per state: every state,
+// or only those named.
+func countStates(ctx context.Context, q DBTX, filter string, states []state.State) (map[state.State]int, error) {
 	var rows pgx.Rows
 	var err error
 	if len(states) == 0 {
-		rows, err = q.Query(ctx, `SELECT state, count(*) FROM fulfilment GROUP BY state`)
+		rows, err = q.Query(ctx, `SELECT state, count(*) FROM fulfilment WHERE `+filter+` GROUP BY state`)
 	} else {
-		rows, err = q.Query(ctx, `SELECT state, count(*) FROM fulfilment WHERE state = ANY($1::text[]) GROUP BY state`, states)
+		rows, err = q.Query(ctx, `SELECT state, count(*) FROM fulfilment WHERE `+filter+` AND state = ANY($1::text[]) GROUP BY state`, states)
 	}
 	if err != nil {
 		return nil, wrap("count by state", err)

@@ -22,8 +22,9 @@ type Stats struct {
 	// OldestPending is when the longest-waiting pending fulfilment entered
 	// pending; nil when none waits.
 	OldestPending *time.Time
-	// FulfilledCountedAt is when ByState's fulfilled count was taken, when
-	// a StatsReader gives an earlier count; zero when counted with the rest.
+	// FulfilledCountedAt is when the fulfilled counts (ByState's and
+	// Revocations') were taken, when a StatsReader gives an earlier count;
+	// zero when counted with the rest.
 	FulfilledCountedAt time.Time
 }
 
@@ -36,10 +37,13 @@ type Stats struct {
 type StatsReader struct {
 	q DBTX
 
-	mu        sync.Mutex
-	recount   time.Duration
-	fulfilled int
-	countedAt time.Time // zero: count at the next read
+	mu      sync.Mutex
+	recount time.Duration
+	// fulfilled and revoked are the last counts of fulfilled fulfilments
+	// and of fulfilled revocations (both grow with history), taken at
+	// countedAt.
+	fulfilled, revoked int
+	countedAt          time.Time // zero: count at the next read
 }
 
 // DefaultRecount is how often a StatsReader counts fulfilled rows unless
@@ -94,9 +98,9 @@ func (r *StatsReader) Read(ctx context.Context) (Stats, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if all {
-		r.fulfilled, r.countedAt = st.ByState[state.Fulfilled], time.Now()
+		r.fulfilled, r.revoked, r.countedAt = st.ByState[state.Fulfilled], st.Revocations[state.Fulfilled], time.Now()
 	}
-	st.ByState[state.Fulfilled], st.FulfilledCountedAt = r.fulfilled, r.countedAt
+	st.ByState[state.Fulfilled], st.Revocations[state.Fulfilled], st.FulfilledCountedAt = r.fulfilled, r.revoked, r.countedAt
 	return st, nil
 }
 
@@ -114,14 +118,11 @@ func GetStats(ctx context.Context, q DBTX, states ...state.State) (Stats, error)
 	if err != nil {
 		return Stats{}, err
 	}
-	st := Stats{ByState: counts, Revocations: map[state.State]int{}}
-	rows, err := q.Query(ctx, `SELECT state, count(*) FROM fulfilment WHERE action = 'revoke' GROUP BY state`)
+	revocations, err := CountRevocationsByState(ctx, q, states...)
 	if err != nil {
-		return Stats{}, wrap("count revocations", err)
+		return Stats{}, err
 	}
-	if err := collectCounts(rows, st.Revocations); err != nil {
-		return Stats{}, wrap("count revocations", err)
-	}
+	st := Stats{ByState: counts, Revocations: revocations}
 	// Two statements, so each min is one step down fulfilment_state_idx.
 	for s, dst := range map[state.State]**time.Time{state.NeedsReconciliation: &st.OldestNeedsReconciliation, state.Pending: &st.OldestPending} {
 		if err := q.QueryRow(ctx, `SELECT min(updated_at) FROM fulfilment WHERE state = $1`, s).Scan(dst); err != nil {

@@ -402,9 +402,9 @@ type StatsAnswer struct {
 	// seconds; both absent when none waits.
 	OldestNeedsReconciliation    *time.Time `json:"oldest_needs_reconciliation,omitempty"`
 	OldestNeedsReconciliationAge *float64   `json:"oldest_needs_reconciliation_age_seconds,omitempty"`
-	// FulfilledCountedAt is when the fulfilled count was taken: it needs a
-	// scan of the whole table, so it is retaken every 5 minutes, and the
-	// other states at every request.
+	// FulfilledCountedAt is when the fulfilled counts (fulfilments and
+	// revocations) were taken: they grow with all history, so they are
+	// retaken every 5 minutes, and the other states at every request.
 	FulfilledCountedAt time.Time `json:"fulfilled_counted_at"`
 }
 

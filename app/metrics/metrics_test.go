@@ -66,7 +66,8 @@ func TestScrapesNeverQueryTheTable(t *testing.T) {
 
 // TestFulfilledIsRecountedRarely: the states that stay small are counted at
 // every read; fulfilled, which grows with all history and only a scan can
-// count, at the first read and at every recount after (ForgetFullCount
+// count, at the first read and at every recount after, and fulfilled
+// revocations with it (ForgetFullCount
 // stands in for the time passing).
 func TestFulfilledIsRecountedRarely(t *testing.T) {
 	t.Parallel()
@@ -87,13 +88,19 @@ func TestFulfilledIsRecountedRarely(t *testing.T) {
 	_, err = db.Transit(ctx, d.Pool, db.TransitionParams{ID: id, From: state.Dispatching, To: state.Fulfilled, Attempt: 1, Actor: "test", Reason: "done"})
 	require.NoError(t, err)
 	pending(t, d, 2, "b")
+	// Revocations likewise: a fulfilled one waits for the recount.
+	_, err = d.Pool.Exec(ctx, `INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key, action)
+		SELECT event_pk, provider, payment_id, 'fulfilled', guardian_revoke_key(provider, payment_id, 0), 'revoke' FROM fulfilment WHERE id = $1`, id)
+	require.NoError(t, err)
 	require.NoError(t, m.RefreshTable(ctx))
 	require.Equal(t, 4.0, gauge(t, reg, "guardian_fulfilments", string(state.Pending)), "pending is counted at every read")
 	require.Equal(t, 0.0, gauge(t, reg, "guardian_fulfilments", string(state.Fulfilled)), "fulfilled waits for its recount")
+	require.Equal(t, 0.0, gauge(t, reg, "guardian_revocations", string(state.Fulfilled)), "a fulfilled revocation waits for the recount")
 
 	m.ForgetFullCount()
 	require.NoError(t, m.RefreshTable(ctx))
-	require.Equal(t, 1.0, gauge(t, reg, "guardian_fulfilments", string(state.Fulfilled)))
+	require.Equal(t, 2.0, gauge(t, reg, "guardian_fulfilments", string(state.Fulfilled)))
+	require.Equal(t, 1.0, gauge(t, reg, "guardian_revocations", string(state.Fulfilled)))
 	require.Equal(t, 4.0, gauge(t, reg, "guardian_fulfilments", string(state.Pending)))
 }
 
