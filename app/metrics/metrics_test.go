@@ -67,8 +67,7 @@ func TestScrapesNeverQueryTheTable(t *testing.T) {
 // TestFulfilledIsRecountedRarely: the states that stay small are counted at
 // every read; fulfilled, which grows with all history and only a scan can
 // count, at the first read and at every recount after, and fulfilled
-// revocations with it (ForgetFullCount
-// stands in for the time passing).
+// revocations with it (ForgetFullCount stands in for the time passing).
 func TestFulfilledIsRecountedRarely(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
