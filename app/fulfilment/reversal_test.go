@@ -275,3 +275,57 @@ func TestTakeBack(t *testing.T) {
 		t.Logf("%d payments fulfilled then taken back, %d reversed before they went out", fulfilled, cancelled)
 	})
 }
+// TestRetryADeclinedRevocation: a revocation the receiver declined is not
+// sent again on its own; an operator's retry sends it under the payment's
+// next revoke key, once, and only while the payment stays fulfilled.
+func TestRetryADeclinedRevocation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.settle(t, "evt_pay", "pi_r", state.Done, state.Fulfilled)
+	_, err := b.svc.Accept(b.ctx, reversal("evt_full", "pi_r", fullRefund))
+	require.NoError(t, err)
+	first := b.revocation(t, "pi_r")
+	b.rec.Answer = answer(state.Declined)
+	_, err = b.dispatch(t, first.ID)
+	require.NoError(t, err)
+	b.rec.Answer = nil
+	require.Equal(t, state.Failed, b.db.Fulfilment(t, first.ID).State)
+	b.sweep(t)
+	require.Equal(t, map[state.State]int{state.Failed: 1}, b.rows(t, "pi_r", db.ActionRevoke), "not sent again on its own")
+
+	var results [][]fulfilment.BulkResult
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 3 { // two operators and a double click
+		wg.Go(func() {
+			res, err := b.svc.Retry(b.ctx, []string{first.ID}, "ana")
+			require.NoError(t, err)
+			mu.Lock()
+			results = append(results, res)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	created := 0
+	for _, res := range results {
+		if res[0].Verdict == fulfilment.RetryCreated {
+			created++
+		}
+	}
+	require.Equal(t, 1, created, "one retry creates it; the others find it held")
+	rows := b.rows(t, "pi_r", db.ActionRevoke)
+	require.Equal(t, map[state.State]int{state.Failed: 1, state.Pending: 1}, rows)
+	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", "pi_r")
+	require.NoError(t, err)
+	var second db.Fulfilment
+	for _, f := range fs {
+		if f.Action == db.ActionRevoke && f.State == state.Pending {
+			second = f
+		}
+	}
+	require.NotEqual(t, first.Key, second.Key, "the payment's next revoke key")
+	res, err := b.dispatch(t, second.ID)
+	require.NoError(t, err)
+	require.Equal(t, state.Fulfilled, res.State)
+	require.Equal(t, connector.ActionRevoke, b.rec.Calls()[len(b.rec.Calls())-1].Action)
+}
