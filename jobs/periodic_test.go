@@ -156,10 +156,7 @@ func TestNoPendingRowIsStranded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rec := &connectortest.Recorder{}
-			b := setup(t, rec, false, options{
-				Fulfilment: func(c *fulfilment.Config) { c.DispatchLease = fulfilment.DefaultDispatchLease },
-				Jobs:       func(c *jobs.Config) { c.SweepInterval = time.Second },
-			})
+			b := setup(t, rec, false, sweepEverySecond)
 			id := b.pay(t, "evt_1", "pi_1")
 			var jobID int64
 			require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT id FROM river_job WHERE kind = 'guardian_dispatch'`).Scan(&jobID))
@@ -178,16 +175,20 @@ func TestNoPendingRowIsStranded(t *testing.T) {
 	}
 }
 
+// sweepEverySecond: the production dispatch lease, and a sweep every
+// second, so a stranded row's recovery is the sweep's and comes quickly.
+var sweepEverySecond = options{
+	Fulfilment: func(c *fulfilment.Config) { c.DispatchLease = fulfilment.DefaultDispatchLease },
+	Jobs:       func(c *jobs.Config) { c.SweepInterval = time.Second },
+}
+
 // TestARevocationIsNeverStranded: a revocation whose dispatch job an
 // operator cancels in River UI gets a new one from the sweep, like any
 // pending row, and takes the payment back once.
 func TestARevocationIsNeverStranded(t *testing.T) {
 	t.Parallel()
 	rec := &connectortest.Recorder{}
-	b := setup(t, rec, false, options{
-		Fulfilment: func(c *fulfilment.Config) { c.DispatchLease = fulfilment.DefaultDispatchLease },
-		Jobs:       func(c *jobs.Config) { c.SweepInterval = time.Second },
-	})
+	b := setup(t, rec, false, sweepEverySecond)
 	id := b.pay(t, "evt_1", "pi_1")
 	_, err := b.service.Dispatch(b.ctx, fulfilment.DispatchRequest{FulfilmentID: id, Actor: "test dispatcher"})
 	require.NoError(t, err)
