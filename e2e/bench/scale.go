@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/guardian-pay/guardian/db"
@@ -117,8 +118,10 @@ type scalePoint struct {
 	intake, dupPG, dispatched stats
 	p99ms                     float64
 	pages                     []pageTime
-	takeBack                  stats // the sweep's reversal catch-all, ms
-	tables                    []tableSize
+	// The sweep's reversal catch-all, ms: a round's (the fulfilments
+	// settled in its window) and the hourly full one.
+	takeBack, takeBackFull stats
+	tables                 []tableSize
 }
 
 type pageTime struct {
@@ -173,7 +176,7 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 		p.p99ms = summarize(p99).median
 		p.pages = measurePages(ctx, g, pool)
 		g.stop()
-		p.takeBack = measureTakeBack(ctx, pool)
+		p.takeBack, p.takeBackFull = measureTakeBack(ctx, pool)
 		p.tables = tableSizes(ctx, pool)
 		points = append(points, p)
 		printScale(points, rate)
@@ -189,22 +192,34 @@ func vacuum(ctx context.Context, pool *pgxpool.Pool) {
 	log.Printf("vacuumed in %s", time.Since(start).Round(time.Second))
 }
 
-// measureTakeBack times the sweep's catch-all for reversals (every reversed
-// payment's pending rows and revocations) in a transaction rolled back.
-func measureTakeBack(ctx context.Context, pool *pgxpool.Pool) stats {
-	var ms []float64
-	for range 5 {
-		tx, err := pool.Begin(ctx)
-		check(err)
-		start := time.Now()
-		_, err = db.CancelReversedPending(ctx, tx, "bench", nil)
-		check(err)
-		_, err = db.CreateRevocations(ctx, tx, "bench", nil)
-		check(err)
-		ms = append(ms, float64(time.Since(start).Microseconds())/1000)
-		check(tx.Rollback(ctx))
+// measureTakeBack times the sweep's catch-all for reversals (every
+// reversed payment's pending rows, and revocations) in transactions rolled
+// back: as a round reads it (the fulfilments settled since the last round,
+// 30 s ago, less the 5-minute overlap) and as the hourly full round does.
+func measureTakeBack(ctx context.Context, pool *pgxpool.Pool) (round, full stats) {
+	measure := func(revocations func(pgx.Tx) error) stats {
+		var ms []float64
+		for range 5 {
+			tx, err := pool.Begin(ctx)
+			check(err)
+			start := time.Now()
+			_, err = db.CancelReversedPending(ctx, tx, "bench", nil)
+			check(err)
+			check(revocations(tx))
+			ms = append(ms, float64(time.Since(start).Microseconds())/1000)
+			check(tx.Rollback(ctx))
+		}
+		return summarize(ms)
 	}
-	return summarize(ms)
+	round = measure(func(tx pgx.Tx) error {
+		_, err := db.CreateRevocationsSettledSince(ctx, tx, "bench", time.Now().Add(-30*time.Second-5*time.Minute))
+		return err
+	})
+	full = measure(func(tx pgx.Tx) error {
+		_, err := db.CreateRevocations(ctx, tx, "bench", nil)
+		return err
+	})
+	return round, full
 }
 
 func tableSizes(ctx context.Context, pool *pgxpool.Pool) []tableSize {
@@ -338,7 +353,8 @@ func printScale(points []scalePoint, rate float64) {
 	row(fmt.Sprintf("p99 at %.0f/s", rate), func(p scalePoint) float64 { return p.p99ms }, "ms")
 	row("duplicates, no Redis", func(p scalePoint) float64 { return p.dupPG.median }, "/s")
 	row("dispatch", func(p scalePoint) float64 { return p.dispatched.median }, "/s")
-	row("sweep's reversal catch-all", func(p scalePoint) float64 { return p.takeBack.median }, "ms")
+	row("sweep's reversal catch-all, a round", func(p scalePoint) float64 { return p.takeBack.median }, "ms")
+	row("sweep's reversal catch-all, hourly", func(p scalePoint) float64 { return p.takeBackFull.median }, "ms")
 	for i := range base.pages {
 		row(base.pages[i].name, func(p scalePoint) float64 { return p.pages[i].median }, "ms")
 	}
