@@ -77,7 +77,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*App, error) {
 			return nil, err
 		}
 	}
-	pool, err := db.Connect(ctx, cfg.DatabaseURL)
+	pool, err := db.Connect(ctx, cfg.DatabaseURL, cfg.DBPooler)
 	if err != nil {
 		return nil, err
 	}
@@ -320,6 +320,7 @@ func (a *App) buildJobs(service *fulfilment.Service, store *db.Store, tracer tra
 		Bodies: store, PayloadRetention: cfg.PayloadRetention, Metrics: a.metrics, JobRetention: cfg.JobRetention,
 		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers, ReconcileInterval: cfg.ReconcileInterval,
 		Backfills: a.sortedBackfills(), BackfillInterval: cfg.BackfillInterval,
+		PollOnly: cfg.DBPooler == db.TransactionPooler,
 	}); err != nil {
 		return nil, err
 	}

@@ -25,6 +25,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/loadgen"
 	"github.com/guardian-pay/guardian/app/metrics"
@@ -274,7 +276,7 @@ func runEpoch(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stderr, "usage: guardian epoch show|rotate")
 		return ExitUsage
 	}
-	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL))
+	pool, err := openDatabase(ctx, getenv)
 	if err != nil {
 		return fail(stderr, ExitFailure, err)
 	}
@@ -296,12 +298,8 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 		fmt.Fprintln(stderr, "usage: guardian migrate up|down|status")
 		return ExitUsage
 	}
-	url := getenv("DATABASE_URL")
-	if url == "" {
-		url = DefaultDatabaseURL
-	}
 	logger, _ := NewLogger(stderr, "text", "info")
-	pool, err := db.Connect(ctx, url)
+	pool, err := openDatabase(ctx, getenv)
 	if err != nil {
 		return fail(stderr, ExitFailure, err)
 	}
@@ -349,6 +347,12 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 
 // fail reports err as the command's failure and returns code, for
 // `return fail(stderr, ExitFailure, err)`.
+// openDatabase connects a command to the database the server uses:
+// DATABASE_URL, through the pooler GUARDIAN_DB_POOLER names.
+func openDatabase(ctx context.Context, getenv func(string) string) (*pgxpool.Pool, error) {
+	return db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL), db.Pooler(getenv("GUARDIAN_DB_POOLER")))
+}
+
 func fail(stderr io.Writer, code int, err error) int {
 	fmt.Fprintf(stderr, "guardian: %v\n", err)
 	return code

@@ -18,6 +18,7 @@ import (
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/jobs"
 	"github.com/guardian-pay/guardian/web"
 )
@@ -27,6 +28,11 @@ import (
 type Config struct {
 	// DatabaseURL is the Postgres URL. Defaults to DefaultDatabaseURL.
 	DatabaseURL string
+	// DBPooler is what stands between Guardian and Postgres:
+	// db.NoPooler, or db.TransactionPooler for PgBouncer in transaction
+	// mode (queries keep nothing in the session; River polls instead of
+	// listening).
+	DBPooler db.Pooler
 	// Addr is the HTTP listen address. Defaults to ":8080".
 	Addr string
 	// RedisURL enables the duplicate filter when set.
@@ -250,6 +256,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 
 	cfg := Config{
 		DatabaseURL:          cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL),
+		DBPooler:             db.Pooler(cmp.Or(getenv("GUARDIAN_DB_POOLER"), string(db.NoPooler))),
 		Addr:                 cmp.Or(getenv("GUARDIAN_ADDR"), web.DefaultAddr),
 		RedisURL:             getenv("REDIS_URL"),
 		RedisPrefix:          cmp.Or(getenv("GUARDIAN_REDIS_PREFIX"), "idem:"),
@@ -596,6 +603,8 @@ func (c *Config) validateExposure() []error {
 	if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil || (isURL && scheme != "postgres" && scheme != "postgresql") {
 		// The URL may hold a password: name the variable, not the value.
 		errs = append(errs, errors.New("DATABASE_URL: not a Postgres URL such as postgres://user@host:5432/guardian"))
+	} else if err := db.CheckPooler(c.DatabaseURL, c.DBPooler); err != nil {
+		errs = append(errs, err)
 	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
@@ -658,7 +667,7 @@ func List(v, seps string) []string {
 // to the names the source reads.
 var Variables = []string{
 	"GUARDIAN_ADDR", "GUARDIAN_ADMIN_TOKEN", "GUARDIAN_ADYEN_CAPTURE", "GUARDIAN_ADYEN_HMAC_KEYS", "GUARDIAN_API", "GUARDIAN_BACKFILL_INTERVAL", "GUARDIAN_BATCH", "GUARDIAN_BATCH_WRITERS",
-	"GUARDIAN_CONNECTOR_LOOKUP_URL", "GUARDIAN_CONNECTOR_SECRET", "GUARDIAN_CONNECTOR_TIMEOUT", "GUARDIAN_CONNECTOR_URL",
+	"GUARDIAN_CONNECTOR_LOOKUP_URL", "GUARDIAN_CONNECTOR_SECRET", "GUARDIAN_CONNECTOR_TIMEOUT", "GUARDIAN_CONNECTOR_URL", "GUARDIAN_DB_POOLER",
 	"GUARDIAN_DEV", "GUARDIAN_DISPATCH_LEASE", "GUARDIAN_DISPATCH_WORKERS", "GUARDIAN_JOB_RETENTION", "GUARDIAN_LEMONSQUEEZY_SECRETS",
 	"GUARDIAN_LOG_FORMAT", "GUARDIAN_LOG_LEVEL", "GUARDIAN_MAX_BODY_BYTES", "GUARDIAN_METRICS_ADDR", "GUARDIAN_METRICS_REFRESH",
 	"GUARDIAN_METRICS_URL", "GUARDIAN_MIGRATE", "GUARDIAN_MODE", "GUARDIAN_OPERATOR_TOKEN",

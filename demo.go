@@ -79,7 +79,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	_ = tw.Flush()
 
-	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL))
+	pool, err := openDatabase(ctx, getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "guardian demo: cannot read fulfilments: %v\n", err)
 		return ExitFailure

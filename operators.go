@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -41,7 +40,7 @@ func runOperators(ctx context.Context, args []string, getenv func(string) string
 		fmt.Fprint(stderr, operatorsUsage)
 		return ExitUsage
 	}
-	pool, err := db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL))
+	pool, err := openDatabase(ctx, getenv)
 	if err != nil {
 		return fail(stderr, ExitFailure, err)
 	}

@@ -16,13 +16,66 @@ import (
 // DefaultMaxConns is the pool size unless DATABASE_URL sets pool_max_conns.
 const DefaultMaxConns = 25
 
-// Connect opens a pool on url and checks that Postgres answers. Connection
-// attempts time out after 5 seconds unless the URL says otherwise, so an
-// unreachable database fails a request rather than hanging it.
-func Connect(ctx context.Context, rawURL string) (*pgxpool.Pool, error) {
+// Pooler is what stands between Guardian and Postgres, as far as sessions
+// go: nothing (or a pooler in session mode, which gives each client one
+// server connection for its whole life), or a pooler in transaction mode.
+type Pooler string
+
+const (
+	// NoPooler: each of Guardian's connections is one Postgres session.
+	NoPooler Pooler = "none"
+	// TransactionPooler: a pooler (PgBouncer's pool_mode = transaction)
+	// lends a server connection for one transaction at a time, so nothing
+	// that lives in a session survives from one transaction to the next:
+	// not a named prepared statement, not a LISTEN.
+	TransactionPooler Pooler = "transaction"
+)
+
+// configurePooler makes cfg safe behind pooler. Behind a transaction
+// pooler each query must keep nothing in the session between round trips:
+// pgx's exec mode (one round trip, an unnamed statement) unless the URL
+// chose simple_protocol. The other modes cache named prepared statements
+// (cache_statement, pgx's default) or describe in one round trip and
+// execute in the next, which the pooler may send to two servers: a URL
+// choosing one of them is refused.
+func configurePooler(cfg *pgxpool.Config, rawURL string, pooler Pooler) error {
+	switch pooler {
+	case "", NoPooler:
+		return nil
+	case TransactionPooler:
+	default:
+		return fmt.Errorf("GUARDIAN_DB_POOLER: want none or transaction (a pooler such as PgBouncer in pool_mode = transaction), got %q", pooler)
+	}
+	if !strings.Contains(rawURL, "default_query_exec_mode") {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		return nil
+	}
+	if mode := cfg.ConnConfig.DefaultQueryExecMode; mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol {
+		return fmt.Errorf("DATABASE_URL: default_query_exec_mode (%s) needs its session between round trips, which a transaction pooler (GUARDIAN_DB_POOLER=transaction) does not keep: use exec or simple_protocol, or leave it out", mode)
+	}
+	return nil
+}
+
+// CheckPooler reports what Connect would refuse in rawURL behind pooler.
+func CheckPooler(rawURL string, pooler Pooler) error {
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return errors.New("DATABASE_URL is not a valid Postgres URL")
+	}
+	return configurePooler(cfg, rawURL, pooler)
+}
+
+// Connect opens a pool on url, set up for the pooler in front of Postgres,
+// and checks that Postgres answers. Connection attempts time out after 5
+// seconds unless the URL says otherwise, so an unreachable database fails a
+// request rather than hanging it.
+func Connect(ctx context.Context, rawURL string, pooler Pooler) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
 		return nil, errors.New("DATABASE_URL is not a valid Postgres URL")
+	}
+	if err := configurePooler(cfg, rawURL, pooler); err != nil {
+		return nil, err
 	}
 	if !strings.Contains(rawURL, "connect_timeout") {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second

@@ -113,7 +113,11 @@ func countStates(ctx context.Context, q DBTX, filter string, states []state.Stat
 	if len(states) == 0 {
 		rows, err = q.Query(ctx, `SELECT state, count(*) FROM fulfilment WHERE `+filter+` GROUP BY state`)
 	} else {
-		rows, err = q.Query(ctx, `SELECT state, count(*) FROM fulfilment WHERE `+filter+` AND state = ANY($1::text[]) GROUP BY state`, states)
+		names := make([]string, len(states)) // pgx's exec mode encodes a slice of a named type by no plan
+		for i, s := range states {
+			names[i] = string(s)
+		}
+		rows, err = q.Query(ctx, `SELECT state, count(*) FROM fulfilment WHERE `+filter+` AND state = ANY($1::text[]) GROUP BY state`, names)
 	}
 	if err != nil {
 		return nil, wrap("count by state", err)

@@ -28,7 +28,7 @@ func TestReadOnlyServersAreLeft(t *testing.T) {
 	if strings.Contains(d.URL, "?") {
 		sep = "&"
 	}
-	pool, err := db.Connect(ctx, d.URL+sep+"pool_max_conns=1")
+	pool, err := db.Connect(ctx, d.URL+sep+"pool_max_conns=1", db.NoPooler)
 	require.NoError(t, err)
 	defer pool.Close()
 	write := func() error {
@@ -51,7 +51,7 @@ func TestReadOnlyServersAreLeft(t *testing.T) {
 	require.NoError(t, err)
 	pool.Reset()
 	require.ErrorIs(t, write(), db.ErrReadOnly)
-	admin, err := db.Connect(ctx, dbtest.ServerURL(t))
+	admin, err := db.Connect(ctx, dbtest.ServerURL(t), db.NoPooler)
 	require.NoError(t, err)
 	defer admin.Close()
 	_, err = admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{d.Name}.Sanitize()+` RESET default_transaction_read_only`)

@@ -5,12 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -177,25 +177,9 @@ func baseEnv(t *testing.T, d *dbtest.DB, conn *fakeConnector) env {
 // port is free once its probe closes, so the kernel may offer it again to the
 // next probe (a process's metrics listener then collides with its own public
 // one). No address is handed out twice.
-var handedOut = struct {
-	sync.Mutex
-	addrs map[string]bool
-}{addrs: map[string]bool{}}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := ln.Addr().String()
-		require.NoError(t, ln.Close())
-		if !handedOut.addrs[addr] {
-			handedOut.addrs[addr] = true
-			return addr
-		}
-	}
+	return "127.0.0.1:" + strconv.Itoa(dbtest.FreePort(t))
 }
 
 // start runs guardian serve with e and waits until /readyz answers 200.

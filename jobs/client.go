@@ -44,6 +44,11 @@ const (
 // costs nothing when the queue is empty (River then waits for a notification).
 const FetchCooldown = 20 * time.Millisecond
 
+// PollOnlyFetchInterval is how often a poll-only client looks for new
+// jobs: without notifications, a dispatch waits up to this long after its
+// payment is accepted.
+const PollOnlyFetchInterval = 200 * time.Millisecond
+
 // Enqueuer inserts dispatch jobs through an insert-only River client: it
 // works no jobs and elects no leader. It implements fulfilment.Enqueuer, so
 // the domain can be built before the workers that call it.
@@ -122,9 +127,13 @@ type Config struct {
 	// River's generated id.
 	ID string
 	// FetchPollInterval is how often River polls when LISTEN/NOTIFY is quiet.
-	// Defaults to River's default (1 second); a shorter one also shortens
-	// River's fetch cooldown to match.
+	// Defaults to River's default (1 second), or PollOnlyFetchInterval when
+	// PollOnly; a shorter one also shortens River's fetch cooldown to match.
 	FetchPollInterval time.Duration
+	// PollOnly keeps River from LISTEN, which a transaction pooler cannot
+	// carry (db.TransactionPooler): new jobs are found by polling, and a
+	// leader's resignation is noticed within River's election interval.
+	PollOnly bool
 	// ReconcileInterval is how often the leader runs the reconciler.
 	// Defaults to DefaultReconcileInterval; at least 1 second.
 	ReconcileInterval time.Duration
@@ -143,6 +152,9 @@ func (c *Config) withDefaults() Config {
 	out.DispatchWorkers = cmp.Or(out.DispatchWorkers, DefaultDispatchWorkers)
 	out.ReconcileInterval = cmp.Or(out.ReconcileInterval, DefaultReconcileInterval)
 	out.BackfillInterval = cmp.Or(out.BackfillInterval, backfill.DefaultInterval)
+	if out.PollOnly {
+		out.FetchPollInterval = cmp.Or(out.FetchPollInterval, PollOnlyFetchInterval)
+	}
 	if out.Tracer == nil {
 		out.Tracer = noop.NewTracerProvider().Tracer("guardian")
 	}
@@ -232,6 +244,7 @@ func New(cfg Config) (*Client, error) {
 		RescueStuckJobsAfter: cfg.Service.DispatchLease(),
 		JobTimeout:           cfg.Service.ConnectorTimeout() + fulfilment.RecordMargin,
 		FetchPollInterval:    cfg.FetchPollInterval,
+		PollOnly:             cfg.PollOnly,
 		FetchCooldown:        min(cmp.Or(cfg.FetchPollInterval, FetchCooldown), FetchCooldown),
 		Workers:              workers,
 		Queues: map[string]river.QueueConfig{

@@ -275,6 +275,7 @@ func TestTakeBack(t *testing.T) {
 		t.Logf("%d payments fulfilled then taken back, %d reversed before they went out", fulfilled, cancelled)
 	})
 }
+
 // TestRetryADeclinedRevocation: a revocation the receiver declined is not
 // sent again on its own; an operator's retry sends it under the payment's
 // next revoke key, once, and only while the payment stays fulfilled.

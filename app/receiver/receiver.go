@@ -218,8 +218,10 @@ func (r *Receiver) act(w http.ResponseWriter, ctx context.Context, d Delivery, s
 		st = connector.Statement{IdempotencyKey: d.IdempotencyKey, Status: connector.StatusDone, Receipt: newReceipt()}
 	}
 	answer, _ := json.Marshal(st)
+	// The answer goes as text: bytes are bytea to pgx's exec mode (a
+	// transaction pooler's), which jsonb will not read.
 	if _, err := tx.Exec(ctx, `INSERT INTO guardian_receiver_key (idempotency_key, body_sha256, status, answer, test) VALUES ($1, $2, $3, $4, $5)`,
-		d.IdempotencyKey, sum, st.Status, answer, test); err != nil {
+		d.IdempotencyKey, sum, st.Status, string(answer), test); err != nil {
 		r.fail(w, ctx, "record key", err)
 		return
 	}

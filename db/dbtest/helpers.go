@@ -2,6 +2,8 @@ package dbtest
 
 import (
 	"context"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,5 +99,33 @@ func (d *DB) backdate(t testing.TB, stmt, id string, at time.Time) {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("commit: %v", err)
+	}
+}
+
+// handedOut are the ports FreePort has returned in this process: the
+// kernel may offer a port again once its probe closes, before the server
+// it was meant for has bound it.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreePort returns a loopback TCP port that was free at the time of the
+// call and that it has not returned before, for a server a test starts.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
 	}
 }

@@ -1,0 +1,155 @@
+// Package pgbouncer puts a private PgBouncer in transaction mode in front
+// of a test's Postgres server, as a deployment that pools connections runs
+// it (docs/deployment.md, "Behind PgBouncer"). It listens on loopback, trusts
+// every user the server trusts, and stops when the test ends.
+//
+// PgBouncer refuses to run as root: a root test runs it as the postgres
+// user. Without the binary a test fails with a message saying how to get
+// it; it never skips.
+package pgbouncer
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/guardian-pay/guardian/db/dbtest"
+)
+
+// Bouncer is one running PgBouncer.
+type Bouncer struct {
+	// Addr is where it listens, host:port.
+	Addr string
+	// PoolSize is how many server connections it opens per database and
+	// user at most: what Postgres sees, however many clients it has.
+	PoolSize int
+	log      string
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	once     sync.Once
+}
+
+// Start runs a PgBouncer in transaction mode that sends every database to
+// the Postgres server at target (host:port), over at most poolSize server
+// connections per database.
+func Start(t testing.TB, target string, poolSize int) *Bouncer {
+	t.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		for _, p := range []string{"/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer"} {
+			if _, statErr := os.Stat(p); statErr == nil {
+				bin, err = p, nil
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("pgbouncer is not installed: install it (Debian: apt-get install -y pgbouncer; `just deps` does) to run the suites that pool connections")
+	}
+	host, port, err := net.SplitHostPort(target)
+	if err != nil {
+		t.Fatalf("pgbouncer target %q: %v", target, err)
+	}
+	dir, err := os.MkdirTemp("", "guardian-pgbouncer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	b := &Bouncer{Addr: "127.0.0.1:" + strconv.Itoa(dbtest.FreePort(t)), PoolSize: poolSize, log: filepath.Join(dir, "pgbouncer.log"), exited: make(chan struct{})}
+	_, listenPort, _ := net.SplitHostPort(b.Addr)
+	ini := strings.Join([]string{
+		"[databases]",
+		fmt.Sprintf("* = host=%s port=%s", host, port),
+		"[pgbouncer]",
+		"listen_addr = 127.0.0.1",
+		"listen_port = " + listenPort,
+		"unix_socket_dir =",
+		"auth_type = trust",
+		"auth_file = " + filepath.Join(dir, "users.txt"),
+		"pool_mode = transaction",
+		"default_pool_size = " + strconv.Itoa(poolSize),
+		"reserve_pool_size = 0",
+		"max_client_conn = 1000",
+		"logfile = " + b.log,
+		"",
+	}, "\n")
+	write(t, filepath.Join(dir, "pgbouncer.ini"), ini)
+	write(t, filepath.Join(dir, "users.txt"), `"postgres" ""`+"\n")
+	args := []string{filepath.Join(dir, "pgbouncer.ini")}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("running as root, PgBouncer runs as the postgres user, and there is none: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		for _, p := range []string{dir, filepath.Join(dir, "pgbouncer.ini"), filepath.Join(dir, "users.txt")} {
+			if err := os.Chown(p, uid, gid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args = append([]string{"-u", "postgres"}, args...)
+	}
+	b.cmd = exec.Command(bin, args...)
+	if err := b.cmd.Start(); err != nil {
+		t.Fatalf("start pgbouncer: %v", err)
+	}
+	go func() { _ = b.cmd.Wait(); close(b.exited) }()
+	t.Cleanup(b.Stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", b.Addr, time.Second)
+		if err == nil {
+			c.Close()
+			return b
+		}
+		select {
+		case <-b.exited:
+			t.Fatalf("pgbouncer exited at start:\n%s", b.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pgbouncer does not listen on %s: %v\n%s", b.Addr, err, b.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// URL is dbURL (a Postgres URL) sent through the bouncer instead.
+func (b *Bouncer) URL(dbURL string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		panic(fmt.Sprintf("pgbouncer: not a URL: %v", err))
+	}
+	u.Host = b.Addr
+	return u.String()
+}
+
+// Log is what PgBouncer has logged.
+func (b *Bouncer) Log() string {
+	out, _ := os.ReadFile(b.log)
+	return string(out)
+}
+
+// Stop ends it; safe more than once.
+func (b *Bouncer) Stop() {
+	b.once.Do(func() {
+		_ = b.cmd.Process.Kill()
+		<-b.exited
+	})
+}
+
+func write(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

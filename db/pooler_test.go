@@ -1,0 +1,97 @@
+package db_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/db/dbtest/pgbouncer"
+)
+
+// TestTransactionPooler runs Guardian's queries through a real PgBouncer in
+// transaction mode with one server connection and many clients, as a
+// pooled deployment does. With GUARDIAN_DB_POOLER=transaction every query
+// succeeds, however its transactions interleave on the one server session;
+// without it, pgx's statement cache names a prepared statement on the
+// server, a second client's identical query meets it there, and Postgres
+// refuses (42P05 or 26000), which is why the setting exists.
+func TestTransactionPooler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := dbtest.NewDB(t)
+	u, err := url.Parse(d.URL)
+	require.NoError(t, err)
+	b := pgbouncer.Start(t, u.Host, 1)
+	through := b.URL(d.URL) + "&pool_max_conns=8"
+
+	// hammer runs the queries from eight clients at once, twenty times each,
+	// and returns each client's first error.
+	hammer := func(pool *pgxpool.Pool) error {
+		errs := make([]error, 8)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					_, err := db.CountByState(ctx, pool, state.Pending, state.Fulfilled)
+					if err == nil {
+						_, err = db.FulfilmentsByPayment(ctx, pool, "stripe", "pi_pooled")
+					}
+					if err != nil {
+						errs[i] = err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+
+	pooled, err := db.Connect(ctx, through, db.TransactionPooler)
+	require.NoError(t, err)
+	defer pooled.Close()
+	require.NoError(t, hammer(pooled), "behind a transaction pooler, with the pooler named")
+	var servers int
+	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, d.Name).Scan(&servers))
+	servers -= int(d.Pool.Stat().TotalConns()) // the test's own
+	require.Equal(t, b.PoolSize, servers, "eight clients, and Postgres should see PgBouncer's one server connection")
+
+	unnamed, err := db.Connect(ctx, through, db.NoPooler)
+	require.NoError(t, err)
+	defer unnamed.Close()
+	err = hammer(unnamed)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, "pgx's statement cache survived a transaction pooler: the test no longer shows why the setting exists")
+	require.Contains(t, []string{"42P05", "26000"}, pgErr.Code, "%v", err)
+}
+
+// TestPoolerSettingChecked: an unknown pooler, or a query mode that keeps
+// state in the session behind a transaction pooler, is refused with the
+// variable named, before any connection is made.
+func TestPoolerSettingChecked(t *testing.T) {
+	t.Parallel()
+	const base = "postgres://guardian:s3cret@db.internal:5432/guardian"
+	require.NoError(t, db.CheckPooler(base, db.NoPooler))
+	require.NoError(t, db.CheckPooler(base, db.TransactionPooler))
+	require.NoError(t, db.CheckPooler(base+"?default_query_exec_mode=simple_protocol", db.TransactionPooler))
+	require.NoError(t, db.CheckPooler(base+"?default_query_exec_mode=cache_statement", db.NoPooler))
+
+	err := db.CheckPooler(base, "session")
+	require.ErrorContains(t, err, "GUARDIAN_DB_POOLER")
+	err = db.CheckPooler(base+"?default_query_exec_mode=cache_statement", db.TransactionPooler)
+	require.ErrorContains(t, err, "default_query_exec_mode")
+	require.NotContains(t, err.Error(), "s3cret")
+	_, err = db.Connect(context.Background(), base+"?default_query_exec_mode=describe_exec", db.TransactionPooler)
+	require.ErrorContains(t, err, "default_query_exec_mode")
+}
