@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -25,8 +26,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/guardian-pay/guardian/db/dbtest"
 )
 
 // Replication is how the primary commits with respect to its standby.
@@ -98,8 +97,8 @@ func Start(t testing.TB, mode Replication) *Pair {
 		p.runAs = []string{"runuser", "-u", "postgres", "--"}
 		p.own(root)
 	}
-	p.Primary = &Server{Name: "primary", Dir: filepath.Join(root, "primary"), Port: dbtest.FreePort(t), pair: p}
-	p.Standby = &Server{Name: "standby", Dir: filepath.Join(root, "standby"), Port: dbtest.FreePort(t), pair: p}
+	p.Primary = &Server{Name: "primary", Dir: filepath.Join(root, "primary"), Port: freePort(t), pair: p}
+	p.Standby = &Server{Name: "standby", Dir: filepath.Join(root, "standby"), Port: freePort(t), pair: p}
 	t.Cleanup(func() {
 		for _, s := range []*Server{p.Standby, p.Primary} {
 			_ = p.run("pg_ctl", "-D", s.Dir, "-m", "immediate", "stop")
@@ -312,3 +311,13 @@ func (p *Pair) must(tool string, args ...string) {
 }
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}

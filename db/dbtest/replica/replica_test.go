@@ -56,7 +56,7 @@ func TestPair(t *testing.T) {
 			require.NoError(t, exec(t, url, `INSERT INTO acked VALUES (1)`))
 			require.Error(t, exec(t, p.Standby.URL("postgres"), `INSERT INTO acked VALUES (0)`), "the standby takes no writes")
 			if tc.mode == replica.Async {
-				require.Eventually(t, func() bool { return count(t, p.Standby.URL("postgres"), `SELECT count(*) FROM acked`) == 1 }, 10*time.Second, 20*time.Millisecond)
+				require.Eventually(t, func() bool { return count(t, p.Standby.URL("postgres"), `SELECT count(*) FROM acked`) == 1 }, 30*time.Second, 20*time.Millisecond)
 				p.Standby.Stop()
 			}
 			require.NoError(t, exec(t, url, `INSERT INTO acked VALUES (2)`))
