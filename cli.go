@@ -345,14 +345,14 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	return ExitOK
 }
 
-// fail reports err as the command's failure and returns code, for
-// `return fail(stderr, ExitFailure, err)`.
 // openDatabase connects a command to the database the server uses:
 // DATABASE_URL, through the pooler GUARDIAN_DB_POOLER names.
 func openDatabase(ctx context.Context, getenv func(string) string) (*pgxpool.Pool, error) {
 	return db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL), db.Pooler(getenv("GUARDIAN_DB_POOLER")))
 }
 
+// fail reports err as the command's failure and returns code, for
+// `return fail(stderr, ExitFailure, err)`.
 func fail(stderr io.Writer, code int, err error) int {
 	fmt.Fprintf(stderr, "guardian: %v\n", err)
 	return code

@@ -140,6 +140,8 @@ func TestConfigRefusesExposure(t *testing.T) {
 		{"PprofAddrIsGone", production(map[string]string{"GUARDIAN_PPROF_ADDR": "127.0.0.1:6060"}), "GUARDIAN_PPROF_ADDR is gone"},
 		{"PublicURLWithAPath", production(map[string]string{"GUARDIAN_PUBLIC_URL": "https://ops.example.com/guardian"}), "GUARDIAN_PUBLIC_URL"},
 		{"BadDatabaseURL", production(map[string]string{"DATABASE_URL": "mysql://root:hunter2@db/guardian?x=%zz"}), "DATABASE_URL: not a Postgres URL"},
+		{"UnknownDBPooler", production(map[string]string{"GUARDIAN_DB_POOLER": "session"}), "GUARDIAN_DB_POOLER: want none or transaction"},
+		{"CachingModeBehindPooler", production(map[string]string{"GUARDIAN_DB_POOLER": "transaction", "DATABASE_URL": "postgres://guardian:hunter2@pgbouncer:6432/guardian?default_query_exec_mode=cache_statement"}), "DATABASE_URL: default_query_exec_mode (cache_statement)"},
 		{"BadRedisURL", production(map[string]string{"REDIS_URL": "127.0.0.1:6379"}), "REDIS_URL: want"},
 		{"BadConnectorURL", production(map[string]string{"GUARDIAN_CONNECTOR_URL": "connector.internal"}), "GUARDIAN_CONNECTOR_URL: want an absolute"},
 		{"LookupWithoutKey", production(map[string]string{"GUARDIAN_CONNECTOR_LOOKUP_URL": "https://connector.internal/lookup"}), "GUARDIAN_CONNECTOR_LOOKUP_URL: want"},

@@ -51,7 +51,9 @@ func configurePooler(cfg *pgxpool.Config, rawURL string, pooler Pooler) error {
 		return nil
 	}
 	if mode := cfg.ConnConfig.DefaultQueryExecMode; mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol {
-		return fmt.Errorf("DATABASE_URL: default_query_exec_mode (%s) needs its session between round trips, which a transaction pooler (GUARDIAN_DB_POOLER=transaction) does not keep: use exec or simple_protocol, or leave it out", mode)
+		// pgx names a mode with spaces; the URL, with underscores.
+		spelt := strings.ReplaceAll(mode.String(), " ", "_")
+		return fmt.Errorf("DATABASE_URL: default_query_exec_mode (%s) needs its session between round trips, which a transaction pooler (GUARDIAN_DB_POOLER=transaction) does not keep: use exec or simple_protocol, or leave it out", spelt)
 	}
 	return nil
 }
