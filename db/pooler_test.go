@@ -3,7 +3,6 @@ package db_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"sync"
 	"testing"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/db/dbtest/pgbouncer"
+	"github.com/guardian-pay/guardian/goose"
 )
 
 // TestTransactionPooler runs Guardian's queries through a real PgBouncer in
@@ -23,15 +23,13 @@ import (
 // succeeds, however its transactions interleave on the one server session;
 // without it, pgx's statement cache names a prepared statement on the
 // server, a second client's identical query meets it there, and Postgres
-// refuses (42P05 or 26000), which is why the setting exists.
+// refuses (42P05 or 26000), which is why the setting exists. Migrations run
+// through it as well.
 func TestTransactionPooler(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := dbtest.NewDB(t)
-	u, err := url.Parse(d.URL)
-	require.NoError(t, err)
-	b := pgbouncer.Start(t, u.Host, 1)
-	through := b.URL(d.URL) + "&pool_max_conns=8"
+	b := pgbouncer.Start(t, d.URL, 1)
 
 	// hammer runs the queries from eight clients at once, twenty times each,
 	// and returns each client's first error.
@@ -58,19 +56,31 @@ func TestTransactionPooler(t *testing.T) {
 		return errors.Join(errs...)
 	}
 
-	pooled, err := db.Connect(ctx, through, db.TransactionPooler)
-	require.NoError(t, err)
-	defer pooled.Close()
+	pooled := b.Connect(t, d.URL, db.TransactionPooler, 8)
 	require.NoError(t, hammer(pooled), "behind a transaction pooler, with the pooler named")
 	var servers int
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, d.Name).Scan(&servers))
 	servers -= int(d.Pool.Stat().TotalConns()) // the test's own
 	require.Equal(t, b.PoolSize, servers, "eight clients, and Postgres should see PgBouncer's one server connection")
-
-	unnamed, err := db.Connect(ctx, through, db.NoPooler)
+	// `guardian migrate` runs through the pooler too: every migration down
+	// and up again.
+	m, err := goose.NewMigrator(pooled)
 	require.NoError(t, err)
-	defer unnamed.Close()
-	err = hammer(unnamed)
+	defer m.Close()
+	for {
+		_, err := m.Down(ctx)
+		if errors.Is(err, goose.ErrNoNextVersion) {
+			break
+		}
+		require.NoError(t, err)
+	}
+	_, err = m.Up(ctx)
+	require.NoError(t, err)
+	current, err := m.Current(ctx)
+	require.NoError(t, err)
+	require.True(t, current, "migrated up through the pooler")
+
+	err = hammer(b.Connect(t, d.URL, db.NoPooler, 8))
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr, "pgx's statement cache survived a transaction pooler: the test no longer shows why the setting exists")
 	require.Contains(t, []string{"42P05", "26000"}, pgErr.Code, "%v", err)
@@ -93,5 +103,5 @@ func TestPoolerSettingChecked(t *testing.T) {
 	require.ErrorContains(t, err, "default_query_exec_mode")
 	require.NotContains(t, err.Error(), "s3cret")
 	_, err = db.Connect(context.Background(), base+"?default_query_exec_mode=describe_exec", db.TransactionPooler)
-	require.ErrorContains(t, err, "default_query_exec_mode")
+	require.ErrorContains(t, err, "default_query_exec_mode (describe_exec)", "named as the URL spells it")
 }

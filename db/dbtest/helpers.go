@@ -3,6 +3,9 @@ package dbtest
 import (
 	"context"
 	"net"
+	"os"
+	"os/user"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -128,4 +131,23 @@ func FreePort(t testing.TB) int {
 			return port
 		}
 	}
+}
+
+// PostgresOwner says, when the test runs as root, which uid and gid the
+// servers it starts run as: Postgres and PgBouncer refuse root, so their
+// files belong to the postgres user and they run as it. root is false for
+// any other user, who runs them as itself. who names them in the failure
+// when there is no postgres user.
+func PostgresOwner(t testing.TB, who string) (uid, gid int, root bool) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return 0, 0, false
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		t.Fatalf("running as root, %s run as the postgres user, and there is none: %v", who, err)
+	}
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	return uid, gid, true
 }

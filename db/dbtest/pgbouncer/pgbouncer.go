@@ -9,12 +9,12 @@
 package pgbouncer
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +22,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
 )
 
@@ -38,11 +41,15 @@ type Bouncer struct {
 	once     sync.Once
 }
 
-// Start runs a PgBouncer in transaction mode that sends every database to
-// the Postgres server at target (host:port), over at most poolSize server
-// connections per database.
-func Start(t testing.TB, target string, poolSize int) *Bouncer {
+// Start runs a PgBouncer in transaction mode in front of the Postgres
+// server serverURL names: it sends every database there, over at most
+// poolSize server connections per database.
+func Start(t testing.TB, serverURL string, poolSize int) *Bouncer {
 	t.Helper()
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		t.Fatalf("pgbouncer: the server's URL: %v", err)
+	}
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
 		for _, p := range []string{"/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer"} {
@@ -54,17 +61,17 @@ func Start(t testing.TB, target string, poolSize int) *Bouncer {
 	if err != nil {
 		t.Fatalf("pgbouncer is not installed: install it (Debian: apt-get install -y pgbouncer; `just deps` does) to run the suites that pool connections")
 	}
-	host, port, err := net.SplitHostPort(target)
+	host, port, err := net.SplitHostPort(u.Host)
 	if err != nil {
-		t.Fatalf("pgbouncer target %q: %v", target, err)
+		t.Fatalf("pgbouncer: the server's address %q: %v", u.Host, err)
 	}
 	dir, err := os.MkdirTemp("", "guardian-pgbouncer-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	b := &Bouncer{Addr: "127.0.0.1:" + strconv.Itoa(dbtest.FreePort(t)), PoolSize: poolSize, log: filepath.Join(dir, "pgbouncer.log"), exited: make(chan struct{})}
-	_, listenPort, _ := net.SplitHostPort(b.Addr)
+	listenPort := strconv.Itoa(dbtest.FreePort(t))
+	b := &Bouncer{Addr: "127.0.0.1:" + listenPort, PoolSize: poolSize, log: filepath.Join(dir, "pgbouncer.log"), exited: make(chan struct{})}
 	ini := strings.Join([]string{
 		"[databases]",
 		fmt.Sprintf("* = host=%s port=%s", host, port),
@@ -84,13 +91,7 @@ func Start(t testing.TB, target string, poolSize int) *Bouncer {
 	write(t, filepath.Join(dir, "pgbouncer.ini"), ini)
 	write(t, filepath.Join(dir, "users.txt"), `"postgres" ""`+"\n")
 	args := []string{filepath.Join(dir, "pgbouncer.ini")}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("running as root, PgBouncer runs as the postgres user, and there is none: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
+	if uid, gid, asPostgres := dbtest.PostgresOwner(t, "PgBouncer"); asPostgres {
 		for _, p := range []string{dir, filepath.Join(dir, "pgbouncer.ini"), filepath.Join(dir, "users.txt")} {
 			if err := os.Chown(p, uid, gid); err != nil {
 				t.Fatal(err)
@@ -131,6 +132,26 @@ func (b *Bouncer) URL(dbURL string) string {
 	}
 	u.Host = b.Addr
 	return u.String()
+}
+
+// Connect opens a pool of at most maxConns connections through the
+// bouncer to the database dbURL names, with Guardian's db.Connect set up
+// for pooler; it is closed when the test ends.
+func (b *Bouncer) Connect(t testing.TB, dbURL string, pooler db.Pooler, maxConns int) *pgxpool.Pool {
+	t.Helper()
+	u, err := url.Parse(b.URL(dbURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(maxConns))
+	u.RawQuery = q.Encode()
+	pool, err := db.Connect(context.Background(), u.String(), pooler)
+	if err != nil {
+		t.Fatalf("connect through pgbouncer: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // Log is what PgBouncer has logged.

@@ -14,11 +14,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,6 +24,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/guardian-pay/guardian/db/dbtest"
 )
 
 // Replication is how the primary commits with respect to its standby.
@@ -86,19 +86,13 @@ func Start(t testing.TB, mode Replication) *Pair {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	if os.Geteuid() == 0 { // postgres refuses root: the data belongs to postgres
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("running as root, the servers run as the postgres user, and there is none: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
+	if uid, gid, asPostgres := dbtest.PostgresOwner(t, "the servers"); asPostgres {
 		p.owner = &[2]int{uid, gid}
 		p.runAs = []string{"runuser", "-u", "postgres", "--"}
 		p.own(root)
 	}
-	p.Primary = &Server{Name: "primary", Dir: filepath.Join(root, "primary"), Port: freePort(t), pair: p}
-	p.Standby = &Server{Name: "standby", Dir: filepath.Join(root, "standby"), Port: freePort(t), pair: p}
+	p.Primary = &Server{Name: "primary", Dir: filepath.Join(root, "primary"), Port: dbtest.FreePort(t), pair: p}
+	p.Standby = &Server{Name: "standby", Dir: filepath.Join(root, "standby"), Port: dbtest.FreePort(t), pair: p}
 	t.Cleanup(func() {
 		for _, s := range []*Server{p.Standby, p.Primary} {
 			_ = p.run("pg_ctl", "-D", s.Dir, "-m", "immediate", "stop")
@@ -311,13 +305,3 @@ func (p *Pair) must(tool string, args ...string) {
 }
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
