@@ -320,7 +320,7 @@ func (a *App) buildJobs(service *fulfilment.Service, store *db.Store, tracer tra
 		Bodies: store, PayloadRetention: cfg.PayloadRetention, Metrics: a.metrics, JobRetention: cfg.JobRetention,
 		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers, ReconcileInterval: cfg.ReconcileInterval,
 		Backfills: a.sortedBackfills(), BackfillInterval: cfg.BackfillInterval,
-		PollOnly: cfg.DBPooler == db.TransactionPooler,
+		Pooler: cfg.DBPooler,
 	}); err != nil {
 		return nil, err
 	}

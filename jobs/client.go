@@ -19,6 +19,7 @@ import (
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/metrics"
+	"github.com/guardian-pay/guardian/db"
 )
 
 // Queue names. Maintenance work has its own queue so a backlog of
@@ -127,13 +128,16 @@ type Config struct {
 	// River's generated id.
 	ID string
 	// FetchPollInterval is how often River polls when LISTEN/NOTIFY is quiet.
-	// Defaults to River's default (1 second), or PollOnlyFetchInterval when
-	// PollOnly; a shorter one also shortens River's fetch cooldown to match.
+	// Defaults to River's default (1 second), or PollOnlyFetchInterval
+	// behind a transaction pooler; a shorter one also shortens River's fetch
+	// cooldown to match.
 	FetchPollInterval time.Duration
-	// PollOnly keeps River from LISTEN, which a transaction pooler cannot
-	// carry (db.TransactionPooler): new jobs are found by polling, and a
-	// leader's resignation is noticed within River's election interval.
-	PollOnly bool
+	// Pooler is what stands between Pool and Postgres. Behind a
+	// db.TransactionPooler, River runs poll-only: a LISTEN would stay on
+	// whichever server session the pooler lent it, and its notifications
+	// go to nobody. New jobs are then found by polling, and a leader's
+	// resignation is noticed within River's election interval.
+	Pooler db.Pooler
 	// ReconcileInterval is how often the leader runs the reconciler.
 	// Defaults to DefaultReconcileInterval; at least 1 second.
 	ReconcileInterval time.Duration
@@ -146,13 +150,15 @@ type Config struct {
 	BackfillInterval time.Duration
 }
 
+func (c *Config) pollOnly() bool { return c.Pooler == db.TransactionPooler }
+
 func (c *Config) withDefaults() Config {
 	out := *c
 	out.SweepInterval = cmp.Or(out.SweepInterval, DefaultSweepInterval)
 	out.DispatchWorkers = cmp.Or(out.DispatchWorkers, DefaultDispatchWorkers)
 	out.ReconcileInterval = cmp.Or(out.ReconcileInterval, DefaultReconcileInterval)
 	out.BackfillInterval = cmp.Or(out.BackfillInterval, backfill.DefaultInterval)
-	if out.PollOnly {
+	if out.pollOnly() {
 		out.FetchPollInterval = cmp.Or(out.FetchPollInterval, PollOnlyFetchInterval)
 	}
 	if out.Tracer == nil {
@@ -244,7 +250,7 @@ func New(cfg Config) (*Client, error) {
 		RescueStuckJobsAfter: cfg.Service.DispatchLease(),
 		JobTimeout:           cfg.Service.ConnectorTimeout() + fulfilment.RecordMargin,
 		FetchPollInterval:    cfg.FetchPollInterval,
-		PollOnly:             cfg.PollOnly,
+		PollOnly:             cfg.pollOnly(),
 		FetchCooldown:        min(cmp.Or(cfg.FetchPollInterval, FetchCooldown), FetchCooldown),
 		Workers:              workers,
 		Queues: map[string]river.QueueConfig{
