@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -53,14 +55,28 @@ const txAttempts = 3
 // again in a new transaction, up to three runs in all: a caller is never
 // told that a change failed because it lost a race it can win a moment
 // later. fn must therefore set what it reports afresh on every run.
+//
+// A run waits a few random milliseconds before it starts again: the
+// winner of a deadlock is still waking up to take the lock the loser
+// released, and a loser that ran again at once could take that lock
+// first and deadlock with the same winner, run after run.
 func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	for run := 1; ; run++ {
 		err := pgx.BeginFunc(ctx, s.pool, fn)
-		if err == nil || run == txAttempts || !Retryable(err) || ctx.Err() != nil {
+		if err == nil || run == txAttempts || !Retryable(err) {
 			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(run) * (txBackoff + rand.N(txBackoff))):
 		}
 	}
 }
+
+// txBackoff is the least wait before a run again; each run waits up to
+// twice it, times the runs so far.
+const txBackoff = 10 * time.Millisecond
 
 // Retryable reports whether err is Postgres aborting a transaction to
 // break a deadlock (40P01) or a serialization race (40001): the
