@@ -173,10 +173,10 @@ func baseEnv(t *testing.T, d *dbtest.DB, conn *fakeConnector) env {
 	}
 }
 
-// handedOut holds every address freeAddr has given in this test process: a
-// port is free once its probe closes, so the kernel may offer it again to the
-// next probe (a process's metrics listener then collides with its own public
-// one). No address is handed out twice.
+// freeAddr is a loopback address for a process the test starts, never one
+// it has given before (dbtest.FreePort): a port is free once its probe
+// closes, so the kernel may offer it again to the next probe, and a
+// process's metrics listener would then collide with its own public one.
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	return "127.0.0.1:" + strconv.Itoa(dbtest.FreePort(t))
