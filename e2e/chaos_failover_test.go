@@ -53,7 +53,9 @@ func TestChaosFailover(t *testing.T) {
 	pair := replica.Start(t, replica.Sync)
 	h := newChaos(t, chaosOpts{processes: 2, connectorMode: "idempotent", db: replicatedDB(t, pair)})
 	payments := pick(120, 800)
-	in := h.inject(1, every(1500*time.Millisecond), func(int) { failover(pair) })
+	// Every payment sends at least two events three times: the failover
+	// lands a third of the way in, with most deliveries still to come.
+	in := h.inject(1, h.afterSent(int64(2*payments)), func(int) { failover(pair) })
 	h.deliver(payments, 3, 16, 120*time.Second)
 	in.finish()
 	r := h.check(payments)

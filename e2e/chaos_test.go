@@ -450,6 +450,19 @@ func (in *injector) finish() {
 
 func every(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
 
+// afterSent is a pause that lasts until the provider has sent n requests,
+// so a single fault lands mid-load however fast this machine delivers.
+func (h *chaosHarness) afterSent(n int64) func() time.Duration {
+	return func() time.Duration {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for h.sent.Load() < n {
+			<-tick.C
+		}
+		return 0
+	}
+}
+
 // chaosConnectorTimeout is the processes' GUARDIAN_CONNECTOR_TIMEOUT.
 const chaosConnectorTimeout = 500 * time.Millisecond
 
