@@ -26,6 +26,7 @@ import (
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/db/dbtest/faultproxy"
+	"github.com/guardian-pay/guardian/db/dbtest/pgbouncer"
 	"github.com/guardian-pay/guardian/db/dbtest/redistest"
 )
 
@@ -65,11 +66,14 @@ type chaosHarness struct {
 	// dbProxy, redisProxy and connProxy are set when the options asked
 	// for them.
 	dbProxy, redisProxy, connProxy *faultproxy.Proxy
-	env                            env
-	addrs                          []string
-	mu                             sync.Mutex
-	procs                          []*guardian
-	faults                         atomic.Int64
+	// bouncer is the PgBouncer in front of Postgres, when the options
+	// asked for one.
+	bouncer *pgbouncer.Bouncer
+	env     env
+	addrs   []string
+	mu      sync.Mutex
+	procs   []*guardian
+	faults  atomic.Int64
 
 	// when faults were injected: [start, end] pairs
 	faultTimes [][2]time.Time
@@ -101,6 +105,12 @@ type chaosOpts struct {
 	db *dbtest.DB
 	// logLevel is the processes' GUARDIAN_LOG_LEVEL; warn by default.
 	logLevel string
+	// bouncer, when positive, puts a PgBouncer in transaction mode with
+	// that many server connections between the processes and Postgres,
+	// and runs them with GUARDIAN_DB_POOLER=transaction.
+	bouncer int
+	// pooler overrides GUARDIAN_DB_POOLER (to show what goes wrong without it).
+	pooler string
 }
 
 func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
@@ -117,6 +127,12 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 		h.dbProxy = newProxy(t, u.Host)
 		u.Host = h.dbProxy.Addr()
 		dbURL = u.String()
+	}
+	pooler := "none"
+	if o.bouncer > 0 {
+		h.bouncer = pgbouncer.Start(t, d.URL, o.bouncer)
+		dbURL = h.bouncer.URL(dbURL)
+		pooler = "transaction"
 	}
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
@@ -144,6 +160,7 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 		"GUARDIAN_RECONCILE_GRACE":      "2s",
 		"GUARDIAN_ADMIN_TOKEN":          adminToken,
 		"GUARDIAN_LOG_LEVEL":            cmp.Or(o.logLevel, "warn"),
+		"GUARDIAN_DB_POOLER":            cmp.Or(o.pooler, pooler),
 	}
 	if o.redis != nil {
 		h.env["REDIS_URL"] = o.redis.URL()
@@ -954,17 +971,39 @@ func TestChaosRestore(t *testing.T) {
 // TestChaosThreeNodes runs three processes behind one provider on one
 // Postgres. First under load alone, sampling Guardian's connections to
 // Postgres: never more than the three processes' budget (pool_max_conns
-// and River's listener each). Then it kills one of
-// them with SIGKILL again and again, restarting each, and restarts them
-// gracefully one after the other between kills. Then it kills two for
-// good: the survivor must take over the leader's periodic work (the sweep
-// and the reconciler settle what the kills parked) for the invariants to
-// hold.
+// and River's listener each). Then it kills one of them with SIGKILL again
+// and again, restarting each, and restarts them gracefully one after the
+// other between kills. Then it kills two for good: the survivor must take
+// over the leader's periodic work (the sweep and the reconciler settle what
+// the kills parked) for the invariants to hold.
 func TestChaosThreeNodes(t *testing.T) {
 	parallel(t)
-	h := newChaos(t, chaosOpts{processes: 3, connectorMode: "normal", logLevel: "info"}) // info: each says its River id
+	threeNodes(t, chaosOpts{processes: 3, connectorMode: "normal", logLevel: "info"}, "three-nodes-kill-9-rolling")
+}
+
+// TestChaosThreeNodesBehindPgBouncer is TestChaosThreeNodes with a
+// PgBouncer in transaction mode between the three processes and Postgres,
+// as a pooled deployment runs (docs/deployment.md, "Behind PgBouncer"):
+// River polls instead of listening, every query runs without a named
+// statement, and Postgres sees at most PgBouncer's pool however many
+// connections the processes hold. The same kills, restarts and leader
+// moves; the same invariants.
+func TestChaosThreeNodesBehindPgBouncer(t *testing.T) {
+	parallel(t)
+	threeNodes(t, chaosOpts{processes: 3, connectorMode: "normal", logLevel: "info", bouncer: 6}, "three-nodes-pgbouncer-kill-9-rolling")
+}
+
+// threeNodes is the three-process scenario, direct or behind a bouncer.
+func threeNodes(t *testing.T, o chaosOpts, name string) {
+	h := newChaos(t, o) // info: each says its River id
 	calm, payments, cycles := pick(60, 300), pick(150, 900), pick(6, 60)
-	var peak atomic.Int64
+	// peak is the most connections Postgres saw from Guardian (through
+	// PgBouncer, its server connections); clients the most PgBouncer held.
+	var peak, clients atomic.Int64
+	raise := func(v *atomic.Int64, n int64) {
+		for cur := v.Load(); n > cur && !v.CompareAndSwap(cur, n); cur = v.Load() {
+		}
+	}
 	sampling, sampled := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(sampled)
@@ -972,9 +1011,10 @@ func TestChaosThreeNodes(t *testing.T) {
 			var n int64
 			// Every connection to the database but the harness's own.
 			if err := h.d.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, h.d.Name).Scan(&n); err == nil {
-				n -= int64(h.d.Pool.Stat().TotalConns())
-				for cur := peak.Load(); n > cur && !peak.CompareAndSwap(cur, n); cur = peak.Load() {
-				}
+				raise(&peak, n-int64(h.d.Pool.Stat().TotalConns()))
+			}
+			if h.bouncer != nil {
+				raise(&clients, int64(h.bouncer.Clients(t)))
 			}
 			select {
 			case <-sampling:
@@ -1021,12 +1061,19 @@ func TestChaosThreeNodes(t *testing.T) {
 		return h.d.Pool.QueryRow(context.Background(), `SELECT leader_id FROM river_leader`).Scan(&leader) == nil && leader == id[1]
 	}, 60*time.Second, 100*time.Millisecond, "the survivor never took the lead")
 	r := h.check(payments)
-	// Each process: its pool (newChaos's pool_max_conns) and River's LISTEN
-	// connection, which River takes out of the pool for good.
-	const budget = 10 + 1
+	// Each process: its pool (newChaos's pool_max_conns) and, listening,
+	// River's LISTEN connection, which River takes out of the pool for
+	// good. Behind PgBouncer River polls, and Postgres sees its pool.
+	budget := int64(3 * (10 + 1))
+	extra := ""
+	if h.bouncer != nil {
+		budget = int64(h.bouncer.PoolSize)
+		require.Greater(t, clients.Load(), budget, "the processes held no more connections than PgBouncer's pool: it multiplexed nothing")
+		extra = fmt.Sprintf(", PgBouncer clients at peak %d", clients.Load())
+	}
 	require.Positive(t, peak.Load())
-	require.LessOrEqual(t, peak.Load(), int64(3*budget), "Guardian's connections exceeded three processes' budget")
+	require.LessOrEqual(t, peak.Load(), budget, "Guardian's connections to Postgres exceeded the budget")
 	require.Zero(t, r.fivexx, "a kill or a restart answered 5xx")
-	logReport(t, "three-nodes-kill-9-rolling", fmt.Sprintf("%d payments x2 types x3 copies, 24-48 concurrent, 3 processes, then 1", payments), r,
-		fmt.Sprintf(", transport errors %d, peak connections under load %d of %d", h.transport.Load(), peak.Load(), 3*budget))
+	logReport(t, name, fmt.Sprintf("%d payments x2 types x3 copies, 24-48 concurrent, 3 processes, then 1", payments), r,
+		fmt.Sprintf(", transport errors %d, peak connections to Postgres under load %d of %d%s", h.transport.Load(), peak.Load(), budget, extra))
 }

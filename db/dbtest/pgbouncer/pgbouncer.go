@@ -19,9 +19,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/guardian-pay/guardian/db"
@@ -85,21 +87,26 @@ func Start(t testing.TB, serverURL string, poolSize int) *Bouncer {
 		"default_pool_size = " + strconv.Itoa(poolSize),
 		"reserve_pool_size = 0",
 		"max_client_conn = 1000",
+		"admin_users = postgres",
 		"logfile = " + b.log,
 		"",
 	}, "\n")
 	write(t, filepath.Join(dir, "pgbouncer.ini"), ini)
 	write(t, filepath.Join(dir, "users.txt"), `"postgres" ""`+"\n")
-	args := []string{filepath.Join(dir, "pgbouncer.ini")}
+	b.cmd = exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
+	// It dies with the test process, also one that panics before its
+	// cleanups run. The kernel forgets a parent-death signal when the
+	// child changes its own user (PgBouncer's -u), so a root test starts
+	// it as the postgres user instead: the signal is set after that.
+	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if uid, gid, asPostgres := dbtest.PostgresOwner(t, "PgBouncer"); asPostgres {
 		for _, p := range []string{dir, filepath.Join(dir, "pgbouncer.ini"), filepath.Join(dir, "users.txt")} {
 			if err := os.Chown(p, uid, gid); err != nil {
 				t.Fatal(err)
 			}
 		}
-		args = append([]string{"-u", "postgres"}, args...)
+		b.cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
-	b.cmd = exec.Command(bin, args...)
 	if err := b.cmd.Start(); err != nil {
 		t.Fatalf("start pgbouncer: %v", err)
 	}
@@ -152,6 +159,33 @@ func (b *Bouncer) Connect(t testing.TB, dbURL string, pooler db.Pooler, maxConns
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// Clients is how many client connections PgBouncer holds now, active or
+// waiting for a server connection: what its clients see, beside the
+// PoolSize that Postgres sees.
+func (b *Bouncer) Clients(t testing.TB) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The admin console speaks only the simple protocol.
+	conn, err := pgx.Connect(ctx, "postgres://postgres@"+b.Addr+"/pgbouncer?sslmode=disable&default_query_exec_mode=simple_protocol")
+	if err != nil {
+		t.Fatalf("pgbouncer's admin console: %v", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SHOW CLIENTS")
+	if err != nil {
+		t.Fatalf("pgbouncer: SHOW CLIENTS: %v", err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("pgbouncer: SHOW CLIENTS: %v", err)
+	}
+	return n - 1 // less the console's own
 }
 
 // Log is what PgBouncer has logged.
