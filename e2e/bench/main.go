@@ -6,7 +6,7 @@
 //     command, and duplicates without Redis vs with it;
 //   - dispatch vs bare River working no-op jobs with the same settings;
 //   - p99 intake latency at half the peak rate, resident memory at peak,
-//     and two processes sharing one database.
+//     and three processes sharing one database against one.
 //
 // Each throughput is measured several times; the report gives min, median
 // and max. It needs the local Postgres and Redis, pgbench and
@@ -56,7 +56,7 @@ var (
 	duration    = flag.Duration("d", 5*time.Second, "length of each measured run")
 	runs        = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
-	only        = flag.String("only", "", "run one comparison only: dispatch, curve, or scale (the cost as the tables grow to -sizes)")
+	only        = flag.String("only", "", "run one comparison only: dispatch, nodes (three processes against one), curve, or scale (the cost as the tables grow to -sizes)")
 	keep        = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
 	curvePath   = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
 )
@@ -118,6 +118,10 @@ func main() {
 	}
 	if *only == "scale" {
 		runScale(ctx, bin, dbURL, conn.URL, pool)
+		return
+	}
+	if *only == "nodes" {
+		fmt.Println(compareNodes(bin, dbURL, conn.URL))
 		return
 	}
 	if *only == "dispatch" {
@@ -198,15 +202,8 @@ func main() {
 		bare = append(bare, bareRiver(ctx, pool))
 	}
 
-	// 6. Two processes on one database.
-	ga := startGuardian(bin, dbURL, conn.URL, nil)
-	gb := startGuardian(bin, dbURL, conn.URL, nil)
-	ra, rb := make(chan benchResult), make(chan benchResult)
-	go func() { ra <- benchC(bin, ga, *concurrency/2, 0, 1, 0, false) }()
-	go func() { rb <- benchC(bin, gb, *concurrency/2, 0, 1, 0, false) }()
-	a, b := <-ra, <-rb
-	ga.stop()
-	gb.stop()
+	// 6. Three processes on one database against one.
+	nodesLine := compareNodes(bin, dbURL, conn.URL)
 
 	// 7. Throughput and p99 against concurrency, drawn.
 	curve := measureCurve(bin, dbURL, conn.URL)
@@ -235,7 +232,7 @@ func main() {
 	fmt.Printf("duplicates via Redis      guardian %s  redis-benchmark EXISTS %s  ratio %.2f  (target ≥ 0.3: %s)\n", s(dupRedis), s(redisCeil), ratio(dupRedis, redisCeil), verdict(ratio(dupRedis, redisCeil) >= .3))
 	fmt.Printf("duplicates, Redis vs none with %s  without %s  ratio %.2f\n", s(dupRedis), s(dupPG), ratio(dupRedis, dupPG))
 	fmt.Printf("peak resident memory      %.0f MiB  (target < 150 MiB: %s)\n", rss, verdict(rss < 150))
-	fmt.Printf("two processes, one DB     %.0f/s + %.0f/s = %.0f/s combined\n", a.PerSecond, b.PerSecond, a.PerSecond+b.PerSecond)
+	fmt.Println(nodesLine)
 	printCurve(curve)
 }
 

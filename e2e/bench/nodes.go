@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"net/http"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/guardian-pay/guardian/app/loadgen"
+)
+
+// nodesResult is what n Guardian processes on one database did together.
+type nodesResult struct {
+	// accepted is the deliveries they answered per second, summed.
+	accepted float64
+	// fulfilled is the payments they fulfilled per second end to end: from
+	// the first delivery to the last fulfilment of what the load accepted.
+	fulfilled float64
+	// cpuMs is the CPU each fulfilled payment cost the processes and
+	// Postgres together, in milliseconds.
+	cpuMs float64
+}
+
+// nodes runs n whole-pipeline processes (intake and dispatch) on one
+// database, with extra in their environment, each behind its own provider
+// sending a share of -c concurrent new events for -d, and waits for every
+// fulfilling event they accepted to be fulfilled, counted by the
+// processes' own metrics summed.
+func nodes(bin, dbURL, connURL string, n int, extra map[string]string) nodesResult {
+	ctx := context.Background()
+	gs := make([]*guardian, n)
+	for i := range gs {
+		gs[i] = startGuardian(bin, dbURL, connURL, extra)
+	}
+	defer func() {
+		for _, g := range gs {
+			g.stop()
+		}
+	}()
+	client := &http.Client{Timeout: 5 * time.Second}
+	fulfilled := func() float64 {
+		var sum float64
+		for _, g := range gs {
+			v, err := loadgen.ScrapeFulfilled(ctx, client, g.metrics)
+			check(err)
+			sum += v
+		}
+		return sum
+	}
+	cpu := func() time.Duration {
+		total := postgresCPU()
+		for _, g := range gs {
+			total += cpuOf(g.cmd.Process.Pid)
+		}
+		return total
+	}
+	before, cpu0 := fulfilled(), cpu()
+	results := make([]benchResult, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, g := range gs {
+		// The same total concurrency however many processes share it.
+		c := *concurrency / n
+		if i < *concurrency%n {
+			c++
+		}
+		wg.Go(func() {
+			out, err := g.load("--concurrency", strconv.Itoa(max(c, 1)), "--duration", duration.String(),
+				"--duplicates", "0", "--fulfilling", "1", "--wait-fulfil", "0")
+			check(err)
+			check(json.Unmarshal(out, &results[i]))
+		})
+	}
+	wg.Wait()
+	var r nodesResult
+	want := 0
+	for _, res := range results {
+		r.accepted += res.PerSecond
+		want += res.NewFulfilling
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for fulfilled()-before < float64(want) {
+		if time.Now().After(deadline) {
+			log.Fatalf("nodes: %d processes fulfilled %.0f of %d in 2 minutes", n, fulfilled()-before, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.fulfilled = float64(want) / time.Since(start).Seconds()
+	r.cpuMs = float64((cpu() - cpu0).Microseconds()) / 1000 / float64(want)
+	return r
+}
+
+// compareNodes measures one process, three with the default batch
+// writers each, and three with one writer each (three transactions at
+// once in all, near one process's four), alternating, -runs times each,
+// and returns the report's lines: each three against the one.
+func compareNodes(bin, dbURL, connURL string) string {
+	type series struct{ accepted, fulfilled, cpuMs []float64 }
+	add := func(s *series, r nodesResult) {
+		s.accepted, s.fulfilled, s.cpuMs = append(s.accepted, r.accepted), append(s.fulfilled, r.fulfilled), append(s.cpuMs, r.cpuMs)
+	}
+	var one, three, threeOne series
+	for range *runs {
+		add(&one, nodes(bin, dbURL, connURL, 1, nil))
+		add(&three, nodes(bin, dbURL, connURL, 3, nil))
+		add(&threeOne, nodes(bin, dbURL, connURL, 3, map[string]string{"GUARDIAN_BATCH_WRITERS": "1"}))
+	}
+	s := summarize
+	line := func(name string, x series) string {
+		return fmt.Sprintf("%-25s accepted %s vs %s  ratio %.2f;  fulfilled end to end %s vs %s  ratio %.2f;  CPU per payment %.2f vs %.2f ms",
+			name, s(x.accepted), s(one.accepted), s(x.accepted).median/s(one.accepted).median,
+			s(x.fulfilled), s(one.fulfilled), s(x.fulfilled).median/s(one.fulfilled).median, s(x.cpuMs).median, s(one.cpuMs).median)
+	}
+	return fmt.Sprintf("processes on one database, against one (%d cores, -c %d in all):\n", runtime.NumCPU(), *concurrency) +
+		line("  three, 4 writers each", three) + "\n" + line("  three, 1 writer each", threeOne)
+}
