@@ -99,7 +99,7 @@ func main() {
 	build.Stderr = os.Stderr
 	check(build.Run())
 
-	dbURL := createDB(ctx)
+	dbURL := createDB(ctx, "")
 	if *keep {
 		log.Printf("keeping the database: %s", dbURL)
 	} else {
@@ -573,11 +573,16 @@ func fakeConnector() *connector {
 	return &connector{URL: "http://" + ln.Addr().String(), srv: srv}
 }
 
-func createDB(ctx context.Context) string {
+// createDB creates and migrates a scratch database named for this process
+// and suffix, and returns its URL.
+func createDB(ctx context.Context, suffix string) string {
 	conn, err := pgx.Connect(ctx, *adminURL)
 	check(err)
 	defer conn.Close(ctx)
 	name := fmt.Sprintf("guardian_bench_%d", os.Getpid())
+	if suffix != "" {
+		name += "_" + suffix
+	}
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
 	check(err)
 	u, err := url.Parse(*adminURL)
