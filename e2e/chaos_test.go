@@ -109,8 +109,6 @@ type chaosOpts struct {
 	// that many server connections between the processes and Postgres,
 	// and runs them with GUARDIAN_DB_POOLER=transaction.
 	bouncer int
-	// pooler overrides GUARDIAN_DB_POOLER (to show what goes wrong without it).
-	pooler string
 }
 
 func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
@@ -160,7 +158,7 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 		"GUARDIAN_RECONCILE_GRACE":      "2s",
 		"GUARDIAN_ADMIN_TOKEN":          adminToken,
 		"GUARDIAN_LOG_LEVEL":            cmp.Or(o.logLevel, "warn"),
-		"GUARDIAN_DB_POOLER":            cmp.Or(o.pooler, pooler),
+		"GUARDIAN_DB_POOLER":            pooler,
 	}
 	if o.redis != nil {
 		h.env["REDIS_URL"] = o.redis.URL()
@@ -1008,10 +1006,8 @@ func threeNodes(t *testing.T, o chaosOpts, name string) {
 	go func() {
 		defer close(sampled)
 		for {
-			var n int64
-			// Every connection to the database but the harness's own.
-			if err := h.d.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, h.d.Name).Scan(&n); err == nil {
-				raise(&peak, n-int64(h.d.Pool.Stat().TotalConns()))
+			if n, err := h.d.OtherConns(context.Background()); err == nil {
+				raise(&peak, int64(n))
 			}
 			if h.bouncer != nil {
 				raise(&clients, int64(h.bouncer.Clients(t)))

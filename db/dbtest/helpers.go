@@ -113,6 +113,17 @@ var handedOut = struct {
 	ports map[int]bool
 }{ports: map[int]bool{}}
 
+// OtherConns counts the server's connections to the database but the
+// test's own pool: what the processes or the pooler under test hold.
+// Polled under load, it returns the error rather than failing the test.
+func (d *DB) OtherConns(ctx context.Context) (int, error) {
+	var n int
+	if err := d.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, d.Name).Scan(&n); err != nil {
+		return 0, err
+	}
+	return n - int(d.Pool.Stat().TotalConns()), nil
+}
+
 // FreePort returns a loopback TCP port that was free at the time of the
 // call and that it has not returned before, for a server a test starts.
 func FreePort(t testing.TB) int {
