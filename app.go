@@ -317,7 +317,7 @@ func (a *App) buildJobs(service *fulfilment.Service, store *db.Store, tracer tra
 	if a.jobs, err = jobs.New(jobs.Config{
 		Pool: a.pool, Logger: a.logger, Service: service, Locker: lock.Postgres{Store: store},
 		Tokens: tokens.Postgres{Store: store}, Refusals: store, Tracer: tracer,
-		Bodies: store, PayloadRetention: cfg.PayloadRetention, Metrics: a.metrics, JobRetention: cfg.JobRetention,
+		Bodies: store, PayloadRetention: cfg.PayloadRetention, Tally: store, Metrics: a.metrics, JobRetention: cfg.JobRetention,
 		SweepInterval: cfg.SweepInterval, DispatchWorkers: cfg.DispatchWorkers, ReconcileInterval: cfg.ReconcileInterval,
 		Backfills: a.sortedBackfills(), BackfillInterval: cfg.BackfillInterval,
 		Pooler: cfg.DBPooler,

@@ -2,7 +2,7 @@ package db
 
 import (
 	"context"
-	"sync"
+	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,106 +22,51 @@ type Stats struct {
 	// OldestPending is when the longest-waiting pending fulfilment entered
 	// pending; nil when none waits.
 	OldestPending *time.Time
-	// FulfilledCountedAt is when the fulfilled counts (ByState's and
-	// Revocations') were taken, when a StatsReader gives an earlier count;
-	// zero when counted with the rest.
-	FulfilledCountedAt time.Time
 }
 
-// StatsReader reads Stats for a reader that asks often (the metrics'
-// periodic read, the dashboard's overview): every read counts the states
-// that stay small through fulfilment_state_idx, and fulfilled, the state
-// that grows with all history and that only a scan of the table can count,
-// once every recount (DefaultRecount); between, it gives the last count, with its time in
-// Stats.FulfilledCountedAt. Safe for concurrent use.
+// StatsReader is the one reader of Stats for those that ask often (the
+// metrics' periodic read, the dashboard's overview, /api/v1/stats): each
+// read is bounded by statsTimeout, and costs the same at any size of the
+// table (see GetStats). Safe for concurrent use.
 type StatsReader struct {
 	q DBTX
-
-	mu      sync.Mutex
-	recount time.Duration
-	// fulfilled and revoked are the last counts of fulfilled fulfilments
-	// and of fulfilled revocations (both grow with history), taken at
-	// countedAt.
-	fulfilled, revoked int
-	countedAt          time.Time // zero: count at the next read
 }
 
-// DefaultRecount is how often a StatsReader counts fulfilled rows unless
-// told otherwise (SetRecount).
-const DefaultRecount = 5 * time.Minute
+// statsTimeout bounds one read of the table's shape.
+const statsTimeout = 5 * time.Second
 
-// Time a statistics read may take: a full count reads the whole table.
-const (
-	statsTimeout     = 5 * time.Second
-	fullStatsTimeout = time.Minute
-)
-
-// NewStatsReader returns a StatsReader over q that recounts fulfilled rows
-// every DefaultRecount.
+// NewStatsReader returns a StatsReader over q.
 func NewStatsReader(q DBTX) *StatsReader {
-	return &StatsReader{q: q, recount: DefaultRecount}
+	return &StatsReader{q: q}
 }
 
-// SetRecount sets how often fulfilled rows are counted.
-func (r *StatsReader) SetRecount(d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.recount = d
-}
-
-// notFulfilled are the states a regular read counts.
-var notFulfilled = func() []state.State {
-	var out []state.State
-	for _, s := range state.All {
-		if s != state.Fulfilled {
-			out = append(out, s)
-		}
-	}
-	return out
-}()
-
-// Read returns the table's shape now, fulfilled as of its last count.
+// Read returns the table's shape now.
 func (r *StatsReader) Read(ctx context.Context) (Stats, error) {
-	r.mu.Lock()
-	all := r.countedAt.IsZero() || time.Since(r.countedAt) >= r.recount
-	r.mu.Unlock()
-	states, timeout := notFulfilled, statsTimeout
-	if all {
-		states, timeout = nil, fullStatsTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
-	st, err := GetStats(ctx, r.q, states...)
-	if err != nil {
-		return Stats{}, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if all {
-		r.fulfilled, r.revoked, r.countedAt = st.ByState[state.Fulfilled], st.Revocations[state.Fulfilled], time.Now()
-	}
-	st.ByState[state.Fulfilled], st.Revocations[state.Fulfilled], st.FulfilledCountedAt = r.fulfilled, r.revoked, r.countedAt
-	return st, nil
+	return GetStats(ctx, r.q)
 }
 
-// Forget makes the next read count every state.
-func (r *StatsReader) Forget() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.countedAt = time.Time{}
-}
-
-// GetStats counts fulfilments per state (every state, or only those named:
-// see CountByState) and finds the oldest parked and the oldest pending one.
-func GetStats(ctx context.Context, q DBTX, states ...state.State) (Stats, error) {
-	counts, err := CountByState(ctx, q, states...)
+// GetStats counts fulfilments per state and finds the oldest parked and the
+// oldest pending one. The Live states are counted through
+// fulfilment_state_idx, in time proportional to the backlog; the Settled
+// ones, which grow with all history, are read from the tally the triggers
+// keep (tallied). No part of it reads history.
+func GetStats(ctx context.Context, q DBTX) (Stats, error) {
+	counts, err := CountByState(ctx, q, Live...)
 	if err != nil {
 		return Stats{}, err
 	}
-	revocations, err := CountRevocationsByState(ctx, q, states...)
+	revocations, err := CountRevocationsByState(ctx, q, Live...)
 	if err != nil {
 		return Stats{}, err
 	}
+	settled, settledRevocations, err := tallied(ctx, q)
+	if err != nil {
+		return Stats{}, err
+	}
+	maps.Copy(counts, settled)
+	maps.Copy(revocations, settledRevocations)
 	st := Stats{ByState: counts, Revocations: revocations}
 	// Two statements, so each min is one step down fulfilment_state_idx.
 	for s, dst := range map[state.State]**time.Time{state.NeedsReconciliation: &st.OldestNeedsReconciliation, state.Pending: &st.OldestPending} {

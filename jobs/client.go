@@ -109,6 +109,11 @@ type Config struct {
 	// older than PayloadRetention on the leader's maintenance round.
 	Bodies           BodyPruner
 	PayloadRetention time.Duration
+	// Tally, when set, has the settled states' counts folded every
+	// TallyInterval on the leader (TallyWorker).
+	Tally TallyFolder
+	// TallyInterval defaults to DefaultTallyInterval.
+	TallyInterval time.Duration
 	// JobRetention is how long River keeps completed and cancelled jobs
 	// (discarded ones a week, or JobRetention if longer). Defaults to
 	// DefaultJobRetention.
@@ -206,6 +211,7 @@ func New(cfg Config) (*Client, error) {
 	maintenance := &MaintenanceWorker{tokens: cfg.Tokens, refusals: cfg.Refusals, bodies: cfg.Bodies, retention: cfg.PayloadRetention,
 		metrics: cfg.Metrics, locker: cfg.Locker, logger: cfg.Logger}
 	reconcile := &ReconcileWorker{service: cfg.Service, locker: cfg.Locker, logger: cfg.Logger}
+	tally := &TallyWorker{folder: cfg.Tally, logger: cfg.Logger}
 	workers := river.NewWorkers()
 	fill := &BackfillWorker{backfills: map[string]*backfill.Backfill{}, locker: cfg.Locker, logger: cfg.Logger}
 	for _, b := range cfg.Backfills {
@@ -217,6 +223,7 @@ func New(cfg Config) (*Client, error) {
 		func() error { return river.AddWorkerSafely(workers, maintenance) },
 		func() error { return river.AddWorkerSafely(workers, reconcile) },
 		func() error { return river.AddWorkerSafely(workers, fill) },
+		func() error { return river.AddWorkerSafely(workers, tally) },
 	} {
 		if err := add(); err != nil {
 			return nil, err
@@ -232,6 +239,11 @@ func New(cfg Config) (*Client, error) {
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cmp.Or(cfg.MaintenanceInterval, DefaultMaintenanceInterval)),
 			func() (river.JobArgs, *river.InsertOpts) { return MaintenanceArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "guardian_maintenance", RunOnStart: true}))
+	}
+	if cfg.Tally != nil {
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cmp.Or(cfg.TallyInterval, DefaultTallyInterval)),
+			func() (river.JobArgs, *river.InsertOpts) { return TallyArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "guardian_tally", RunOnStart: true}))
 	}
 	if cfg.Service.Reconciles() {
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.ReconcileInterval),

@@ -13,13 +13,17 @@
 //   - MaintenanceWorker, every MaintenanceInterval on the leader, prunes
 //     expired single-use tokens and old refused-request records: apart from
 //     the sweep, so a slow delete never delays parking a stale claim.
+//   - TallyWorker, every TallyInterval on the leader, folds the changes to
+//     the settled states' counts into their tally (db.FoldTally), so a read
+//     of the counts stays small whatever the history holds.
 //   - ReconcileWorker, every ReconcileInterval on the leader when the
 //     connector can look up its keys, resolves parked fulfilments by lookup.
 //   - BackfillWorker, on start and every BackfillInterval on the leader when
 //     a Stripe API key is configured, lists the events Stripe could not
 //     deliver (app/backfill) and passes each through intake, as a webhook.
 //
-// Periodic work runs under a Guardian lock as well as River's leadership, so
+// Periodic work (the tally's fold aside, which is safe twice at once) runs
+// under a Guardian lock as well as River's leadership, so
 // a round never overlaps itself across processes; the sweep writes under
 // the lock's fencing number.
 //

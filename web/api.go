@@ -402,10 +402,6 @@ type StatsAnswer struct {
 	// seconds; both absent when none waits.
 	OldestNeedsReconciliation    *time.Time `json:"oldest_needs_reconciliation,omitempty"`
 	OldestNeedsReconciliationAge *float64   `json:"oldest_needs_reconciliation_age_seconds,omitempty"`
-	// FulfilledCountedAt is when the fulfilled counts (fulfilments and
-	// revocations) were taken: they grow with all history, so they are
-	// retaken every 5 minutes, and the other states at every request.
-	FulfilledCountedAt time.Time `json:"fulfilled_counted_at"`
 }
 
 func (s *Server) apiStats(c echo.Context) error {
@@ -421,7 +417,7 @@ func (s *Server) stats(c echo.Context) (StatsAnswer, error) {
 	if err != nil {
 		return StatsAnswer{}, storageError(err)
 	}
-	a := StatsAnswer{ByState: map[string]int{}, OldestNeedsReconciliation: st.OldestNeedsReconciliation, FulfilledCountedAt: st.FulfilledCountedAt}
+	a := StatsAnswer{ByState: map[string]int{}, OldestNeedsReconciliation: st.OldestNeedsReconciliation}
 	for _, name := range state.All {
 		a.ByState[string(name)] = st.ByState[name]
 	}

@@ -268,7 +268,7 @@ type tableCollector struct {
 }
 
 var (
-	fulfilmentsDesc = prometheus.NewDesc("guardian_fulfilments", "Fulfilments by state, as of the last table read; fulfilled as of its last count, every 20th read (5 minutes by default).", []string{"state"}, nil)
+	fulfilmentsDesc = prometheus.NewDesc("guardian_fulfilments", "Fulfilments by state, as of the last table read.", []string{"state"}, nil)
 	revocationsDesc = prometheus.NewDesc("guardian_revocations", "Revocations (payments being taken back after a refund or dispute; guardian_fulfilments counts them too) by state, as of the last table read.", []string{"state"}, nil)
 	queueDesc       = prometheus.NewDesc("guardian_reconciliation_queue_depth", "Fulfilments waiting in needs_reconciliation, as of the last table read.", nil, nil)
 	oldestDesc      = prometheus.NewDesc("guardian_reconciliation_oldest_age_seconds", "How long the oldest needs_reconciliation fulfilment has waited; 0 when none waits.", nil, nil)
@@ -277,13 +277,9 @@ var (
 	readAgeDesc     = prometheus.NewDesc("guardian_table_read_age_seconds", "Seconds since the fulfilment table was last read for these gauges.", nil, nil)
 )
 
-// recountReads is how many table reads make one recount of fulfilled rows.
-const recountReads = 20
-
-// RefreshTable reads the fulfilment table once for the gauges, through a
-// db.StatsReader: every state but fulfilled each time, fulfilled every
-// recountReads reads when run by RunTableRefresh (db.DefaultRecount
-// otherwise). A failed read keeps the previous snapshot and sets
+// RefreshTable reads the fulfilment table's shape once for the gauges,
+// through a db.StatsReader (a read costs the same at any size of the
+// table). A failed read keeps the previous snapshot and sets
 // guardian_table_scrape_error.
 func (m *Metrics) RefreshTable(ctx context.Context) error {
 	st, err := m.table.reader.Read(ctx)
@@ -298,11 +294,7 @@ func (m *Metrics) RefreshTable(ctx context.Context) error {
 }
 
 // RunTableRefresh refreshes the gauges every interval until ctx ends.
-//
-// Fulfilled rows are recounted every recountReads reads (every 5 minutes at
-// the default interval): that count needs a scan of the whole table.
 func (m *Metrics) RunTableRefresh(ctx context.Context, interval time.Duration) {
-	m.table.reader.SetRecount(recountReads * interval)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -58,6 +58,7 @@ var (
 	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
 	only        = flag.String("only", "", "run one comparison only: dispatch, nodes (three processes against one), curve, or scale (the cost as the tables grow to -sizes)")
 	keep        = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
+	scaleDB     = flag.String("scale-db", "", "with -only scale: measure this database, kept by an earlier -keep run, filling it on from the payments it holds")
 	curvePath   = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
 )
 
@@ -99,8 +100,13 @@ func main() {
 	build.Stderr = os.Stderr
 	check(build.Run())
 
-	dbURL := createDB(ctx, "")
-	if *keep {
+	var dbURL string
+	if *scaleDB != "" {
+		if *only != "scale" {
+			log.Fatal("-scale-db needs -only scale")
+		}
+		dbURL = *scaleDB
+	} else if dbURL = createDB(ctx, ""); *keep {
 		log.Printf("keeping the database: %s", dbURL)
 	} else {
 		defer dropDB(ctx, dbURL)

@@ -120,8 +120,11 @@ type scalePoint struct {
 	// in turn with intake at this size: their ratio does not move with
 	// this machine's drift between sizes.
 	baseline stats
-	p99ms    float64
-	pages    []pageTime
+	// What the server spent per delivery in each intake run, on this
+	// size's database and on the baseline's.
+	intakeCost, baselineCost []serverCost
+	p99ms                    float64
+	pages                    []pageTime
 	// backlog is how many fulfilments the size's intake runs had left
 	// pending, and backlogOverview the overview's median time with them
 	// still there; pages is measured once they are dispatched.
@@ -158,35 +161,55 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 		}
 		sizes = append(sizes, n)
 	}
+	// A database kept by an earlier run (-scale-db) says how far it was
+	// filled, so a size it already holds is measured, not filled again.
+	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_scale_filled (payments int NOT NULL)`)
+	check(err)
+	var filled int
+	check(pool.QueryRow(ctx, `SELECT coalesce(max(payments), 0) FROM bench_scale_filled`).Scan(&filled))
 	var points []scalePoint
-	filled, rate := 0, 0.0
+	rate := 0.0
 	for _, n := range sizes {
-		fillStart := time.Now()
-		fillScale(ctx, pool, filled, n)
-		filled = n
-		if n > 0 {
-			log.Printf("%d payments filled in %s", n, time.Since(fillStart).Round(time.Second))
+		if n < filled {
+			log.Fatalf("-sizes: the database already holds %d payments, more than %d", filled, n)
 		}
-		vacuum(ctx, pool)
+		if n > filled {
+			fillStart := time.Now()
+			fillScale(ctx, pool, filled, n)
+			filled = n
+			_, err := pool.Exec(ctx, `WITH gone AS (DELETE FROM bench_scale_filled) INSERT INTO bench_scale_filled VALUES ($1)`, n)
+			check(err)
+			log.Printf("%d payments filled in %s", n, time.Since(fillStart).Round(time.Second))
+			vacuum(ctx, pool)
+		}
 		p := scalePoint{payments: n}
 		var intake, baseline, dup, disp, p99 []float64
-		measureBaseline := func() {
-			b := startGuardian(bin, baselineURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
-			baseline = append(baseline, bench(bin, b, 0, 1, 0, false).PerSecond)
-			b.stop()
+		// intakeRun measures intake once on the database at url, with what
+		// the server spent on each delivery.
+		intakeRun := func(url string, rates *[]float64, costs *[]serverCost) {
+			g := startGuardian(bin, url, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
+			before := readServerCost(ctx, pool, url)
+			r := bench(bin, g, 0, 1, 0, false)
+			*costs = append(*costs, readServerCost(ctx, pool, url).perDelivery(before, r.Deliveries))
+			*rates = append(*rates, r.PerSecond)
+			if url == dbURL {
+				dup = append(dup, duplicates(bin, g))
+			}
+			g.stop()
 		}
 		for i := range *runs {
 			if i%2 == 0 { // which goes first alternates too
-				measureBaseline()
+				intakeRun(baselineURL, &baseline, &p.baselineCost)
 			}
-			g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
-			intake = append(intake, bench(bin, g, 0, 1, 0, false).PerSecond)
-			dup = append(dup, duplicates(bin, g))
-			g.stop()
+			intakeRun(dbURL, &intake, &p.intakeCost)
 			if i%2 == 1 {
-				measureBaseline()
+				intakeRun(baselineURL, &baseline, &p.baselineCost)
 			}
 			disp = append(disp, dispatch(ctx, bin, dbURL, connURL, pool))
+		}
+		for i := range p.intakeCost {
+			log.Printf("intake at %d payments, run %d: %.0f/s, %s", n, i+1, intake[i], p.intakeCost[i])
+			log.Printf("baseline beside it, run %d: %.0f/s, %s", i+1, baseline[i], p.baselineCost[i])
 		}
 		p.intake, p.baseline, p.dupPG, p.dispatched = summarize(intake), summarize(baseline), summarize(dup), summarize(disp)
 		if rate == 0 {
@@ -401,6 +424,31 @@ func printScale(points []scalePoint, rate float64) {
 	row("intake, new events", func(p scalePoint) float64 { return p.intake.median }, "/s")
 	row("intake, baseline beside it", func(p scalePoint) float64 { return p.baseline.median }, "/s")
 	row("intake against the baseline", func(p scalePoint) float64 { return p.intake.median / p.baseline.median }, "x")
+	// The server's cost per delivery, median of the runs, on this size's
+	// database or (baseline) on the one beside it.
+	cost := func(baseline bool, f func(serverCost) float64) func(scalePoint) float64 {
+		return func(p scalePoint) float64 {
+			costs := p.intakeCost
+			if baseline {
+				costs = p.baselineCost
+			}
+			var xs []float64
+			for _, c := range costs {
+				xs = append(xs, f(c))
+			}
+			return summarize(xs).median
+		}
+	}
+	for _, b := range []bool{false, true} {
+		of := ""
+		if b {
+			of = ", baseline"
+		}
+		row("  WAL per delivery"+of, cost(b, func(c serverCost) float64 { return c.walBytes / 1024 }), "kB")
+		row("  full-page images per delivery"+of, cost(b, func(c serverCost) float64 { return c.fpi }), "")
+		row("  blocks read per delivery"+of, cost(b, func(c serverCost) float64 { return c.blocksRead }), "")
+		row("  backend writes per delivery"+of, cost(b, func(c serverCost) float64 { return c.backendWrites }), "")
+	}
 	row(fmt.Sprintf("p99 at %.0f/s", rate), func(p scalePoint) float64 { return p.p99ms }, "ms")
 	row("duplicates, no Redis", func(p scalePoint) float64 { return p.dupPG.median }, "/s")
 	row("dispatch", func(p scalePoint) float64 { return p.dispatched.median }, "/s")
