@@ -94,6 +94,32 @@ func TestMaintenanceWorkerPrunesBodies(t *testing.T) {
 // laterStore is a db.Store set once the test's database exists.
 type laterStore struct{ *db.Store }
 
+// TestTallyWorkerFolds: the leader folds the dispatch outcomes' changes
+// into the settled states' tally, and the counts read the same before and
+// after.
+func TestTallyWorkerFolds(t *testing.T) {
+	t.Parallel()
+	folder := &laterStore{}
+	b := setup(t, &connectortest.Recorder{}, false, options{Jobs: func(c *jobs.Config) { c.Tally = folder }})
+	folder.Store = db.New(b.db.Pool)
+	ids := []string{b.pay(t, "evt_1", "pi_1"), b.pay(t, "evt_2", "pi_2")}
+	b.start(t)
+	for _, id := range ids {
+		b.db.WaitState(t, id, state.Fulfilled)
+	}
+	b.waitJobs(t, `kind = 'guardian_tally' AND state = 'completed'`, 1)
+	// The fold on start may have run before the outcomes: wait for one
+	// after them, by asking River for another round.
+	_, err := b.client.River().Insert(b.ctx, jobs.TallyArgs{}, nil)
+	require.NoError(t, err)
+	b.waitJobs(t, `kind = 'guardian_tally' AND state = 'completed'`, 2)
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment_tally_change`), "every change folded")
+	require.Equal(t, 2, b.db.Count(t, `SELECT n FROM fulfilment_tally WHERE state = 'fulfilled' AND action = 'fulfil'`))
+	st, err := db.GetStats(b.ctx, b.db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, 2, st.ByState[state.Fulfilled])
+}
+
 func TestReconcileWorker(t *testing.T) {
 	t.Parallel()
 	var called atomic.Bool
