@@ -156,3 +156,22 @@ func RetryRevocation(ctx context.Context, q DBTX, failed Fulfilment, actor, reas
 	}
 	return id, wrap("retry revocation", err)
 }
+
+// TakeBackWindow reads where the sweep's revocation catch-all stands: the
+// transaction times of its last round and of its last full round, both
+// zero before the first.
+func TakeBackWindow(ctx context.Context, q DBTX) (last, lastFull time.Time, err error) {
+	err = q.QueryRow(ctx, `SELECT last, last_full FROM take_back_window`).Scan(&last, &lastFull)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, time.Time{}, nil
+	}
+	return last, lastFull, wrap("read take-back window", err)
+}
+
+// SetTakeBackWindow records a round of the catch-all, in the transaction
+// that made it.
+func SetTakeBackWindow(ctx context.Context, q DBTX, last, lastFull time.Time) error {
+	_, err := q.Exec(ctx, `INSERT INTO take_back_window (last, last_full) VALUES ($1, $2)
+		ON CONFLICT (one) DO UPDATE SET last = excluded.last, last_full = excluded.last_full`, last, lastFull)
+	return wrap("record take-back window", err)
+}

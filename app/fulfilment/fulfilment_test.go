@@ -52,6 +52,9 @@ type testBundle struct {
 	rec      *connectortest.Recorder
 	enqueuer *enqueuer
 	svc      *fulfilment.Service
+	// cfg is what svc was built from: another Service from it is another
+	// process on the same database.
+	cfg fulfilment.Config
 }
 
 // setup returns a Service on a fresh database with a recording connector
@@ -70,7 +73,7 @@ func setup(t *testing.T, opts ...func(*fulfilment.Config)) *testBundle {
 	}
 	svc, err := fulfilment.New(cfg)
 	require.NoError(t, err)
-	b.svc = svc
+	b.svc, b.cfg = svc, cfg
 	return b
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -114,10 +113,12 @@ func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payment
 // The sweep's catch-all for revocations reads only the payments settled
 // fulfilled since its last round, less takeBackOverlap for transactions
 // that stamped their rows before that round and committed after it; every
-// FullTakeBackEvery, and at a new leader's first round, it reads every
-// reversed payment, which bounds anything a window missed. Its cost is then
-// the recent work's, where reading every reversal each round grew with the
-// history of refunds (240 ms at a million payments; docs/performance.md).
+// FullTakeBackEvery, and at the first round a database has seen, it reads
+// every reversed payment, which bounds anything a window missed. Its cost
+// is then the recent work's, where reading every reversal each round grew
+// with the history of refunds (240 ms at a million payments;
+// docs/performance.md). Where it stands is kept in the database
+// (db.TakeBackWindow), so a new leader goes on from there.
 const (
 	takeBackOverlap   = 5 * time.Minute
 	FullTakeBackEvery = time.Hour
@@ -126,26 +127,22 @@ const (
 // takeBackWindow is where the sweep's revocation catch-all stands: the
 // transaction time of its last round, and of its last full round.
 type takeBackWindow struct {
-	mu             sync.Mutex
 	last, lastFull time.Time
 }
 
 // since says where the round at now starts: zero for a full round.
-func (w *takeBackWindow) since(now time.Time) time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+func (w takeBackWindow) since(now time.Time) time.Time {
 	if w.last.IsZero() || now.Sub(w.lastFull) >= FullTakeBackEvery {
 		return time.Time{}
 	}
 	return w.last.Add(-takeBackOverlap)
 }
 
-// done records a committed round at now that started at since.
-func (w *takeBackWindow) done(now, since time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+// after is the window once a round at now that started at since commits.
+func (w takeBackWindow) after(now, since time.Time) takeBackWindow {
 	w.last = now
 	if since.IsZero() {
 		w.lastFull = now
 	}
+	return w
 }

@@ -69,6 +69,40 @@ func (b *testBundle) sweep(t *testing.T) fulfilment.SweepResult {
 	return sum
 }
 
+// TestTakeBackWindowOutlivesItsLeader: where the sweep's revocation
+// catch-all stands is the database's, not the leader's: a new leader's
+// first round goes on from the last one's window instead of reading every
+// reversal ever stored (6 s at 10 million payments, at every deploy), and
+// the full round still comes once FullTakeBackEvery has passed since the
+// last.
+func TestTakeBackWindowOutlivesItsLeader(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.Zero(t, b.sweep(t).Revoking, "the first round, full, finds nothing")
+	// A payment fulfilled two hours ago, and a refund for it that no round
+	// has acted on (the windowed rounds read only recent settlements).
+	fid := b.settle(t, "evt_pay", "pi_1", state.Done, state.Fulfilled)
+	b.db.Backdate(t, fid, time.Now().Add(-2*time.Hour))
+	_, err := b.db.Pool.Exec(b.ctx, `INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses)
+		VALUES ('stripe', 'evt_refund', 'charge.refunded', 'pi_1', '\x7b7d', 'refund', 'pi_1')`)
+	require.NoError(t, err)
+
+	next, err := fulfilment.New(b.cfg) // the next leader, after a deploy
+	require.NoError(t, err)
+	sweep := func() fulfilment.SweepResult {
+		sum, err := next.Sweep(b.ctx, "next sweeper", lock.Lease{Name: "guardian_sweep", Fence: 1})
+		require.NoError(t, err)
+		return sum
+	}
+	require.Zero(t, sweep().Revoking, "the new leader's first round reads the window, not every reversal")
+	require.Empty(t, b.rows(t, "pi_1", db.ActionRevoke))
+
+	_, err = b.db.Pool.Exec(b.ctx, `UPDATE take_back_window SET last_full = last_full - $1::interval`, fulfilment.FullTakeBackEvery.String())
+	require.NoError(t, err)
+	require.Equal(t, 1, sweep().Revoking, "the hourly full round finds it")
+	require.Equal(t, state.Pending, b.revocation(t, "pi_1").State)
+}
+
 func TestReversalPolicy(t *testing.T) {
 	t.Parallel()
 	for _, bad := range []string{"", "full", "full_refund,sometimes"} {

@@ -129,8 +129,6 @@ type Service struct {
 	// outcome moves into statements; nil with Batch 1.
 	claims   *batch.Gatherer[*claimCall]
 	outcomes *batch.Gatherer[*outcomeCall]
-	// takeBackFrom is where the sweep's next revocation catch-all starts.
-	takeBackFrom takeBackWindow
 }
 
 // New returns a Service, or an error naming what is missing or inconsistent.

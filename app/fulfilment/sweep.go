@@ -36,7 +36,8 @@ const strandedBatch = 1000
 //     while the payment's fulfilment was in flight or parked is acted on
 //     once the fulfilment settles. It reads the fulfilments settled since
 //     its last round, and every reversed payment once an hour
-//     (FullTakeBackEvery) and at a new leader's first round.
+//     (FullTakeBackEvery), whoever leads: where it stands is kept in the
+//     database, written in the round's own transaction.
 //   - It gives a new dispatch job to every pending fulfilment that has none
 //     alive (River's retries exhausted, a job cancelled or deleted in River
 //     UI, a job whose fetch answer was lost with its connection and that
@@ -51,7 +52,7 @@ const strandedBatch = 1000
 func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (SweepResult, error) {
 	var moved []db.Fulfilment
 	var requeued, cancelled, revoking []string
-	var now, since time.Time
+	var now time.Time
 	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
 		if err := db.CheckFence(ctx, tx, lease.Name, lease.Fence); err != nil {
 			return err
@@ -65,8 +66,16 @@ func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (Sw
 		if now, err = db.TxTime(ctx, tx); err != nil {
 			return err
 		}
-		since = s.takeBackFrom.since(now)
+		var w takeBackWindow
+		if w.last, w.lastFull, err = db.TakeBackWindow(ctx, tx); err != nil {
+			return err
+		}
+		since := w.since(now)
 		if cancelled, revoking, err = s.takeBack(ctx, tx, actor, nil, since); err != nil {
+			return err
+		}
+		w = w.after(now, since)
+		if err := db.SetTakeBackWindow(ctx, tx, w.last, w.lastFull); err != nil {
 			return err
 		}
 		if requeued, err = db.StrandedPending(ctx, tx, s.cfg.ConnectorTimeout+RecordMargin, strandedBatch); err != nil {
@@ -82,7 +91,6 @@ func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (Sw
 	if err != nil {
 		return SweepResult{}, err
 	}
-	s.takeBackFrom.done(now, since)
 	for _, id := range requeued {
 		s.cfg.Logger.WarnContext(ctx, "sweep: pending fulfilment had no live dispatch job; enqueued one", "fulfilment_id", id)
 	}
