@@ -5,8 +5,6 @@ import (
 	"maps"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/guardian-pay/guardian/app/state"
 )
 
@@ -75,19 +73,4 @@ func GetStats(ctx context.Context, q DBTX) (Stats, error) {
 		}
 	}
 	return st, nil
-}
-
-// DispatchOutcomesSince counts moves out of dispatching since t, by the
-// state they led to: how dispatch has gone lately.
-func DispatchOutcomesSince(ctx context.Context, q DBTX, t time.Time) (map[string]int, error) {
-	rows, err := q.Query(ctx, `SELECT to_state, count(*) FROM fulfilment_transition
-		WHERE from_state = 'dispatching' AND created_at >= $1 GROUP BY to_state`, t)
-	if err != nil {
-		return nil, wrap("dispatch outcomes", err)
-	}
-	out := map[string]int{}
-	var st string
-	var n int
-	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error { out[st] = n; return nil })
-	return out, wrap("dispatch outcomes", err)
 }

@@ -2,20 +2,25 @@ package db
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/guardian-pay/guardian/app/state"
 )
 
-// Settled are the states whose counts grow with all history, and that
-// triggers tally as rows enter and leave them (migration 00029) instead of
+// Settled are the states whose counts grow with all history, and that a
+// trigger records as rows enter and leave them (migration 00029) instead of
 // a count reading them. The migration names the same three.
 var Settled = []state.State{state.Fulfilled, state.Failed, state.Cancelled}
 
 // Live are the states a payment passes through: they hold the backlog,
 // not the history, and are counted through fulfilment_state_idx.
 var Live = []state.State{state.Pending, state.Dispatching, state.NeedsReconciliation}
+
+// OutcomeRetention is how long dispatch_outcome_minute keeps a minute's
+// dispatch outcomes: the overview reads the last hour's.
+const OutcomeRetention = 24 * time.Hour
 
 // tallied counts the settled states from fulfilment_tally and the changes
 // not yet folded into it, in one statement (one snapshot, so the sum is
@@ -26,7 +31,8 @@ var Live = []state.State{state.Pending, state.Dispatching, state.NeedsReconcilia
 func tallied(ctx context.Context, q DBTX) (fulfilments, revocations map[state.State]int, err error) {
 	rows, err := q.Query(ctx, `SELECT state, action, sum(n)::bigint FROM (
 			SELECT state, action, n FROM fulfilment_tally
-			UNION ALL SELECT state, action, n FROM fulfilment_tally_change
+			UNION ALL SELECT to_state, action, 1 FROM fulfilment_change WHERE to_state IN ('fulfilled', 'failed', 'cancelled')
+			UNION ALL SELECT from_state, action, -1 FROM fulfilment_change WHERE from_state IN ('fulfilled', 'failed', 'cancelled')
 		) t GROUP BY state, action HAVING sum(n) <> 0`)
 	if err != nil {
 		return nil, nil, wrap("read tally", err)
@@ -37,7 +43,7 @@ func tallied(ctx context.Context, q DBTX) (fulfilments, revocations map[state.St
 	var n int
 	_, err = pgx.ForEachRow(rows, []any{&st, &action, &n}, func() error {
 		fulfilments[st] += n
-		if action == "revoke" {
+		if action == ActionRevoke {
 			revocations[st] += n
 		}
 		return nil
@@ -45,21 +51,55 @@ func tallied(ctx context.Context, q DBTX) (fulfilments, revocations map[state.St
 	return fulfilments, revocations, wrap("read tally", err)
 }
 
-// FoldTally moves the tally's pending changes into its counts, in one
-// statement: a reader sees them on one side or the other, never both or
-// neither. Two folds at once are safe: a change the first deleted is
-// skipped by the second. It returns how many changes it folded.
+// DispatchOutcomesSince counts moves out of dispatching since the start of
+// t's minute, by the state they led to: how dispatch has gone lately. It
+// reads the folded minutes (dispatch_outcome_minute, kept
+// OutcomeRetention) and the changes not yet folded, in one statement: at
+// most an hour's minutes and a fold interval of changes, however many
+// the hour dispatched.
+func DispatchOutcomesSince(ctx context.Context, q DBTX, t time.Time) (map[string]int, error) {
+	rows, err := q.Query(ctx, `SELECT to_state, sum(n)::bigint FROM (
+			SELECT to_state, n FROM dispatch_outcome_minute WHERE minute >= date_trunc('minute', $1::timestamptz)
+			UNION ALL SELECT to_state, 1 FROM fulfilment_change WHERE from_state = 'dispatching' AND at >= date_trunc('minute', $1::timestamptz)
+		) o GROUP BY to_state`, t)
+	if err != nil {
+		return nil, wrap("dispatch outcomes", err)
+	}
+	out := map[string]int{}
+	var st string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error { out[st] = n; return nil })
+	return out, wrap("dispatch outcomes", err)
+}
+
+// FoldTally moves the pending changes into the settled states' tally and
+// the outcomes' minutes, in one statement: a reader sees a change on one
+// side or the other, never both or neither. It also drops the minutes
+// older than OutcomeRetention. Two folds at once are safe: a change the
+// first deleted is skipped by the second. It returns how many changes it
+// folded.
 func FoldTally(ctx context.Context, q DBTX) (int64, error) {
 	var n int64
 	err := q.QueryRow(ctx, `WITH moved AS (
-			DELETE FROM fulfilment_tally_change RETURNING state, action, n
-		), sums AS (
-			SELECT state, action, sum(n) AS n, count(*) AS changes FROM moved GROUP BY state, action
-		), folded AS (
-			INSERT INTO fulfilment_tally AS t (state, action, n) SELECT state, action, n FROM sums
+			DELETE FROM fulfilment_change RETURNING from_state, to_state, action, at
+		), settled AS (
+			SELECT state, action, sum(n) AS n FROM (
+				SELECT to_state AS state, action, 1 AS n FROM moved WHERE to_state IN ('fulfilled', 'failed', 'cancelled')
+				UNION ALL SELECT from_state, action, -1 FROM moved WHERE from_state IN ('fulfilled', 'failed', 'cancelled')
+			) s GROUP BY state, action
+		), tallied AS (
+			INSERT INTO fulfilment_tally AS t (state, action, n) SELECT state, action, n FROM settled
 			ON CONFLICT (state, action) DO UPDATE SET n = t.n + excluded.n
+		), outcomes AS (
+			INSERT INTO dispatch_outcome_minute AS m (minute, to_state, n)
+			SELECT date_trunc('minute', at), to_state, count(*) FROM moved
+			WHERE from_state = 'dispatching' AND at >= now() - $1::interval -- a change older is past keeping
+			GROUP BY 1, 2
+			ON CONFLICT (minute, to_state) DO UPDATE SET n = m.n + excluded.n
+		), expired AS (
+			DELETE FROM dispatch_outcome_minute WHERE minute < now() - $1::interval
 		)
-		SELECT coalesce(sum(changes), 0)::bigint FROM sums`).Scan(&n)
+		SELECT count(*) FROM moved`, OutcomeRetention.String()).Scan(&n)
 	return n, wrap("fold tally", err)
 }
 

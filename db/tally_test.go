@@ -47,8 +47,9 @@ func TestSettledAndLiveCoverEveryState(t *testing.T) {
 // TestTallyStaysExactUnderConcurrentMoves: workers move payments through
 // every move into and out of a settled state at once (outcomes, declines,
 // cancels, a cancel reopened, revocations), each in its own transaction,
-// while the leader's fold runs over and over; the counts read afterwards,
-// before and after a last fold, are the table's own.
+// while the leader's fold runs over and over; the counts and the hour's
+// dispatch outcomes read afterwards, before and after a last fold, are the
+// table's and the transition log's own.
 func TestTallyStaysExactUnderConcurrentMoves(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -132,12 +133,25 @@ func TestTallyStaysExactUnderConcurrentMoves(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, trueCounts(t, d.Pool, "TRUE"), st.ByState, when)
 		require.Equal(t, trueCounts(t, d.Pool, "action = 'revoke'"), st.Revocations, when)
+		outcomes, err := db.DispatchOutcomesSince(ctx, d.Pool, time.Now().Add(-time.Hour))
+		require.NoError(t, err)
+		want := map[string]int{}
+		rows, err := d.Pool.Query(ctx, `SELECT to_state, count(*) FROM fulfilment_transition WHERE from_state = 'dispatching' GROUP BY to_state`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var s string
+			var n int
+			require.NoError(t, rows.Scan(&s, &n))
+			want[s] = n
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, want, outcomes, "the hour's outcomes are the transition log's, %s", when)
 	}
 	check("as the moves left it")
 	require.Equal(t, map[state.State]int{state.Fulfilled: 120 + 60, state.Failed: 60, state.Cancelled: 60}, trueCounts(t, d.Pool, "TRUE"))
 	_, err := db.FoldTally(ctx, d.Pool)
 	require.NoError(t, err)
-	require.Zero(t, d.Count(t, `SELECT count(*) FROM fulfilment_tally_change`), "the last fold took every change")
+	require.Zero(t, d.Count(t, `SELECT count(*) FROM fulfilment_change`), "the last fold took every change")
 	check("after the last fold")
 
 	// A deleted row leaves its count; a truncated table leaves none.
@@ -147,6 +161,7 @@ func TestTallyStaysExactUnderConcurrentMoves(t *testing.T) {
 	_, err = d.Pool.Exec(ctx, `TRUNCATE fulfilment CASCADE`)
 	require.NoError(t, err)
 	check("after a truncate")
+	require.Zero(t, d.Count(t, `SELECT count(*) FROM dispatch_outcome_minute`))
 }
 
 // assertNoError reports err from a goroutine, where require cannot stop

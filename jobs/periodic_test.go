@@ -95,8 +95,7 @@ func TestMaintenanceWorkerPrunesBodies(t *testing.T) {
 type laterStore struct{ *db.Store }
 
 // TestTallyWorkerFolds: the leader folds the dispatch outcomes' changes
-// into the settled states' tally, and the counts read the same before and
-// after.
+// into the settled states' tally and the outcomes' minutes.
 func TestTallyWorkerFolds(t *testing.T) {
 	t.Parallel()
 	folder := &laterStore{}
@@ -113,8 +112,9 @@ func TestTallyWorkerFolds(t *testing.T) {
 	_, err := b.client.River().Insert(b.ctx, jobs.TallyArgs{}, nil)
 	require.NoError(t, err)
 	b.waitJobs(t, `kind = 'guardian_tally' AND state = 'completed'`, 2)
-	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment_tally_change`), "every change folded")
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment_change`), "every change folded")
 	require.Equal(t, 2, b.db.Count(t, `SELECT n FROM fulfilment_tally WHERE state = 'fulfilled' AND action = 'fulfil'`))
+	require.Equal(t, 2, b.db.Count(t, `SELECT sum(n) FROM dispatch_outcome_minute WHERE to_state = 'fulfilled'`))
 	st, err := db.GetStats(b.ctx, b.db.Pool)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.ByState[state.Fulfilled])

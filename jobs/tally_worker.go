@@ -28,7 +28,7 @@ type TallyFolder interface {
 
 // DefaultTallyInterval is how often the leader folds the tally: a read of
 // the counts sums at most this long's changes.
-const DefaultTallyInterval = time.Minute
+const DefaultTallyInterval = 10 * time.Second
 
 // TallyWorker folds the settled states' tally on the leader. It does one
 // thing, apart from the sweep and the pruning: a count read stays exact
