@@ -106,6 +106,7 @@ func main() {
 			log.Fatal("-scale-db needs -only scale")
 		}
 		dbURL = *scaleDB
+		migrateDB(ctx, dbURL) // kept by an earlier version, perhaps
 	} else if dbURL = createDB(ctx, ""); *keep {
 		log.Printf("keeping the database: %s", dbURL)
 	} else {
@@ -594,20 +595,20 @@ func createDB(ctx context.Context, suffix string) string {
 	u, err := url.Parse(*adminURL)
 	check(err)
 	u.Path = "/" + name
-	q := u.Query()
-	q.Set("pool_max_conns", "40")
-	u.RawQuery = q.Encode()
-	pool, err := pgxpool.New(ctx, u.String())
+	migrateDB(ctx, u.String())
+	return u.String()
+}
+
+// migrateDB applies Guardian's migrations to the database at dbURL.
+func migrateDB(ctx context.Context, dbURL string) {
+	pool, err := pgxpool.New(ctx, dbURL)
 	check(err)
+	defer pool.Close()
 	migrator, err := goose.NewMigrator(pool)
 	check(err)
 	_, err = migrator.Up(ctx)
 	check(err)
 	check(migrator.Close())
-	pool.Close()
-	q.Del("pool_max_conns")
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 func dropDB(ctx context.Context, dbURL string) {

@@ -107,6 +107,10 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 				log.Fatalf("fill payments %d-%d, step %d: %v", a, b, i, err)
 			}
 		}
+		// The leader folds the counts' changes every few seconds: the
+		// history is left folded.
+		_, err = db.FoldTally(ctx, tx)
+		check(err)
 		check(tx.Commit(ctx))
 		log.Printf("filled payments %d to %d in %s", a, b, time.Since(start).Round(time.Millisecond))
 	}
