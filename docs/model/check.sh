@@ -31,13 +31,15 @@ build() {
 }
 
 # run LABEL ARGS...: run pan, print one line, fail on errors
+# (awk reads to the end: one that exits at its first match leaves printf
+# writing into a closed pipe, and pipefail makes that SIGPIPE a failure.)
 run() {
 	local label=$1; shift
 	local out
 	out=$(./pan "$@" 2>&1)
 	local states errors
-	states=$(printf '%s\n' "$out" | awk '/states, stored/ {print $1; exit}')
-	errors=$(printf '%s\n' "$out" | awk '/errors:/ {print $NF; exit}')
+	states=$(printf '%s\n' "$out" | awk '/states, stored/ && !seen {print $1; seen = 1}')
+	errors=$(printf '%s\n' "$out" | awk '/errors:/ && !seen {print $NF; seen = 1}')
 	printf '%-44s %10s states  errors %s\n' "$label" "$states" "$errors"
 	[ "$errors" = 0 ]
 }
