@@ -9,6 +9,8 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -66,7 +68,7 @@ func Main(ctx context.Context, args []string, defaultURL, defaultMetricsURL stri
 	rate := fs.Float64("rate", 0, "deliveries per second to aim at (0: as fast as answers come)")
 	wait := fs.Duration("wait-fulfil", 60*time.Second, "how long to wait for fulfilments to finish (0: do not measure)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	prefix := fs.String("prefix", "", "event id prefix (default: random per run)")
+	prefix := fs.String("prefix", "", "the run's name, from which its event ids derive (default: random per run)")
 	seed := fs.Int64("seed", 0, "events already sent under --prefix, which duplicates may repeat")
 	maxNew := fs.Int64("max", 0, "stop after this many new events (0: no limit)")
 	if err := fs.Parse(args); err != nil {
@@ -234,11 +236,24 @@ func Main(ctx context.Context, args []string, defaultURL, defaultMetricsURL stri
 	return exitOK
 }
 
+// benchEvent is the id-th event of a run. Its ids look like a provider's:
+// a type prefix and 24 characters no one can predict from the last, so a
+// large database takes them at random leaves of its indexes as it takes
+// real ones (Stripe's ids are random). The same run and id give the same
+// ids, so a duplicate repeats its event exactly.
 func benchEvent(run string, id int64, fulfils bool) []byte {
 	if fulfils {
-		return fmt.Appendf(nil, `{"id":"evt_b%s_%d","object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_b%s_%d","object":"checkout.session","mode":"payment","payment_status":"paid","payment_intent":"pi_b%s_%d","amount_total":4200,"currency":"eur"}}}`, run, id, run, id, run, id)
+		return fmt.Appendf(nil, `{"id":"%s","object":"event","type":"checkout.session.completed","data":{"object":{"id":"%s","object":"checkout.session","mode":"payment","payment_status":"paid","payment_intent":"%s","amount_total":4200,"currency":"eur"}}}`,
+			benchID("evt", run, id), benchID("cs", run, id), benchID("pi", run, id))
 	}
-	return fmt.Appendf(nil, `{"id":"evt_b%s_%d","object":"event","type":"customer.updated","data":{"object":{"id":"cus_b%s_%d","object":"customer"}}}`, run, id, run, id)
+	return fmt.Appendf(nil, `{"id":"%s","object":"event","type":"customer.updated","data":{"object":{"id":"%s","object":"customer"}}}`,
+		benchID("evt", run, id), benchID("cus", run, id))
+}
+
+// benchID is kind_ and 24 hex characters of a hash of the run and id.
+func benchID(kind, run string, id int64) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%s/%d", kind, run, id))
+	return kind + "_" + hex.EncodeToString(sum[:12])
 }
 
 // ScrapeFulfilled reads guardian_transitions_total{to="fulfilled"} summed
