@@ -248,6 +248,7 @@ func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, conn connector
 		"event": 0, "event_body": cfg.PayloadRetention, "fulfilment": 0, "transition": 0,
 		"completed_job": cfg.JobRetention, "discarded_job": max(cfg.JobRetention, jobs.DiscardedJobRetention),
 		"refused_delivery": refusals.Retention, "single_use_token": jobs.TokenGrace,
+		"dispatch_outcome_minute": db.OutcomeRetention,
 	} {
 		m.Retention(record, kept)
 	}
