@@ -463,14 +463,24 @@ func printScale(points []scalePoint, rate float64) {
 	for i := range base.pages {
 		row(base.pages[i].name, func(p scalePoint) float64 { return p.pages[i].median }, "ms")
 	}
+	row("any page or answer, slowest of 20", func(p scalePoint) float64 {
+		worst := 0.0
+		for _, pg := range p.pages {
+			worst = max(worst, pg.slowest)
+		}
+		return worst
+	}, "ms")
 	for i := range base.tables {
 		row("size: "+base.tables[i].name, func(p scalePoint) float64 { return float64(p.tables[i].bytes) / (1 << 20) }, "Mi")
 	}
 	last := points[len(points)-1]
-	slowest := pageTime{}
+	slowest, slowestOnce := pageTime{}, pageTime{}
 	for _, p := range last.pages {
 		if p.median > slowest.median {
 			slowest = p
+		}
+		if p.slowest > slowestOnce.slowest {
+			slowestOnce = p
 		}
 	}
 	verdict := func(ok bool) string {
@@ -480,7 +490,7 @@ func printScale(points []scalePoint, rate float64) {
 		return "NOT met"
 	}
 	ratio := last.intake.median / last.baseline.median
-	fmt.Printf("at %d payments: intake %.2fx the baseline measured in turn with it, %.2fx the first size's (target ≥ 0.8: %s); slowest page %s, median %.1f ms, slowest of 20 %.1f ms (target < 100 ms: %s)\n",
+	fmt.Printf("at %d payments: intake %.2fx the baseline measured in turn with it, %.2fx the first size's (target ≥ 0.8: %s); slowest page %s, median %.1f ms, slowest of 20 %.1f ms; slowest single answer %s, %.1f ms (target < 100 ms: %s)\n",
 		last.payments, ratio, last.intake.median/base.intake.median, verdict(ratio >= 0.8),
-		slowest.name, slowest.median, slowest.slowest, verdict(slowest.median < 100))
+		slowest.name, slowest.median, slowest.slowest, slowestOnce.name, slowestOnce.slowest, verdict(slowestOnce.slowest < 100))
 }
