@@ -33,7 +33,10 @@ import (
 // first, so a larger size adds older history: bodies older than the default
 // payload retention (90 days) are pruned, as the maintenance round leaves
 // them, and River keeps the last day's finished jobs (its retention).
-var sizesFlag = flag.String("sizes", "0,1000000,10000000", "payments in the database at each measurement, ascending (-only scale)")
+var (
+	sizesFlag       = flag.String("sizes", "0,1000000,10000000", "payments in the database at each measurement, ascending (-only scale)")
+	checkpointFirst = flag.Bool("checkpoint", false, "with -only scale: run a CHECKPOINT before each intake run, on the filled database and on the baseline alike, to measure intake where it costs most (each first change of a page after a checkpoint logs the whole page)")
+)
 
 const (
 	scaleSpacing   = 6 * time.Second // between two payments: 10 million is about two years
@@ -192,6 +195,10 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 		// the server spent on each delivery.
 		intakeRun := func(url string, rates *[]float64, costs *[]serverCost) {
 			g := startGuardian(bin, url, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
+			if *checkpointFirst {
+				_, err := pool.Exec(ctx, `CHECKPOINT`)
+				check(err)
+			}
 			before := readServerCost(ctx, pool, url)
 			r := bench(bin, g, 0, 1, 0, false)
 			*costs = append(*costs, readServerCost(ctx, pool, url).perDelivery(before, r.Deliveries))
