@@ -160,6 +160,11 @@ type tableSize struct {
 func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) {
 	baselineURL := createDB(ctx, "baseline")
 	defer dropDB(ctx, baselineURL)
+	// A new database's first run is slow (empty statistics, cold catalog
+	// caches): the baseline is warmed once before anything is measured.
+	warm := startGuardian(bin, baselineURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
+	bench(bin, warm, 0, 1, 0, false)
+	warm.stop()
 	var sizes []int
 	for _, f := range strings.Split(*sizesFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
