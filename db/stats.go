@@ -5,6 +5,8 @@ import (
 	"maps"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/guardian-pay/guardian/app/state"
 )
 
@@ -38,11 +40,25 @@ func NewStatsReader(q DBTX) *StatsReader {
 	return &StatsReader{q: q}
 }
 
-// Read returns the table's shape now.
+// Read returns the table's shape now. Over a pool it reads in one
+// read-only snapshot, so a row that moves meanwhile is counted once, in
+// one state or the other.
 func (r *StatsReader) Read(ctx context.Context) (Stats, error) {
 	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
-	return GetStats(ctx, r.q)
+	b, ok := r.q.(interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+	})
+	if !ok {
+		return GetStats(ctx, r.q)
+	}
+	var st Stats
+	err := pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		st, err = GetStats(ctx, tx)
+		return err
+	})
+	return st, err
 }
 
 // GetStats counts fulfilments per state and finds the oldest parked and the

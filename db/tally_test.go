@@ -68,9 +68,9 @@ func TestTallyStaysExactUnderConcurrentMoves(t *testing.T) {
 		return err
 	}
 	done := make(chan struct{})
-	folds := 0
+	folds, reads := 0, 0
 	var folder sync.WaitGroup
-	folder.Add(1)
+	folder.Add(2)
 	go func() {
 		defer folder.Done()
 		for {
@@ -84,6 +84,32 @@ func TestTallyStaysExactUnderConcurrentMoves(t *testing.T) {
 				return
 			}
 			folds++
+		}
+	}()
+	// A reader as the gauges read: every payment is in exactly one state
+	// at every read, while rows move between the live counts and the tally.
+	reader := db.NewStatsReader(d.Pool)
+	go func() {
+		defer folder.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			st, err := reader.Read(ctx)
+			if !assertNoError(t, err) {
+				return
+			}
+			n := 0
+			for s, c := range st.ByState {
+				n += c - st.Revocations[s]
+			}
+			if n != payments {
+				t.Errorf("a read counted %d payments in all states, not %d: %v", n, payments, st.ByState)
+				return
+			}
+			reads++
 		}
 	}()
 	var wg sync.WaitGroup
@@ -127,6 +153,7 @@ func TestTallyStaysExactUnderConcurrentMoves(t *testing.T) {
 	close(done)
 	folder.Wait()
 	require.Positive(t, folds)
+	require.Positive(t, reads)
 
 	check := func(when string) {
 		st, err := db.GetStats(ctx, d.Pool)
