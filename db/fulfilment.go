@@ -107,16 +107,22 @@ func CountRevocationsByState(ctx context.Context, q DBTX, states ...state.State)
 // countStates counts the rows in the states named where filter holds, per
 // state.
 func countStates(ctx context.Context, q DBTX, filter string, states []state.State) (map[state.State]int, error) {
-	names := make([]string, len(states)) // pgx's exec mode encodes a slice of a named type by no plan
-	for i, s := range states {
-		names[i] = string(s)
-	}
-	rows, err := q.Query(ctx, `SELECT state, count(*) FROM fulfilment WHERE `+filter+` AND state = ANY($1::text[]) GROUP BY state`, names)
+	rows, err := q.Query(ctx, `SELECT state, count(*) FROM fulfilment WHERE `+filter+` AND state = ANY($1::text[]) GROUP BY state`, stateNames(states))
 	if err != nil {
 		return nil, wrap("count by state", err)
 	}
 	counts := map[state.State]int{}
 	return counts, wrap("count by state", collectCounts(rows, counts))
+}
+
+// stateNames is states as a query parameter: pgx's exec mode encodes a
+// slice of a named type by no plan.
+func stateNames(states []state.State) []string {
+	names := make([]string, len(states))
+	for i, s := range states {
+		names[i] = string(s)
+	}
+	return names
 }
 
 // collectCounts reads (state, count) rows into counts.

@@ -11,8 +11,16 @@ import (
 
 // Settled are the states whose counts grow with all history, and that a
 // trigger records as rows enter and leave them (migration 00029) instead of
-// a count reading them. The migration names the same three.
+// a count reading them. The migration's trigger names the same three.
 var Settled = []state.State{state.Fulfilled, state.Failed, state.Cancelled}
+
+// settledDeltas is what the changes in source (a table or CTE with
+// fulfilment_change's columns) do to the settled counts, a row per state
+// entered (+1) or left (-1), with the row's action; $1 is Settled.
+func settledDeltas(source string) string {
+	return `SELECT to_state AS state, action, 1 AS n FROM ` + source + ` WHERE to_state = ANY($1::text[])
+		UNION ALL SELECT from_state, action, -1 FROM ` + source + ` WHERE from_state = ANY($1::text[])`
+}
 
 // Live are the states a payment passes through: they hold the backlog,
 // not the history, and are counted through fulfilment_state_idx.
@@ -31,9 +39,8 @@ const OutcomeRetention = 24 * time.Hour
 func tallied(ctx context.Context, q DBTX) (fulfilments, revocations map[state.State]int, err error) {
 	rows, err := q.Query(ctx, `SELECT state, action, sum(n)::bigint FROM (
 			SELECT state, action, n FROM fulfilment_tally
-			UNION ALL SELECT to_state, action, 1 FROM fulfilment_change WHERE to_state IN ('fulfilled', 'failed', 'cancelled')
-			UNION ALL SELECT from_state, action, -1 FROM fulfilment_change WHERE from_state IN ('fulfilled', 'failed', 'cancelled')
-		) t GROUP BY state, action HAVING sum(n) <> 0`)
+			UNION ALL `+settledDeltas("fulfilment_change")+`
+		) t GROUP BY state, action HAVING sum(n) <> 0`, stateNames(Settled))
 	if err != nil {
 		return nil, nil, wrap("read tally", err)
 	}
@@ -83,23 +90,21 @@ func FoldTally(ctx context.Context, q DBTX) (int64, error) {
 	err := q.QueryRow(ctx, `WITH moved AS (
 			DELETE FROM fulfilment_change RETURNING from_state, to_state, action, at
 		), settled AS (
-			SELECT state, action, sum(n) AS n FROM (
-				SELECT to_state AS state, action, 1 AS n FROM moved WHERE to_state IN ('fulfilled', 'failed', 'cancelled')
-				UNION ALL SELECT from_state, action, -1 FROM moved WHERE from_state IN ('fulfilled', 'failed', 'cancelled')
-			) s GROUP BY state, action
+			SELECT state, action, sum(n) AS n FROM (`+settledDeltas("moved")+`) s GROUP BY state, action
 		), tallied AS (
-			INSERT INTO fulfilment_tally AS t (state, action, n) SELECT state, action, n FROM settled
+			-- In key order, so two folds at once take the rows' locks alike.
+			INSERT INTO fulfilment_tally AS t (state, action, n) SELECT state, action, n FROM settled ORDER BY state, action
 			ON CONFLICT (state, action) DO UPDATE SET n = t.n + excluded.n
 		), outcomes AS (
 			INSERT INTO dispatch_outcome_minute AS m (minute, to_state, n)
 			SELECT date_trunc('minute', at), to_state, count(*) FROM moved
-			WHERE from_state = 'dispatching' AND at >= now() - $1::interval -- a change older is past keeping
-			GROUP BY 1, 2
+			WHERE from_state = 'dispatching' AND at >= now() - $2::interval -- a change older is past keeping
+			GROUP BY 1, 2 ORDER BY 1, 2
 			ON CONFLICT (minute, to_state) DO UPDATE SET n = m.n + excluded.n
 		), expired AS (
-			DELETE FROM dispatch_outcome_minute WHERE minute < now() - $1::interval
+			DELETE FROM dispatch_outcome_minute WHERE minute < now() - $2::interval
 		)
-		SELECT count(*) FROM moved`, OutcomeRetention.String()).Scan(&n)
+		SELECT count(*) FROM moved`, stateNames(Settled), OutcomeRetention.String()).Scan(&n)
 	return n, wrap("fold tally", err)
 }
 
