@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/guardian-pay/guardian/app/state"
 )
@@ -29,31 +30,24 @@ type Stats struct {
 // read is bounded by statsTimeout, and costs the same at any size of the
 // table (see GetStats). Safe for concurrent use.
 type StatsReader struct {
-	q DBTX
+	pool *pgxpool.Pool
 }
 
 // statsTimeout bounds one read of the table's shape.
 const statsTimeout = 5 * time.Second
 
-// NewStatsReader returns a StatsReader over q.
-func NewStatsReader(q DBTX) *StatsReader {
-	return &StatsReader{q: q}
+// NewStatsReader returns a StatsReader over pool.
+func NewStatsReader(pool *pgxpool.Pool) *StatsReader {
+	return &StatsReader{pool: pool}
 }
 
-// Read returns the table's shape now. Over a pool it reads in one
-// read-only snapshot, so a row that moves meanwhile is counted once, in
-// one state or the other.
+// Read returns the table's shape now, read in one read-only snapshot, so
+// a row that moves meanwhile is counted once, in one state or the other.
 func (r *StatsReader) Read(ctx context.Context) (Stats, error) {
 	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
-	b, ok := r.q.(interface {
-		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
-	})
-	if !ok {
-		return GetStats(ctx, r.q)
-	}
 	var st Stats
-	err := pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
 		st, err = GetStats(ctx, tx)
 		return err
