@@ -109,11 +109,9 @@ type Config struct {
 	// older than PayloadRetention on the leader's maintenance round.
 	Bodies           BodyPruner
 	PayloadRetention time.Duration
-	// Tally, when set, has the settled states' counts folded every
+	// Tally, when set, has the counts' changes folded every
 	// TallyInterval on the leader (TallyWorker).
 	Tally TallyFolder
-	// TallyInterval defaults to DefaultTallyInterval.
-	TallyInterval time.Duration
 	// JobRetention is how long River keeps completed and cancelled jobs
 	// (discarded ones a week, or JobRetention if longer). Defaults to
 	// DefaultJobRetention.
@@ -241,7 +239,7 @@ func New(cfg Config) (*Client, error) {
 			&river.PeriodicJobOpts{ID: "guardian_maintenance", RunOnStart: true}))
 	}
 	if cfg.Tally != nil {
-		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cmp.Or(cfg.TallyInterval, DefaultTallyInterval)),
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(TallyInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return TallyArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "guardian_tally", RunOnStart: true}))
 	}

@@ -14,8 +14,9 @@
 //     expired single-use tokens and old refused-request records: apart from
 //     the sweep, so a slow delete never delays parking a stale claim.
 //   - TallyWorker, every TallyInterval on the leader, folds the changes to
-//     the settled states' counts into their tally (db.FoldTally), so a read
-//     of the counts stays small whatever the history holds.
+//     the settled states' counts and the dispatch outcomes into their tables
+//     (db.FoldTally), so a read of the counts stays small whatever the
+//     history holds.
 //   - ReconcileWorker, every ReconcileInterval on the leader when the
 //     connector can look up its keys, resolves parked fulfilments by lookup.
 //   - BackfillWorker, on start and every BackfillInterval on the leader when

@@ -8,7 +8,7 @@ import (
 	"github.com/riverqueue/river"
 )
 
-// TallyArgs asks for one fold of the settled states' tally.
+// TallyArgs asks for one fold of the counts' changes.
 type TallyArgs struct{}
 
 // Kind names the job in River.
@@ -20,17 +20,18 @@ func (TallyArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueMaintenance, MaxAttempts: 1}
 }
 
-// TallyFolder folds the changes to the settled states' counts into the
-// tally (db.Store.FoldTally), returning how many it folded.
+// TallyFolder folds the changes to the settled states' counts and the
+// dispatch outcomes into their tables (db.Store.FoldTally), returning how
+// many it folded.
 type TallyFolder interface {
 	FoldTally(ctx context.Context) (int64, error)
 }
 
-// DefaultTallyInterval is how often the leader folds the tally: a read of
-// the counts sums at most this long's changes.
-const DefaultTallyInterval = 10 * time.Second
+// TallyInterval is how often the leader folds: a read of the counts sums
+// at most this long's changes.
+const TallyInterval = 10 * time.Second
 
-// TallyWorker folds the settled states' tally on the leader. It does one
+// TallyWorker folds the counts' changes on the leader. It does one
 // thing, apart from the sweep and the pruning: a count read stays exact
 // whether or not it runs (a read sums the tally and the changes not yet
 // folded), and only grows slower while it does not. Two folds at once are
