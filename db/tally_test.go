@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/state"
@@ -67,59 +69,54 @@ func TestTallyStaysExactUnderConcurrentMoves(t *testing.T) {
 		_, err := db.Transit(ctx, d.Pool, db.TransitionParams{ID: id, From: from, To: to, Attempt: attempt, Actor: "test", Reason: "test"})
 		return err
 	}
+	// Beside the moves, until they end: two folders (a leader and its
+	// successor, folding at once) and a reader as the gauges read.
 	done := make(chan struct{})
-	folds, reads := 0, 0
-	var folder sync.WaitGroup
-	folder.Add(2)
-	go func() {
-		defer folder.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
+	var background sync.WaitGroup
+	var folds, reads atomic.Int64
+	// repeat runs step until the moves end or it fails.
+	repeat := func(step func() bool) {
+		background.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !step() {
+					return
+				}
 			}
+		})
+	}
+	for range 2 {
+		repeat(func() bool {
 			_, err := db.FoldTally(ctx, d.Pool)
-			if !assertNoError(t, err) {
-				return
-			}
-			folds++
-		}
-	}()
-	// A reader as the gauges read: every payment is in exactly one state
-	// at every read, while rows move between the live counts and the tally.
+			folds.Add(1)
+			return assert.NoError(t, err)
+		})
+	}
+	// Every payment is in exactly one state at every read, while rows move
+	// between the live counts and the tally.
 	reader := db.NewStatsReader(d.Pool)
-	go func() {
-		defer folder.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			st, err := reader.Read(ctx)
-			if !assertNoError(t, err) {
-				return
-			}
-			n := 0
-			for s, c := range st.ByState {
-				n += c - st.Revocations[s]
-			}
-			if n != payments {
-				t.Errorf("a read counted %d payments in all states, not %d: %v", n, payments, st.ByState)
-				return
-			}
-			reads++
+	repeat(func() bool {
+		st, err := reader.Read(ctx)
+		if !assert.NoError(t, err) {
+			return false
 		}
-	}()
+		n := 0
+		for s, c := range st.ByState {
+			n += c - st.Revocations[s]
+		}
+		reads.Add(1)
+		return assert.Equal(t, payments, n, "payments counted in all states at one read: %v", st.ByState)
+	})
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := w; i < payments; i += workers {
 				id := ids[i]
-				if _, err := db.ClaimForDispatch(ctx, d.Pool, id, "test", nil, 30*time.Second); !assertNoError(t, err) {
+				if _, err := db.ClaimForDispatch(ctx, d.Pool, id, "test", nil, 30*time.Second); !assert.NoError(t, err) {
 					return
 				}
 				var err error
@@ -143,17 +140,17 @@ func TestTallyStaysExactUnderConcurrentMoves(t *testing.T) {
 						err = move(id, state.NeedsReconciliation, state.Fulfilled, 1)
 					}
 				}
-				if !assertNoError(t, err) {
+				if !assert.NoError(t, err) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(done)
-	folder.Wait()
-	require.Positive(t, folds)
-	require.Positive(t, reads)
+	background.Wait()
+	require.Positive(t, folds.Load())
+	require.Positive(t, reads.Load())
 
 	check := func(when string) {
 		st, err := db.GetStats(ctx, d.Pool)
@@ -189,17 +186,6 @@ func TestTallyStaysExactUnderConcurrentMoves(t *testing.T) {
 	require.NoError(t, err)
 	check("after a truncate")
 	require.Zero(t, d.Count(t, `SELECT count(*) FROM dispatch_outcome_minute`))
-}
-
-// assertNoError reports err from a goroutine, where require cannot stop
-// the test.
-func assertNoError(t *testing.T, err error) bool {
-	t.Helper()
-	if err != nil {
-		t.Error(err)
-		return false
-	}
-	return true
 }
 
 // TestStatsReadsDoNotGrowWithHistory: reading the table's shape reads a
