@@ -146,3 +146,23 @@ func (w takeBackWindow) after(now, since time.Time) takeBackWindow {
 	}
 	return w
 }
+
+// sweepTakeBack is the sweep's catch-all round in tx: it starts where the
+// window stored by the last round says, and stores the window for the
+// next in the same transaction, so a round that rolls back moves nothing.
+func (s *Service) sweepTakeBack(ctx context.Context, tx pgx.Tx, actor string) (cancelled, revoking []string, err error) {
+	now, err := db.TxTime(ctx, tx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var w takeBackWindow
+	if w.last, w.lastFull, err = db.TakeBackWindow(ctx, tx); err != nil {
+		return nil, nil, err
+	}
+	since := w.since(now)
+	if cancelled, revoking, err = s.takeBack(ctx, tx, actor, nil, since); err != nil {
+		return nil, nil, err
+	}
+	w = w.after(now, since)
+	return cancelled, revoking, db.SetTakeBackWindow(ctx, tx, w.last, w.lastFull)
+}

@@ -3,7 +3,6 @@ package fulfilment
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -52,7 +51,6 @@ const strandedBatch = 1000
 func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (SweepResult, error) {
 	var moved []db.Fulfilment
 	var requeued, cancelled, revoking []string
-	var now time.Time
 	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
 		if err := db.CheckFence(ctx, tx, lease.Name, lease.Fence); err != nil {
 			return err
@@ -63,19 +61,7 @@ func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (Sw
 		}
 		// Reversals whose fulfilment settled since (a call in flight or
 		// parked when the refund came) or raced it: taken back now.
-		if now, err = db.TxTime(ctx, tx); err != nil {
-			return err
-		}
-		var w takeBackWindow
-		if w.last, w.lastFull, err = db.TakeBackWindow(ctx, tx); err != nil {
-			return err
-		}
-		since := w.since(now)
-		if cancelled, revoking, err = s.takeBack(ctx, tx, actor, nil, since); err != nil {
-			return err
-		}
-		w = w.after(now, since)
-		if err := db.SetTakeBackWindow(ctx, tx, w.last, w.lastFull); err != nil {
+		if cancelled, revoking, err = s.sweepTakeBack(ctx, tx, actor); err != nil {
 			return err
 		}
 		if requeued, err = db.StrandedPending(ctx, tx, s.cfg.ConnectorTimeout+RecordMargin, strandedBatch); err != nil {
