@@ -612,13 +612,19 @@ func migrateDB(ctx context.Context, dbURL string) {
 }
 
 func dropDB(ctx context.Context, dbURL string) {
-	u, _ := url.Parse(dbURL)
 	conn, err := pgx.Connect(ctx, *adminURL)
 	if err != nil {
 		return
 	}
 	defer conn.Close(ctx)
-	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+strings.TrimPrefix(u.Path, "/")+" WITH (FORCE)")
+	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+dbName(dbURL)+" WITH (FORCE)")
+}
+
+// dbName is the database a Postgres URL names.
+func dbName(dbURL string) string {
+	u, err := url.Parse(dbURL)
+	check(err)
+	return strings.TrimPrefix(u.Path, "/")
 }
 
 func repoRoot() string {

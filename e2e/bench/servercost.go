@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -23,13 +21,11 @@ type serverCost struct {
 // readServerCost reads the server's counters; the block reads are the
 // database's named by dbURL (the WAL and checkpoints are the server's).
 func readServerCost(ctx context.Context, pool *pgxpool.Pool, dbURL string) serverCost {
-	u, err := url.Parse(dbURL)
-	check(err)
 	var c serverCost
 	check(pool.QueryRow(ctx, `SELECT w.wal_bytes::float8, w.wal_fpi::float8,
 		(b.checkpoints_timed + b.checkpoints_req)::float8, b.buffers_backend::float8,
 		(SELECT blks_read::float8 FROM pg_stat_database WHERE datname = $1)
-		FROM pg_stat_wal w, pg_stat_bgwriter b`, strings.TrimPrefix(u.Path, "/")).
+		FROM pg_stat_wal w, pg_stat_bgwriter b`, dbName(dbURL)).
 		Scan(&c.walBytes, &c.fpi, &c.checkpoints, &c.backendWrites, &c.blocksRead))
 	return c
 }
