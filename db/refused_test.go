@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -41,4 +42,24 @@ func TestRefusalsStayBounded(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, next, 5)
 	require.Less(t, next[0].ID, list[9].ID, "newest first, continued by id")
+}
+
+// TestRefusalReasonsAreOneList: the constraint on refused_delivery admits
+// exactly db.RefusalReasons, and each of them can be recorded.
+func TestRefusalReasonsAreOneList(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := dbtest.NewDB(t)
+	var def string
+	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'refused_delivery_reason_check'`).Scan(&def))
+	var inConstraint []string
+	for _, m := range regexp.MustCompile(`'([a-z_]+)'`).FindAllStringSubmatch(def, -1) {
+		inConstraint = append(inConstraint, m[1])
+	}
+	var inGo []string
+	for _, r := range db.RefusalReasons {
+		inGo = append(inGo, string(r))
+		require.NoError(t, db.InsertRefusals(ctx, d.Pool, []db.Refusal{{At: time.Now(), Provider: "stripe", Reason: r, Detail: "d", Client: "203.0.113.1"}}), "reason %s", r)
+	}
+	require.ElementsMatch(t, inGo, inConstraint, "the constraint and db.RefusalReasons differ")
 }

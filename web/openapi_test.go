@@ -219,3 +219,17 @@ func TestOpenAPIMatchesTheHandlers(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, code)
 	sp.answer(t, "GET /api/v1/stats", code, raw)
 }
+
+// TestOpenAPIRefusalReasons: the OpenAPI description's Refusal.reason
+// lists exactly db.RefusalReasons.
+func TestOpenAPIRefusalReasons(t *testing.T) {
+	t.Parallel()
+	s := loadSpec(t)
+	schemas := s.doc["components"].(map[string]any)["schemas"].(map[string]any)
+	enum := schemas["Refusal"].(map[string]any)["properties"].(map[string]any)["reason"].(map[string]any)["enum"].([]any)
+	var want []any
+	for _, r := range db.RefusalReasons {
+		want = append(want, string(r))
+	}
+	require.ElementsMatch(t, want, enum)
+}

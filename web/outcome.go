@@ -6,6 +6,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/db"
 )
 
 // outcomeKind is what became of one webhook request, in the few kinds the
@@ -32,9 +33,8 @@ const (
 // dashboard's chart read, never a string parsed back by prefix.
 type deliveryOutcome struct {
 	kind outcomeKind
-	// reason names a refusal (signature, timestamp, malformed, too_large,
-	// unreadable, unknown_provider, invalid).
-	reason string
+	// reason names a refusal (db.RefusalReasons).
+	reason db.RefusalReason
 	// answer is what the sender of a refused request was told, kept in
 	// the refusal list; detail says more, for the server log. Neither
 	// holds a secret or an expected signature.
@@ -51,7 +51,7 @@ func (o deliveryOutcome) label() string {
 	case kindDuplicatePostgres:
 		return fulfilment.DuplicatePostgres.String()
 	case kindRefused:
-		return "rejected_" + o.reason
+		return "rejected_" + string(o.reason)
 	case kindUnavailable:
 		return "unavailable"
 	default:
@@ -71,7 +71,7 @@ func accepted(o fulfilment.IntakeOutcome) deliveryOutcome {
 	}
 }
 
-func refused(reason, answer, detail string) deliveryOutcome {
+func refused(reason db.RefusalReason, answer, detail string) deliveryOutcome {
 	return deliveryOutcome{kind: kindRefused, reason: reason, answer: answer, detail: detail}
 }
 
@@ -86,14 +86,16 @@ func verificationRefusal(err error) deliveryOutcome {
 		if _, why, ok := strings.Cut(err.Error(), ": "); ok {
 			detail = why
 		}
-		return refused("signature", provider.ErrSignature.Error(), detail)
+		return refused(db.RefusedSignature, provider.ErrSignature.Error(), detail)
 	case errors.Is(err, provider.ErrTimestamp):
-		return refused("timestamp", provider.ErrTimestamp.Error(), "the signed timestamp is outside the tolerance window (a clock off, or a replay)")
+		return refused(db.RefusedTimestamp, provider.ErrTimestamp.Error(), "the signed timestamp is outside the tolerance window (a clock off, or a replay)")
 	case errors.Is(err, provider.ErrMalformed):
-		return refused("malformed", err.Error(), err.Error())
+		return refused(db.RefusedMalformed, err.Error(), err.Error())
 	case errors.Is(err, provider.ErrMode):
-		return refused("mode", err.Error(), err.Error())
+		return refused(db.RefusedMode, err.Error(), err.Error())
+	case errors.Is(err, provider.ErrNotServed):
+		return refused(db.RefusedForeign, provider.ErrNotServed.Error(), err.Error())
 	default:
-		return refused("invalid", "invalid delivery", "invalid delivery")
+		return refused(db.RefusedInvalid, "invalid delivery", "invalid delivery")
 	}
 }

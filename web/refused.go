@@ -15,7 +15,7 @@ import (
 func (s *Server) refuse(c echo.Context, providerName string, o deliveryOutcome) {
 	s.refusals.Record(db.Refusal{At: s.now(), Provider: providerName, Reason: o.reason, Detail: o.answer,
 		Client: c.RealIP(), BodyBytes: int(max(c.Request().ContentLength, 0))})
-	if n, ok := s.refusalLines.allow(providerName+"/"+o.reason, s.now()); ok {
+	if n, ok := s.refusalLines.allow(providerName+"/"+string(o.reason), s.now()); ok {
 		s.cfg.Logger.Warn("webhook refused", "provider", providerName, "reason", o.reason, "detail", o.detail,
 			"client", c.RealIP(), "refused_since_last_line", n)
 	}
@@ -56,13 +56,13 @@ type RefusalList struct {
 
 // Refusal is one refused webhook request.
 type Refusal struct {
-	ID        int64     `json:"id"`
-	At        time.Time `json:"at"`
-	Provider  string    `json:"provider"`
-	Reason    string    `json:"reason"`
-	Detail    string    `json:"detail"`
-	Client    string    `json:"client"`
-	BodyBytes int       `json:"body_bytes"`
+	ID        int64            `json:"id"`
+	At        time.Time        `json:"at"`
+	Provider  string           `json:"provider"`
+	Reason    db.RefusalReason `json:"reason"`
+	Detail    string           `json:"detail"`
+	Client    string           `json:"client"`
+	BodyBytes int              `json:"body_bytes"`
 }
 
 func (s *Server) refusalList(c echo.Context) (RefusalList, error) {

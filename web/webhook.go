@@ -16,6 +16,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/db"
 )
 
 // statusClientClosed records a request whose sender left before the answer
@@ -34,7 +35,7 @@ func (s *Server) handleWebhook(c echo.Context) error {
 	p, ok := s.providers[name]
 	if !ok {
 		err := &HTTPError{Code: http.StatusNotFound, Msg: "unknown provider"}
-		s.refuse(c, "unknown", refused("unknown_provider", err.Msg, "no provider is served at "+c.Request().URL.Path))
+		s.refuse(c, "unknown", refused(db.RefusedUnknownProvider, err.Msg, "no provider is served at "+c.Request().URL.Path))
 		return err
 	}
 	ctx, span := s.cfg.Tracer.Start(c.Request().Context(), "guardian.intake", trace.WithSpanKind(trace.SpanKindServer),
@@ -56,14 +57,18 @@ func (s *Server) handleWebhook(c echo.Context) error {
 
 // receive handles one delivery and says what became of it.
 func (s *Server) receive(c echo.Context, p provider.Provider) (deliveryOutcome, error) {
-	body, err := readCapped(c.Request().Body, s.cfg.MaxBodyBytes)
+	limit, capName := s.cfg.MaxBodyBytes, "GUARDIAN_MAX_BODY_BYTES"
+	if cp, ok := p.(provider.Capped); ok && cp.MaxBodyBytes() < limit {
+		limit, capName = cp.MaxBodyBytes(), p.Name()+"'s own cap"
+	}
+	body, err := readCapped(c.Request().Body, limit)
 	if err != nil {
 		var tooLarge *errTooLarge
 		if errors.As(err, &tooLarge) {
-			o := refused("too_large", "body too large", fmt.Sprintf("the body exceeds GUARDIAN_MAX_BODY_BYTES (%d)", tooLarge.limit))
+			o := refused(db.RefusedTooLarge, "body too large", fmt.Sprintf("the body exceeds %s (%d bytes)", capName, tooLarge.limit))
 			return o, &HTTPError{Code: http.StatusRequestEntityTooLarge, Msg: o.answer, Err: err}
 		}
-		o := refused("unreadable", "unreadable body", "the body could not be read: "+err.Error())
+		o := refused(db.RefusedUnreadable, "unreadable body", "the body could not be read: "+err.Error())
 		return o, &HTTPError{Code: http.StatusBadRequest, Msg: o.answer, Err: err}
 	}
 

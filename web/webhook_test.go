@@ -63,9 +63,9 @@ const (
 	// payPalWebhooks: the webhook's id, and an older webhook's still served.
 	payPalWebhook    = "8PT597110X687430LKGECATA"
 	payPalOldWebhook = "3TR748995U920805P"
-	payPalCertURL    = "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-web"
+	payPalCertURL    = "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-00000eb0"
 	// payPalCertDownURL is a certificate whose host does not answer.
-	payPalCertDownURL = "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-down"
+	payPalCertDownURL = "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-0000d0e0"
 )
 
 // payPalCert is the message-verification certificate the tests' fetch

@@ -5,9 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -112,56 +112,48 @@ func (a *Adyen) Verify(header http.Header, body []byte, now time.Time) (Event, e
 
 // VerifyBatch verifies every notification item of a delivery and returns
 // their events, in order (Batch). now is unused: the scheme signs no time.
+//
+// Verification reads the body once, as a stream of tokens, keeping only
+// the signed fields, the signature and the reason of each item: no tree of
+// an unverified body is built, and the first item whose signature fails
+// ends the read, so a forged delivery costs a tokenizer's pass over at most
+// its first item (and the body is capped at MaxBodyBytes before that).
 func (a *Adyen) VerifyBatch(_ http.Header, body []byte, _ time.Time) ([]Event, error) {
-	env, err := parseObject(body)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	list, _ := env["notificationItems"].([]any)
-	if len(list) == 0 || len(list) > maxAdyenItems {
-		return nil, fmt.Errorf("%w: notificationItems holds 1 to %d items", ErrMalformed, maxAdyenItems)
-	}
-	items := make([]map[string]any, len(list))
-	for i, w := range list {
-		wrapper, _ := w.(map[string]any)
-		items[i], _ = wrapper["NotificationRequestItem"].(map[string]any)
-		if items[i] == nil {
-			return nil, fmt.Errorf("%w: notificationItems[%d] holds no NotificationRequestItem object", ErrMalformed, i)
+	var evs []Event
+	live, err := scanAdyen(body, func(i int, f adyenItem, raw []byte) error {
+		if i >= maxAdyenItems {
+			return fmt.Errorf("%w: notificationItems holds 1 to %d items", ErrMalformed, maxAdyenItems)
 		}
-	}
-	raws, err := adyenRawItems(body)
-	if err != nil || len(raws) != len(items) {
-		return nil, fmt.Errorf("%w: the notification items could not be read", ErrMalformed)
-	}
-
-	evs := make([]Event, len(items))
-	for i, item := range items {
-		f, err := readAdyenItem(item)
-		if err != nil {
-			return nil, fmt.Errorf("%w: notificationItems[%d]: %v", ErrMalformed, i, err)
+		if err := f.check(); err != nil {
+			return fmt.Errorf("%w: notificationItems[%d]: %v", ErrMalformed, i, err)
 		}
-		extra, _ := item["additionalData"].(map[string]any)
-		encoded, _ := extra["hmacSignature"].(string)
-		sig, err := base64.StdEncoding.DecodeString(encoded)
+		sig, err := base64.StdEncoding.DecodeString(f.signature)
 		if err != nil || len(sig) != sha256.Size {
-			return nil, fmt.Errorf("%w: notificationItems[%d] has no readable additionalData.hmacSignature", ErrSignature, i)
+			return fmt.Errorf("%w: notificationItems[%d] has no readable additionalData.hmacSignature", ErrSignature, i)
 		}
 		if !hmacSigned(a.keys, []byte(f.signingString()), sig) {
-			return nil, fmt.Errorf("%w: notificationItems[%d]", ErrSignature, i)
+			return fmt.Errorf("%w: notificationItems[%d]", ErrSignature, i)
 		}
 		id := f.eventCode + ":" + f.pspReference + ":" + f.success
 		if len(id) > maxIDLength {
-			return nil, fmt.Errorf("%w: notificationItems[%d]'s eventCode and pspReference are too long to be real", ErrMalformed, i)
+			return fmt.Errorf("%w: notificationItems[%d]'s eventCode and pspReference are too long to be real", ErrMalformed, i)
 		}
 		if hasNUL(id, f.originalReference) {
-			return nil, errNUL
+			return errNUL
 		}
-		evs[i] = a.rules(Event{Provider: a.Name(), ID: id, Type: f.eventCode, Payload: raws[i]}, f)
+		evs = append(evs, a.rules(Event{Provider: a.Name(), ID: id, Type: f.eventCode, Payload: bytes.Clone(raw)}, f))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 {
+		return nil, fmt.Errorf("%w: notificationItems holds 1 to %d items", ErrMalformed, maxAdyenItems)
 	}
 	// "live" is not among the signed fields: an HMAC key serves one
-	// environment, so a test key left in a live deployment's list is what
-	// this catches (docs/security.md).
-	live, _ := env["live"].(string)
+	// environment, so the key decides the mode; live can only refuse, and
+	// it catches a test key left in a live deployment's list
+	// (docs/security.md).
 	if live != "true" && live != "false" {
 		return nil, fmt.Errorf("%w: live is %q, neither \"true\" nor \"false\"", ErrMalformed, truncate(live, 20))
 	}
@@ -174,21 +166,30 @@ func (a *Adyen) VerifyBatch(_ http.Header, body []byte, _ time.Time) ([]Event, e
 	return evs, nil
 }
 
+// MaxBodyBytes caps an Adyen delivery (Capped): Adyen's JSON webhooks
+// carry one item of a few KiB.
+func (a *Adyen) MaxBodyBytes() int64 { return adyenMaxBody }
+
+// adyenMaxBody is Adyen's cap: room for maxAdyenItems items of 2 KiB.
+const adyenMaxBody = 256 << 10
+
 // Map applies Adyen's rules to a stored item (Mapper).
 func (a *Adyen) Map(eventCode string, body []byte) (Event, error) {
-	item, err := parseObject(body)
-	if err != nil {
-		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	f, err := scanAdyenItem(dec)
+	if err == nil {
+		err = f.check()
 	}
-	f, err := readAdyenItem(item)
 	if err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	return a.rules(Event{Provider: a.Name(), Type: eventCode, Payload: body}, f), nil
 }
 
-// rules applies the rule for "paid" to ev, and reads a reversal.
+// rules applies the rule for "paid" to ev, and reads a reversal. Every
+// field it decides on is signed (adyenItem).
 func (a *Adyen) rules(ev Event, f adyenItem) Event {
+	amount := minorMoney(f.value, f.currency)
 	if stage, kind, full, ok := adyenReversal(ev.Type); ok {
 		switch {
 		case f.success != "true":
@@ -197,6 +198,10 @@ func (a *Adyen) rules(ev Event, f adyenItem) Event {
 			ev.Note = "names no originalReference: a reversal Guardian cannot match to a payment"
 		default:
 			ev.Reversal = &Reversal{PaymentID: f.originalReference, Kind: kind, Full: full, Stage: stage}
+			if kind == Refund && !full {
+				// A REFUND's amount is its own; its pspReference is the refund's.
+				ev.Reversal.Amount, ev.Reversal.RefundID = amount, f.pspReference
+			}
 		}
 		return ev
 	}
@@ -205,10 +210,13 @@ func (a *Adyen) rules(ev Event, f adyenItem) Event {
 		switch {
 		case f.success != "true":
 			ev.Note = "authorisation refused: " + strconv.Quote(truncate(f.reason, 80))
+		case f.value == "0":
+			// A zero-amount authorisation saves a card or checks one: no purchase.
+			ev.Note = "a zero-amount authorisation (a card saved or checked) pays for nothing"
 		case a.manual:
 			ev.Note = "authorised; under manual capture the CAPTURE fulfils"
 		default:
-			ev.PaymentID = f.pspReference
+			ev.PaymentID, ev.Paid = f.pspReference, amount
 		}
 	case "CAPTURE":
 		switch {
@@ -216,22 +224,25 @@ func (a *Adyen) rules(ev Event, f adyenItem) Event {
 			ev.Note = "capture failed: " + strconv.Quote(truncate(f.reason, 80))
 		case !a.manual:
 			ev.Note = "captured; under automatic capture the AUTHORISATION fulfils"
+		case f.value == "0":
+			ev.Note = "a zero-amount capture pays for nothing"
 		case f.originalReference == "" || len(f.originalReference) > maxIDLength:
 			// Well signed, so stored and acknowledged; it cannot fulfil.
 			ev.Unmapped = "a successful CAPTURE with no originalReference naming its payment"
 		default:
-			ev.PaymentID = f.originalReference
+			ev.PaymentID, ev.Paid = f.originalReference, amount
 		}
 	}
 	return ev
 }
 
-// adyenItem is what Guardian reads of a notification item: the signed
-// fields, and the reason for a note.
+// adyenItem is what Guardian reads of a notification item: the eight
+// signed fields, the signature, and the reason, which is unsigned and only
+// ever quoted in a note. Nothing else of an item decides anything.
 type adyenItem struct {
 	pspReference, originalReference, merchantAccount, merchantReference string
 	value, currency, eventCode, success                                 string
-	reason                                                              string
+	signature, reason                                                   string
 }
 
 // adyenReversal names what an event code reverses, by Adyen's event
@@ -263,98 +274,242 @@ func (f adyenItem) signingString() string {
 		f.value, f.currency, f.eventCode, f.success}, ":")
 }
 
-// readAdyenItem reads an item's fields: eventCode, pspReference, success
-// ("true" or "false") and an amount with an integer value are required;
-// the references and the merchant account are strings where present.
-func readAdyenItem(item map[string]any) (adyenItem, error) {
-	str := func(name string) (string, error) {
-		switch v := item[name].(type) {
-		case nil:
-			return "", nil
-		case string:
-			return v, nil
-		}
-		return "", fmt.Errorf("%s is not a string", name)
-	}
-	var f adyenItem
-	var err error
-	for _, field := range []struct {
-		name string
-		to   *string
-	}{
-		{"pspReference", &f.pspReference}, {"originalReference", &f.originalReference},
-		{"merchantAccountCode", &f.merchantAccount}, {"merchantReference", &f.merchantReference},
-		{"eventCode", &f.eventCode}, {"success", &f.success}, {"reason", &f.reason},
-	} {
-		if *field.to, err = str(field.name); err != nil {
-			return adyenItem{}, err
-		}
-	}
+// check refuses an item whose signed fields the unescaped join cannot tell
+// apart from other fields under the same signature. Adyen never puts a
+// colon in any of them but the merchant's own reference: its references
+// are alphanumeric, account codes and event codes are names, the value an
+// integer, the currency three letters. With the other seven colon-free,
+// the string splits one way only, so the fields Guardian reads are the
+// ones that were signed. It also requires what the rules read: eventCode,
+// pspReference, success "true" or "false", an integer value and a currency.
+func (f adyenItem) check() error {
 	if f.eventCode == "" || f.pspReference == "" {
-		return adyenItem{}, errors.New("eventCode and pspReference are required")
+		return errors.New("eventCode and pspReference are required")
 	}
 	if f.success != "true" && f.success != "false" {
-		return adyenItem{}, errors.New(`success is neither "true" nor "false"`)
+		return errors.New(`success is neither "true" nor "false"`)
 	}
-	amount, _ := item["amount"].(map[string]any)
-	value, _ := amount["value"].(json.Number)
-	if _, err := strconv.ParseInt(string(value), 10, 64); err != nil {
-		return adyenItem{}, errors.New("amount.value is not an integer")
+	if _, err := strconv.ParseInt(f.value, 10, 64); err != nil || strings.HasPrefix(f.value, "+") {
+		return errors.New("amount.value is not an integer")
 	}
-	f.value = string(value)
-	if f.currency, _ = amount["currency"].(string); f.currency == "" {
-		return adyenItem{}, errors.New("amount.currency is required")
+	if !isCurrency(f.currency) {
+		return errors.New("amount.currency is not a three-letter currency code")
 	}
-	return f, nil
+	for _, field := range []struct{ name, v string }{
+		{"pspReference", f.pspReference}, {"originalReference", f.originalReference},
+		{"merchantAccountCode", f.merchantAccount}, {"eventCode", f.eventCode},
+	} {
+		if strings.IndexByte(field.v, ':') >= 0 {
+			return fmt.Errorf("%s holds a colon, which Adyen never sends there: the signed fields would not split one way", field.name)
+		}
+	}
+	return nil
 }
 
-// adyenRawItems returns the bytes of each NotificationRequestItem of a
-// delivery parseStrict accepted, in order.
-func adyenRawItems(body []byte) ([][]byte, error) {
+// scanAdyen reads a delivery as a stream of tokens and calls item with
+// each NotificationRequestItem's fields and its bytes as sent, in order;
+// an error from item ends the read. It returns the delivery's "live". The
+// body must be one strict JSON object (no repeated names at any depth,
+// valid UTF-8): jsontext checks that as it reads, also in what it skips.
+func scanAdyen(body []byte, item func(i int, f adyenItem, raw []byte) error) (live string, err error) {
+	bad := func(err error) (string, error) {
+		if errors.Is(err, ErrSignature) || errors.Is(err, ErrMalformed) {
+			return "", err
+		}
+		return "", fmt.Errorf("%w: %v", ErrMalformed, invalid(err))
+	}
 	dec := jsontext.NewDecoder(bytes.NewReader(body))
-	var raws [][]byte
-	if _, err := dec.ReadToken(); err != nil { // {
-		return nil, err
+	if err := expect(dec, '{'); err != nil {
+		return bad(err)
+	}
+	n := 0
+	for dec.PeekKind() == '"' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return bad(err)
+		}
+		switch name.String() {
+		case "live":
+			tok, err := dec.ReadToken()
+			if err != nil {
+				return bad(err)
+			}
+			if tok.Kind() != '"' {
+				return bad(errors.New("live is not a string"))
+			}
+			live = tok.String()
+		case "notificationItems":
+			if err := expect(dec, '['); err != nil {
+				return bad(err)
+			}
+			for dec.PeekKind() == '{' {
+				if err := expect(dec, '{'); err != nil {
+					return bad(err)
+				}
+				found := false
+				for dec.PeekKind() == '"' {
+					field, err := dec.ReadToken()
+					if err != nil {
+						return bad(err)
+					}
+					if field.String() != "NotificationRequestItem" {
+						if err := dec.SkipValue(); err != nil {
+							return bad(err)
+						}
+						continue
+					}
+					start := dec.InputOffset()
+					f, err := scanAdyenItem(dec)
+					if err != nil {
+						return bad(fmt.Errorf("%w: notificationItems[%d]: %v", ErrMalformed, n, err))
+					}
+					raw := bytes.TrimSpace(body[start:dec.InputOffset()])
+					raw = bytes.TrimLeft(raw, ": \t\r\n")
+					if err := item(n, f, raw); err != nil {
+						return "", err
+					}
+					found = true
+					n++
+				}
+				if err := expect(dec, '}'); err != nil {
+					return bad(err)
+				}
+				if !found {
+					return bad(fmt.Errorf("%w: notificationItems[%d] holds no NotificationRequestItem object", ErrMalformed, n))
+				}
+			}
+			if err := expect(dec, ']'); err != nil {
+				return bad(err)
+			}
+		default:
+			if err := dec.SkipValue(); err != nil {
+				return bad(err)
+			}
+		}
+	}
+	if err := expect(dec, '}'); err != nil {
+		return bad(err)
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return bad(errors.New("trailing data after JSON value"))
+	}
+	return live, nil
+}
+
+// scanAdyenItem reads one NotificationRequestItem object from dec: the
+// signed fields, additionalData.hmacSignature and the reason, each a string
+// where present (the amount's value an integer); everything else is
+// skipped unread.
+func scanAdyenItem(dec *jsontext.Decoder) (adyenItem, error) {
+	var f adyenItem
+	if err := expect(dec, '{'); err != nil {
+		return f, err
+	}
+	fields := map[string]*string{
+		"pspReference": &f.pspReference, "originalReference": &f.originalReference,
+		"merchantAccountCode": &f.merchantAccount, "merchantReference": &f.merchantReference,
+		"eventCode": &f.eventCode, "success": &f.success, "reason": &f.reason,
 	}
 	for dec.PeekKind() == '"' {
 		name, err := dec.ReadToken()
 		if err != nil {
-			return nil, err
+			return f, err
 		}
-		if name.String() != "notificationItems" {
+		key := name.String()
+		switch {
+		case fields[key] != nil:
+			if *fields[key], err = scanString(dec, key); err != nil {
+				return f, err
+			}
+		case key == "amount":
+			if err := scanObject(dec, func(k string) error {
+				switch k {
+				case "value":
+					tok, err := dec.ReadToken()
+					if err != nil {
+						return err
+					}
+					if tok.Kind() != '0' {
+						return errors.New("amount.value is not an integer")
+					}
+					f.value = tok.String()
+				case "currency":
+					f.currency, err = scanString(dec, "amount.currency")
+					return err
+				default:
+					return dec.SkipValue()
+				}
+				return nil
+			}); err != nil {
+				return f, err
+			}
+		case key == "additionalData":
+			if dec.PeekKind() == 'n' {
+				_, err = dec.ReadToken()
+				if err != nil {
+					return f, err
+				}
+				continue
+			}
+			if err := scanObject(dec, func(k string) error {
+				if k != "hmacSignature" {
+					return dec.SkipValue()
+				}
+				f.signature, err = scanString(dec, "additionalData.hmacSignature")
+				return err
+			}); err != nil {
+				return f, err
+			}
+		default:
 			if err := dec.SkipValue(); err != nil {
-				return nil, err
+				return f, err
 			}
-			continue
-		}
-		if _, err := dec.ReadToken(); err != nil { // [
-			return nil, err
-		}
-		for dec.PeekKind() == '{' {
-			if _, err := dec.ReadToken(); err != nil {
-				return nil, err
-			}
-			for dec.PeekKind() == '"' {
-				field, err := dec.ReadToken()
-				if err != nil {
-					return nil, err
-				}
-				isItem := field.String() == "NotificationRequestItem"
-				v, err := dec.ReadValue()
-				if err != nil {
-					return nil, err
-				}
-				if isItem {
-					raws = append(raws, bytes.Clone(v))
-				}
-			}
-			if _, err := dec.ReadToken(); err != nil { // }
-				return nil, err
-			}
-		}
-		if _, err := dec.ReadToken(); err != nil { // ]
-			return nil, err
 		}
 	}
-	return raws, nil
+	return f, expect(dec, '}')
+}
+
+// scanObject reads an object from dec, calling field for each name with
+// the decoder at its value, which field must consume.
+func scanObject(dec *jsontext.Decoder, field func(name string) error) error {
+	if err := expect(dec, '{'); err != nil {
+		return err
+	}
+	for dec.PeekKind() == '"' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		if err := field(name.String()); err != nil {
+			return err
+		}
+	}
+	return expect(dec, '}')
+}
+
+// scanString reads a string or null (as "") from dec.
+func scanString(dec *jsontext.Decoder, name string) (string, error) {
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return "", err
+	}
+	switch tok.Kind() {
+	case '"':
+		return tok.String(), nil
+	case 'n':
+		return "", nil
+	}
+	return "", fmt.Errorf("%s is not a string", name)
+}
+
+// expect reads one delimiter token of kind k from dec.
+func expect(dec *jsontext.Decoder, k jsontext.Kind) error {
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return err
+	}
+	if tok.Kind() != k {
+		return fmt.Errorf("expected %q, found %q", k, tok.Kind())
+	}
+	return nil
 }

@@ -39,7 +39,10 @@ type PaddleConfig struct {
 // events dedupe on event_id (notification_id changes per destination and
 // replay); transaction.completed with data.status "completed" fulfils, its
 // payment the transaction (data.id); transaction.paid never does (paid is
-// not yet processed: Paddle says to provision on completed).
+// not yet processed: Paddle says to provision on completed), nor does a
+// transaction Paddle made for a payment method change or a subscription
+// update. A zero-value transaction of a checkout (a free trial's start, a
+// full discount) is a purchase, and fulfils.
 type Paddle struct {
 	secrets        [][]byte
 	tolerance      time.Duration
@@ -143,8 +146,15 @@ func (p *Paddle) mapEnvelope(ev Event, env map[string]any) Event {
 		ev.Note = "transaction status is " + strconv.Quote(status) + ", not completed"
 	case origin == "subscription_recurring" && !p.fulfilRenewals:
 		ev.Note = "a subscription's renewal: renewals fulfil only when configured"
+	case origin == "subscription_payment_method_change" || origin == "subscription_update":
+		// Paddle's own transactions for a changed card or a changed
+		// subscription (often of zero value): no purchase of their own.
+		ev.Note = "a transaction of origin " + strconv.Quote(origin) + " pays for no purchase of its own"
 	default:
 		ev.PaymentID = txn
+		details, _ := data["details"].(map[string]any)
+		totals, _ := details["totals"].(map[string]any)
+		ev.Paid = minorMoney(totals["grand_total"], data["currency_code"])
 	}
 	return ev
 }

@@ -46,10 +46,20 @@ const PayPalFulfilEvent = "PAYMENT.CAPTURE.COMPLETED"
 var PayPalRuleTypes = []string{PayPalFulfilEvent, "PAYMENT.CAPTURE.REFUNDED", "PAYMENT.CAPTURE.REVERSED",
 	"CUSTOMER.DISPUTE.CREATED", "CUSTOMER.DISPUTE.RESOLVED"}
 
-// maxPayPalCerts bounds the certificate cache; PayPal rotates its
+// Bounds of the certificate fetches, which an anonymous request can ask
+// for: the cache holds maxPayPalCerts certificates (PayPal rotates its
 // certificate every year or so, so a handful of URLs is all a deployment
-// sees.
-const maxPayPalCerts = 16
+// sees) and maxPayPalCerts failures, each for payPalFailureTTL (a PayPal
+// that did not answer for payPalUnavailableTTL, so it is asked again soon
+// once it is back, and a flood meanwhile fetches nothing); at most
+// maxPayPalFetches fetches run at once, and a request that would start
+// another is answered ErrUnavailable (503) at once, never held.
+const (
+	maxPayPalCerts   = 16
+	maxPayPalFetches = 4
+	payPalFailureTTL     = time.Minute
+	payPalUnavailableTTL = 5 * time.Second
+)
 
 // PayPalConfig configures PayPal's verification and rules.
 type PayPalConfig struct {
@@ -93,7 +103,15 @@ type PayPal struct {
 
 	mu       sync.Mutex
 	certs    map[string]*x509.Certificate
+	failed   map[string]certFailure
 	inflight map[string]*certCall
+}
+
+// certFailure is a fetch that failed, answered again without fetching
+// until its time is up.
+type certFailure struct {
+	err   error
+	until time.Time
 }
 
 // certCall is one certificate fetch that concurrent deliveries share.
@@ -117,7 +135,7 @@ func NewPayPal(cfg PayPalConfig) (*PayPal, error) {
 		return nil, errors.New("paypal: negative tolerance")
 	}
 	p := &PayPal{webhookIDs: ids, tolerance: cmp.Or(cfg.Tolerance, DefaultTolerance), mode: cfg.Mode, fetch: cfg.Fetch,
-		certs: map[string]*x509.Certificate{}, inflight: map[string]*certCall{}}
+		certs: map[string]*x509.Certificate{}, failed: map[string]certFailure{}, inflight: map[string]*certCall{}}
 	if p.fetch == nil {
 		p.fetch = fetchOverHTTPS
 	}
@@ -219,6 +237,8 @@ func payPalRules(ev Event, resource map[string]any) Event {
 		ev.Unmapped = "no string capture id at resource.id"
 	default:
 		ev.PaymentID = capture
+		amount, _ := resource["amount"].(map[string]any)
+		ev.Paid = decimalMoney(amount["value"], amount["currency_code"])
 	}
 	return ev
 }
@@ -248,22 +268,52 @@ func payPalCertURL(raw string) (string, payPalEnv, error) {
 	}
 	env, ok := payPalCertHosts[u.Hostname()]
 	name, found := strings.CutPrefix(u.EscapedPath(), payPalCertPath)
-	if !ok || !found || name == "" || strings.ContainsAny(name, "/%.") {
+	if !ok || !found || !payPalCertName(name) {
 		return "", payPalEnv{}, bad
 	}
 	return u.String(), env, nil
 }
 
-// certificate returns the certificate at url, from the cache or fetched
-// once however many deliveries ask at the same time.
+// payPalCertName reports whether name is a certificate's name in PayPal's
+// own format, "CERT-" and three groups of eight lower-case hex digits
+// (CERT-360caa42-fca2a594-1d93a270): only such a name is ever fetched.
+func payPalCertName(name string) bool {
+	rest, ok := strings.CutPrefix(name, "CERT-")
+	if !ok || len(rest) != 26 {
+		return false
+	}
+	for i, c := range rest {
+		if i == 8 || i == 17 {
+			if c != '-' {
+				return false
+			}
+		} else if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// certificate returns the certificate at url: from the cache, or a
+// failure from the failure cache, or fetched once however many deliveries
+// ask at the same time; beyond maxPayPalFetches fetches at once,
+// ErrUnavailable without fetching.
 func (p *PayPal) certificate(url string, env payPalEnv) (*x509.Certificate, error) {
 	p.mu.Lock()
 	if c, ok := p.certs[url]; ok {
 		p.mu.Unlock()
 		return c, nil
 	}
+	if f, ok := p.failed[url]; ok && time.Now().Before(f.until) {
+		p.mu.Unlock()
+		return nil, f.err
+	}
 	call, ok := p.inflight[url]
 	if !ok {
+		if len(p.inflight) >= maxPayPalFetches {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("%w: %d certificate fetches already in flight", ErrUnavailable, maxPayPalFetches)
+		}
 		call = &certCall{done: make(chan struct{})}
 		p.inflight[url] = call
 		go func() {
@@ -275,6 +325,16 @@ func (p *PayPal) certificate(url string, env payPalEnv) (*x509.Certificate, erro
 					clear(p.certs)
 				}
 				p.certs[url] = call.cert
+				delete(p.failed, url)
+			} else {
+				if len(p.failed) >= maxPayPalCerts {
+					clear(p.failed)
+				}
+				ttl := payPalFailureTTL
+				if errors.Is(call.err, ErrUnavailable) {
+					ttl = payPalUnavailableTTL
+				}
+				p.failed[url] = certFailure{err: call.err, until: time.Now().Add(ttl)}
 			}
 			p.mu.Unlock()
 			close(call.done)
@@ -346,6 +406,21 @@ func fetchOverHTTPS(ctx context.Context, url string) ([]byte, error) {
 	return raw, nil
 }
 
+// payPalDisputeOutcomes reads a resolved dispute's outcome_code, by
+// PayPal's Disputes API reference: the buyer's favour, the seller's
+// acceptance of the claim (ACCEPTED: the buyer is refunded) and a payout to
+// the buyer (RESOLVED_WITH_PAYOUT) lose the funds; the seller's favour, a
+// claim denied, and a claim the buyer cancelled keep them. NONE and codes
+// not listed are neither, and take nothing back.
+var payPalDisputeOutcomes = map[string]DisputeStage{
+	"RESOLVED_BUYER_FAVOUR":  DisputeLost,
+	"ACCEPTED":               DisputeLost,
+	"RESOLVED_WITH_PAYOUT":   DisputeLost,
+	"RESOLVED_SELLER_FAVOUR": DisputeWon,
+	"DENIED":                 DisputeWon,
+	"CANCELED_BY_BUYER":      DisputeWon,
+}
+
 // payPalReversal reads a refund or dispute, by PayPal's event names: a
 // capture refunded (the refund names its capture by its "up" link; whether
 // it is the whole capture it does not say), or reversed by PayPal (the
@@ -360,6 +435,17 @@ func payPalReversal(eventType string, resource map[string]any) (*Reversal, strin
 		if eventType == "PAYMENT.CAPTURE.REVERSED" {
 			r = &Reversal{Kind: Dispute, Stage: DisputeLost}
 		}
+		if r.Kind == Refund {
+			// The refund's own amount, or, where PayPal states it, everything
+			// refunded of the capture so far.
+			amount, _ := resource["amount"].(map[string]any)
+			r.RefundID, _ = resource["id"].(string)
+			r.Amount = decimalMoney(amount["value"], amount["currency_code"])
+			breakdown, _ := resource["seller_payable_breakdown"].(map[string]any)
+			if total, _ := breakdown["total_refunded_amount"].(map[string]any); total != nil {
+				r.Amount, r.Cumulative = decimalMoney(total["value"], total["currency_code"]), true
+			}
+		}
 		links, _ := resource["links"].([]any)
 		for _, l := range links {
 			link, _ := l.(map[string]any)
@@ -373,10 +459,12 @@ func payPalReversal(eventType string, resource map[string]any) (*Reversal, strin
 		r = &Reversal{Kind: Dispute, Stage: DisputeOpened}
 		if eventType == "CUSTOMER.DISPUTE.RESOLVED" {
 			outcome, _ := resource["dispute_outcome"].(map[string]any)
-			r.Stage = DisputeWon
-			if outcome["outcome_code"] == "RESOLVED_BUYER_FAVOUR" {
-				r.Stage = DisputeLost
+			code, _ := outcome["outcome_code"].(string)
+			stage, known := payPalDisputeOutcomes[code]
+			if !known {
+				return nil, "dispute resolved with outcome " + strconv.Quote(truncate(code, 40)) + ", which Guardian does not know: neither won nor lost"
 			}
+			r.Stage = stage
 		}
 		txns, _ := resource["disputed_transactions"].([]any)
 		if len(txns) > 0 {

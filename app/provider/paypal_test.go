@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,9 +110,9 @@ func newPayPal(t *testing.T, mode provider.Mode, fail error) *payPalSetup {
 		switch {
 		case fail != nil:
 			return nil, fail
-		case strings.HasSuffix(url, "impostor"):
+		case strings.HasSuffix(url, "00000001"):
 			return impostorPEM, nil
-		case strings.HasSuffix(url, "expired"):
+		case strings.HasSuffix(url, "00000002"):
 			return expiredPEM, nil
 		case strings.Contains(url, "sandbox"):
 			return sandboxPEM, nil
@@ -127,7 +129,7 @@ func newPayPal(t *testing.T, mode provider.Mode, fail error) *payPalSetup {
 		switch {
 		case strings.Contains(certURL, "sandbox"):
 			key = sandbox
-		case strings.HasSuffix(certURL, "expired"):
+		case strings.HasSuffix(certURL, "00000002"):
 			key = expired
 		}
 		h, err := provider.SignPayPal(body, key, certURL, webhook, id, at)
@@ -202,11 +204,11 @@ func TestPayPalVerify(t *testing.T) {
 			t.Errorf("%d fetches from hosts that are not PayPal's", n)
 		}
 		// A PayPal URL whose certificate names someone else.
-		h := s.sign(t, body, "https://api.paypal.com/v1/notifications/certs/impostor", payPalWebhook, "t1", now)
+		h := s.sign(t, body, "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-00000001", payPalWebhook, "t1", now)
 		if _, err := s.p.Verify(h, body, now); !errors.Is(err, provider.ErrSignature) {
 			t.Errorf("a certificate naming another host: %v, want ErrSignature", err)
 		}
-		h = s.sign(t, body, "https://api.paypal.com/v1/notifications/certs/expired", payPalWebhook, "t1", now)
+		h = s.sign(t, body, "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-00000002", payPalWebhook, "t1", now)
 		if _, err := s.p.Verify(h, body, now); !errors.Is(err, provider.ErrSignature) {
 			t.Errorf("an expired certificate: %v, want ErrSignature", err)
 		}
@@ -254,8 +256,15 @@ func TestPayPalVerify(t *testing.T) {
 		if _, err := s.p.Verify(h, body, now); !errors.Is(err, provider.ErrUnavailable) {
 			t.Fatalf("%v, want ErrUnavailable", err)
 		}
-		if _, err := s.p.Verify(h, body, now); !errors.Is(err, provider.ErrUnavailable) || s.fetches.Load() != 2 {
-			t.Errorf("a failed fetch was cached: %v after %d fetches", err, s.fetches.Load())
+		// The failure is cached for a few seconds: a flood while PayPal is
+		// down fetches once, and is answered 503 from the cache.
+		for range 50 {
+			if _, err := s.p.Verify(h, body, now); !errors.Is(err, provider.ErrUnavailable) {
+				t.Fatalf("%v, want ErrUnavailable", err)
+			}
+		}
+		if s.fetches.Load() != 1 {
+			t.Errorf("a failed fetch was not cached: %d fetches for 51 deliveries", s.fetches.Load())
 		}
 	})
 }
@@ -318,11 +327,17 @@ func TestPayPalReversals(t *testing.T) {
 		body []byte
 		want *provider.Reversal
 	}{
-		{"Refunded", refund("PAYMENT.CAPTURE.REFUNDED"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Refund}},
+		{"Refunded", refund("PAYMENT.CAPTURE.REFUNDED"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Refund, RefundID: "1Y107995YT783435V", Amount: &provider.Money{Minor: 251, Currency: "USD"}}},
 		{"Reversed", refund("PAYMENT.CAPTURE.REVERSED"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Dispute, Stage: provider.DisputeLost}},
 		{"DisputeOpened", dispute("CUSTOMER.DISPUTE.CREATED", ""), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Dispute, Stage: provider.DisputeOpened}},
 		{"DisputeLost", dispute("CUSTOMER.DISPUTE.RESOLVED", "RESOLVED_BUYER_FAVOUR"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Dispute, Stage: provider.DisputeLost}},
 		{"DisputeWon", dispute("CUSTOMER.DISPUTE.RESOLVED", "RESOLVED_SELLER_FAVOUR"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Dispute, Stage: provider.DisputeWon}},
+		// ACCEPTED: the seller accepted the claim and the buyer was refunded.
+		{"DisputeAcceptedIsLost", dispute("CUSTOMER.DISPUTE.RESOLVED", "ACCEPTED"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Dispute, Stage: provider.DisputeLost}},
+		{"DisputePaidOutIsLost", dispute("CUSTOMER.DISPUTE.RESOLVED", "RESOLVED_WITH_PAYOUT"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Dispute, Stage: provider.DisputeLost}},
+		{"DisputeDeniedIsWon", dispute("CUSTOMER.DISPUTE.RESOLVED", "DENIED"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Dispute, Stage: provider.DisputeWon}},
+		{"DisputeCancelledIsWon", dispute("CUSTOMER.DISPUTE.RESOLVED", "CANCELED_BY_BUYER"), &provider.Reversal{PaymentID: "27M47624FP291604U", Kind: provider.Dispute, Stage: provider.DisputeWon}},
+		{"DisputeOutcomeNoneIsNeither", dispute("CUSTOMER.DISPUTE.RESOLVED", "NONE"), nil},
 		{"OrderApproved", []byte(`{"id":"WH-A","event_type":"CHECKOUT.ORDER.APPROVED","resource":{"id":"ORDER1"}}`), nil},
 	}
 	for _, tt := range tests {
@@ -331,9 +346,81 @@ func TestPayPalReversals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (tt.want == nil) != (ev.Reversal == nil) || (tt.want != nil && *tt.want != *ev.Reversal) || ev.Fulfils() {
+			if (tt.want == nil) != (ev.Reversal == nil) || (tt.want != nil && !reflect.DeepEqual(tt.want, ev.Reversal)) || ev.Fulfils() {
 				t.Errorf("reversal %+v, want %+v", ev.Reversal, tt.want)
 			}
 		})
+	}
+}
+
+// TestPayPalFetchesAreBounded: anonymous requests naming certificates
+// make at most a few fetches at once; the rest are answered
+// ErrUnavailable at once, never held; a name not in PayPal's format is
+// never fetched; a failure is answered from the cache.
+func TestPayPalFetchesAreBounded(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var inFlight, most, fetches atomic.Int32
+	p, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{payPalWebhook}, Fetch: func(ctx context.Context, url string) ([]byte, error) {
+		fetches.Add(1)
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		return nil, errors.New("no such certificate: " + provider.ErrSignature.Error())
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := providertest.PayPalCertificate(t, "messageverificationcerts.paypal.com", time.Now().Add(-time.Hour))
+	now := time.Now()
+	body := []byte(`{"id":"WH-1","event_type":"PAYMENT.CAPTURE.COMPLETED"}`)
+	const requests = 64
+	var unavailable atomic.Int32
+	var wg sync.WaitGroup
+	for i := range requests {
+		h, err := provider.SignPayPal(body, key, fmt.Sprintf("https://api.paypal.com/v1/notifications/certs/CERT-%08x-00000000-00000000", i), payPalWebhook, "t1", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if _, err := p.Verify(h, body, now); errors.Is(err, provider.ErrUnavailable) {
+				unavailable.Add(1)
+			}
+		})
+	}
+	// Every request beyond the bound is answered while the fetches hang.
+	deadline := time.After(10 * time.Second)
+	for unavailable.Load() < requests-4 {
+		select {
+		case <-deadline:
+			t.Fatalf("%d of %d requests answered while %d fetches hang", unavailable.Load(), requests, inFlight.Load())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	close(release)
+	wg.Wait()
+	if most.Load() > 4 || fetches.Load() > 4 {
+		t.Errorf("%d fetches, at most %d at once; want at most 4", fetches.Load(), most.Load())
+	}
+	// A failure is cached: the same URL again fetches nothing.
+	before := fetches.Load()
+	h, _ := provider.SignPayPal(body, key, "https://api.paypal.com/v1/notifications/certs/CERT-00000000-00000000-00000000", payPalWebhook, "t1", now)
+	for range 10 {
+		_, _ = p.Verify(h, body, now)
+	}
+	if fetches.Load() != before {
+		t.Errorf("a failed certificate was fetched again: %d fetches", fetches.Load()-before)
+	}
+	// Names not in PayPal's format are never fetched.
+	for _, name := range []string{"CERT-1", "CERT-360CAA42-FCA2A594-1D93A270", "CERT-360caa42-fca2a594-1d93a27", "cert-360caa42-fca2a594-1d93a270", "CERT-360caa42-fca2a594-1d93a270-0"} {
+		h, _ := provider.SignPayPal(body, key, "https://api.paypal.com/v1/notifications/certs/"+name, payPalWebhook, "t1", now)
+		if _, err := p.Verify(h, body, now); !errors.Is(err, provider.ErrSignature) {
+			t.Errorf("%s: %v, want ErrSignature", name, err)
+		}
+	}
+	if fetches.Load() != before {
+		t.Errorf("a name not in PayPal's format was fetched")
 	}
 }

@@ -38,6 +38,10 @@ type Event struct {
 	// stored, acknowledged and flagged for an operator: nothing paid goes
 	// unseen. Empty otherwise.
 	Unmapped string
+	// Paid is what a paying event says was paid, from its signed fields;
+	// nil where it does not say. A refund's share of the payment is
+	// measured against it.
+	Paid *Money
 	// Reversal is set when the event refunds or disputes a payment, by the
 	// provider's rules (a refund that did not go through is not one); nil
 	// otherwise.
@@ -58,7 +62,7 @@ func (e Event) Fulfils() bool { return e.PaymentID != "" }
 // Verify must be safe for concurrent use. It checks the signature over the
 // exact bytes of body, the timestamp against now within the provider's
 // tolerance both ways, and the payload's shape. Every error it returns wraps
-// one of ErrSignature, ErrTimestamp, ErrMalformed, ErrMode or ErrUnavailable, whose text is fit to show
+// one of ErrSignature, ErrTimestamp, ErrMalformed, ErrMode, ErrNotServed or ErrUnavailable, whose text is fit to show
 // the sender; the wrapping text never holds a secret or an expected
 // signature.
 type Provider interface {
@@ -75,6 +79,14 @@ type Provider interface {
 type Batch interface {
 	Provider
 	VerifyBatch(header http.Header, body []byte, now time.Time) ([]Event, error)
+}
+
+// Capped is a provider whose deliveries are small (Adyen's): the web edge
+// reads at most MaxBodyBytes of a delivery before verifying it, when that
+// is below the deployment's own cap, so a forged body costs no more than a
+// genuine one could.
+type Capped interface {
+	MaxBodyBytes() int64
 }
 
 // VerifyAll verifies a delivery and returns its events: a Batch provider's
@@ -117,6 +129,10 @@ var (
 	// no fault of the sender's (PayPal's certificate host did not answer):
 	// answered 503, so the provider retries, and nothing is stored.
 	ErrUnavailable = errors.New("verification unavailable, retry later")
+	// ErrNotServed means a well-signed delivery for an account this
+	// deployment does not serve: another shop of a public Shopify app whose
+	// client secret signs every shop's deliveries.
+	ErrNotServed = errors.New("delivery for an account this deployment does not serve")
 )
 
 // Mode is the money a deployment serves: live or test. The zero Mode

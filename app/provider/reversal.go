@@ -39,6 +39,18 @@ type Reversal struct {
 	Full bool
 	// Stage is a dispute's; empty for a refund.
 	Stage DisputeStage
+	// Amount is what a refund returned, where its signed fields say: this
+	// refund's own amount, or, when Cumulative, everything refunded of the
+	// payment so far. Whether a refund is whole is then decided against
+	// the amount the payment's own paid event states (Event.Paid), also
+	// when the event itself does not say (fulfilment, "Whole refunds").
+	Amount *Money
+	// Cumulative says Amount is the payment's refunded total so far, not
+	// this refund's alone.
+	Cumulative bool
+	// RefundID names the refund, so that the several events one refund
+	// sends (Stripe's refund.created, refund.updated) count once.
+	RefundID string
 }
 
 // String describes the reversal in a few words, for the event's record.

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -20,6 +22,15 @@ type ShopifyConfig struct {
 	// Mode is the money the deployment serves: an order whose "test" says
 	// otherwise is refused (ErrMode). The zero Mode checks nothing.
 	Mode Mode
+	// Shops are the shops this deployment serves, by their domains
+	// ("example.myshopify.com", and the shop's primary domain where it has
+	// one of its own). A public app's client secret signs every shop's
+	// deliveries, so with Shops set a delivery from any other shop is
+	// refused (ErrNotServed): its X-Shopify-Shop-Domain must be one of
+	// them, and, X-Shopify-Shop-Domain being unsigned, an order must name
+	// one of them in its own signed order_status_url. Empty serves every
+	// shop whose secret is listed (a custom app's secret serves one shop).
+	Shops []string
 }
 
 // Shopify verifies Shopify's HTTPS webhook deliveries: X-Shopify-Hmac-Sha256
@@ -36,6 +47,7 @@ type ShopifyConfig struct {
 type Shopify struct {
 	secrets [][]byte
 	mode    Mode
+	shops   map[string]bool
 }
 
 // ShopifyFulfilTopic is the one Shopify topic that fulfils.
@@ -51,6 +63,16 @@ func NewShopify(cfg ShopifyConfig) (*Shopify, error) {
 		return nil, err
 	}
 	s := &Shopify{mode: cfg.Mode}
+	for _, shop := range cfg.Shops {
+		shop = strings.ToLower(strings.TrimSpace(shop))
+		if shop == "" || strings.ContainsAny(shop, "/:@ ") {
+			return nil, fmt.Errorf("shopify: shop %q is not a domain (example.myshopify.com)", truncate(shop, 80))
+		}
+		if s.shops == nil {
+			s.shops = map[string]bool{}
+		}
+		s.shops[shop] = true
+	}
 	for _, secret := range secrets {
 		s.secrets = append(s.secrets, []byte(secret))
 	}
@@ -84,9 +106,18 @@ func (s *Shopify) Verify(header http.Header, body []byte, _ time.Time) (Event, e
 	if hasNUL(id, topic, delivery) {
 		return Event{}, errNUL
 	}
+	if s.shops != nil && !s.shops[strings.ToLower(header.Get("X-Shopify-Shop-Domain"))] {
+		return Event{}, fmt.Errorf("%w: X-Shopify-Shop-Domain names a shop not in GUARDIAN_SHOPIFY_SHOPS", ErrNotServed)
+	}
 	order, err := parseObject(body)
 	if err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if err := shopifyTopicFits(topic, order); err != nil {
+		return Event{}, err
+	}
+	if s.shops != nil && shopifyKind(order) == shopifyOrderKind && !s.shops[shopifyOrderShop(order)] {
+		return Event{}, fmt.Errorf("%w: the order's order_status_url names no shop in GUARDIAN_SHOPIFY_SHOPS", ErrNotServed)
 	}
 	if test, ok := order["test"].(bool); ok && s.mode.refuses(test) {
 		if test {
@@ -109,9 +140,9 @@ func (s *Shopify) Map(topic string, body []byte) (Event, error) {
 
 // shopifyMap applies the rule for "paid" to ev: an orders/paid delivery
 // names its order when the order itself says it is paid. The topic rides
-// in an unsigned header, so the signed body must say "paid" on its own: a
-// signed body of another kind (a customer, with a numeric id too) sent
-// under orders/paid names no order and is flagged, never fulfilled.
+// in an unsigned header, so the signed body must say what it is on its own
+// (shopifyTopicFits): a signed body of another kind sent under orders/paid
+// names no order and is flagged, never fulfilled.
 func shopifyMap(ev Event, order map[string]any) Event {
 	if ev.Type != ShopifyFulfilTopic {
 		ev.Reversal, ev.Note = shopifyReversal(ev.Type, order)
@@ -129,27 +160,105 @@ func shopifyMap(ev Event, order map[string]any) Event {
 	case status != "paid":
 		ev.Note = "order financial_status is " + strconv.Quote(status) + ", not paid"
 	default:
-		ev.PaymentID = strconv.FormatUint(n, 10)
+		ev.PaymentID, ev.Paid = strconv.FormatUint(n, 10), shopifyPaid(order)
 	}
 	return ev
 }
 
-// shopifyReversal reads a refund or dispute by its topic and, the topic
-// being unsigned, by what the signed body is: refunds/create carries a
-// refund (its order_id; whether it is the whole order it does not say);
-// orders/updated an order whose financial_status says refunded (the whole
-// order) or partially_refunded; disputes/create and disputes/update a
-// chargeback (its order_id; won or lost when it closes; an inquiry is no
-// chargeback). Anything else is no reversal.
+// shopifyPaid is what an order says the buyer paid: total_price_set's
+// presentment money where present (the currency the buyer paid in, which
+// the order's refund transactions use), else total_price in the order's
+// currency.
+func shopifyPaid(order map[string]any) *Money {
+	set, _ := order["total_price_set"].(map[string]any)
+	if pm, _ := set["presentment_money"].(map[string]any); pm != nil {
+		if m := decimalMoney(pm["amount"], pm["currency_code"]); m != nil {
+			return m
+		}
+	}
+	return decimalMoney(order["total_price"], order["currency"])
+}
+
+// What a Shopify body is, by its own signed fields.
+const (
+	shopifyOrderKind   = "an order"
+	shopifyRefundKind  = "a refund"
+	shopifyDisputeKind = "a dispute"
+	shopifyOtherKind   = "no order, refund or dispute"
+)
+
+// shopifyTopics are the topics Guardian acts on, and the kind of body each
+// delivers.
+var shopifyTopics = map[string]string{
+	"orders/paid": shopifyOrderKind, "orders/updated": shopifyOrderKind, "orders/create": shopifyOrderKind,
+	"refunds/create":  shopifyRefundKind,
+	"disputes/create": shopifyDisputeKind, "disputes/update": shopifyDisputeKind,
+}
+
+// shopifyKind says what a body is by the fields only that kind carries
+// (Shopify's Order, Refund and Dispute resources): an order its
+// financial_status; a refund its order_id and its refund_line_items or
+// transactions; a dispute its order_id, type and status. Each excludes the
+// others' marks, so no body is two kinds.
+func shopifyKind(body map[string]any) string {
+	has := func(k string) bool { _, ok := body[k]; return ok }
+	_, refundLines := body["refund_line_items"].([]any)
+	_, txns := body["transactions"].([]any)
+	switch {
+	case has("financial_status") && !has("order_id"):
+		return shopifyOrderKind
+	case has("order_id") && (refundLines || txns) && !has("financial_status") && !has("type"):
+		return shopifyRefundKind
+	case has("order_id") && has("type") && has("status") && !has("financial_status") && !refundLines && !txns:
+		return shopifyDisputeKind
+	}
+	return shopifyOtherKind
+}
+
+// shopifyTopicFits refuses a body that is not what its unsigned topic says
+// it delivers, for every topic Guardian acts on: a dispute's body resent
+// under refunds/create, or a refund's under orders/paid, proves nothing of
+// what the topic claims (docs/security.md).
+func shopifyTopicFits(topic string, body map[string]any) error {
+	want, acts := shopifyTopics[topic]
+	if !acts {
+		return nil // a topic Guardian decides nothing on
+	}
+	if got := shopifyKind(body); got != want {
+		return fmt.Errorf("%w: the signed body is %s, not what X-Shopify-Topic %s delivers", ErrMalformed, got, topic)
+	}
+	return nil
+}
+
+// shopifyOrderShop is the shop an order names in its own signed fields:
+// the host of its order_status_url, lower case; "" where it names none.
+func shopifyOrderShop(order map[string]any) string {
+	raw, _ := order["order_status_url"].(string)
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.User != nil {
+		return ""
+	}
+	return strings.ToLower(u.Hostname())
+}
+
+// shopifyReversal reads a refund or dispute by its topic, whose body
+// shopifyTopicFits has checked is what the topic delivers: refunds/create
+// carries a refund (its order_id, and the amount of its successful refund
+// transactions); orders/updated an order whose financial_status says
+// refunded (the whole order) or partially_refunded; disputes/create and
+// disputes/update a chargeback (its order_id; an inquiry is no chargeback),
+// lost when it closed lost, was accepted by the merchant or refunded
+// (accepted, charge_refunded), won when won, open otherwise (needs_response,
+// under_review). Anything else is no reversal.
 func shopifyReversal(topic string, body map[string]any) (*Reversal, string) {
 	var r *Reversal
 	orderID := body["order_id"]
 	switch topic {
 	case "refunds/create":
-		if orderID == nil {
-			return nil, "not a refund: no order_id, whatever the unsigned X-Shopify-Topic says"
+		if shopifyKind(body) != shopifyRefundKind {
+			return nil, "not a refund, whatever the unsigned X-Shopify-Topic says"
 		}
-		r = &Reversal{Kind: Refund}
+		r = &Reversal{Kind: Refund, RefundID: idText(body["id"]), Amount: shopifyRefunded(body)}
 	case "orders/updated":
 		status, _ := body["financial_status"].(string)
 		switch status {
@@ -162,14 +271,14 @@ func shopifyReversal(topic string, body map[string]any) (*Reversal, string) {
 		}
 		orderID = body["id"]
 	case "disputes/create", "disputes/update":
-		if kind, _ := body["type"].(string); kind != "chargeback" || orderID == nil {
-			return nil, "not a chargeback: an inquiry, or no order_id"
+		if kind, _ := body["type"].(string); kind != "chargeback" || shopifyKind(body) != shopifyDisputeKind {
+			return nil, "not a chargeback: an inquiry, or no dispute"
 		}
 		r = &Reversal{Kind: Dispute, Stage: DisputeOpened}
 		switch body["status"] {
 		case "won":
 			r.Stage = DisputeWon
-		case "lost":
+		case "lost", "accepted", "charge_refunded":
 			r.Stage = DisputeLost
 		}
 	default:
@@ -182,4 +291,26 @@ func shopifyReversal(topic string, body map[string]any) (*Reversal, string) {
 	}
 	r.PaymentID = strconv.FormatUint(n, 10)
 	return r, ""
+}
+
+// shopifyRefunded sums a refund's successful refund transactions, all in
+// one currency; nil when there are none or they are not all readable.
+func shopifyRefunded(refund map[string]any) *Money {
+	txns, _ := refund["transactions"].([]any)
+	var sum *Money
+	for _, t := range txns {
+		txn, _ := t.(map[string]any)
+		if txn["kind"] != "refund" || txn["status"] != "success" {
+			continue
+		}
+		m := decimalMoney(txn["amount"], txn["currency"])
+		if m == nil || (sum != nil && sum.Currency != m.Currency) {
+			return nil
+		}
+		if sum == nil {
+			sum = &Money{Currency: m.Currency}
+		}
+		sum.Minor += m.Minor
+	}
+	return sum
 }

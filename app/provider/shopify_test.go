@@ -118,7 +118,7 @@ func TestShopifyRules(t *testing.T) {
 		{"CreateNeverFulfils", ModeLive, "orders/create", variant(nil), "", "", nil},
 		{"AuthorizedWaits", ModeLive, "orders/paid", variant(func(o map[string]any) { o["financial_status"] = "authorized" }), "", `financial_status is "authorized"`, nil},
 		{"StringIDIsFlagged", ModeLive, "orders/paid", variant(func(o map[string]any) { o["id"] = "450789469" }), "", "no positive integer order id", nil},
-		{"NotAnOrderIsFlagged", ModeLive, "orders/paid", []byte(`{"id":207119551,"email":"bob.norman@hostmail.com","orders_count":1}`), "", "not an order", nil},
+		{"NotAnOrderIsRefused", ModeLive, "orders/paid", []byte(`{"id":207119551,"email":"bob.norman@hostmail.com","orders_count":1}`), "", "", ErrMalformed},
 		{"FractionIDIsFlagged", ModeLive, "orders/paid", variant(func(o map[string]any) { o["id"] = 4.5 }), "", "no positive integer order id", nil},
 		{"TestOrderAtLive", ModeLive, "orders/paid", variant(func(o map[string]any) { o["test"] = true }), "", "", ErrMode},
 		{"LiveOrderAtTest", ModeTest, "orders/paid", variant(nil), "", "", ErrMode},
@@ -166,23 +166,29 @@ func TestShopifyReversals(t *testing.T) {
 	tests := []struct {
 		name, topic, body string
 		want              *Reversal
+		err               error
 	}{
-		{"TheLibrarysRefund", "refunds/create", string(loadTestdata(t, "shopify/refund.json", nil)), &Reversal{PaymentID: "450789469", Kind: Refund}},
-		{"OrderRefunded", "orders/updated", `{"id":450789469,"financial_status":"refunded","test":false}`, &Reversal{PaymentID: "450789469", Kind: Refund, Full: true}},
-		{"OrderPartlyRefunded", "orders/updated", `{"id":450789469,"financial_status":"partially_refunded","test":false}`, &Reversal{PaymentID: "450789469", Kind: Refund}},
-		{"OrderUpdatedOtherwise", "orders/updated", `{"id":450789469,"financial_status":"paid","test":false}`, nil},
-		{"ChargebackOpened", "disputes/create", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"needs_response"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeOpened}},
-		{"ChargebackLost", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"lost"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeLost}},
-		{"ChargebackWon", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"won"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeWon}},
-		{"Inquiry", "disputes/create", `{"id":598735659,"order_id":450789469,"type":"inquiry","status":"needs_response"}`, nil},
-		{"AnOrderSentAsARefund", "refunds/create", `{"id":450789469,"financial_status":"paid","test":false}`, nil},
+		{"TheLibrarysRefund", "refunds/create", string(loadTestdata(t, "shopify/refund.json", nil)), &Reversal{PaymentID: "450789469", Kind: Refund, RefundID: "509562969", Amount: &Money{20900, "USD"}}, nil},
+		{"OrderRefunded", "orders/updated", `{"id":450789469,"financial_status":"refunded","test":false}`, &Reversal{PaymentID: "450789469", Kind: Refund, Full: true}, nil},
+		{"OrderPartlyRefunded", "orders/updated", `{"id":450789469,"financial_status":"partially_refunded","test":false}`, &Reversal{PaymentID: "450789469", Kind: Refund}, nil},
+		{"OrderUpdatedOtherwise", "orders/updated", `{"id":450789469,"financial_status":"paid","test":false}`, nil, nil},
+		{"ChargebackOpened", "disputes/create", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"needs_response"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeOpened}, nil},
+		{"ChargebackLost", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"lost"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeLost}, nil},
+		{"ChargebackWon", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"won"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeWon}, nil},
+		{"Inquiry", "disputes/create", `{"id":598735659,"order_id":450789469,"type":"inquiry","status":"needs_response"}`, nil, nil},
+		{"ChargebackAcceptedIsLost", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"accepted"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeLost}, nil},
+		{"ChargebackRefundedIsLost", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"charge_refunded"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeLost}, nil},
+		{"AnOrderSentAsARefund", "refunds/create", `{"id":450789469,"financial_status":"paid","test":false}`, nil, ErrMalformed},
+		{"ADisputeSentAsARefund", "refunds/create", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"won"}`, nil, ErrMalformed},
+		{"ARefundSentAsADispute", "disputes/update", string(loadTestdata(t, "shopify/refund.json", nil)), nil, ErrMalformed},
+		{"ARefundSentAsAnOrder", "orders/paid", string(loadTestdata(t, "shopify/refund.json", nil)), nil, ErrMalformed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ev, err := s.Verify(SignShopify([]byte(tt.body), secret, tt.topic, "evt-"+tt.name), []byte(tt.body), time.Now())
-			if err != nil {
-				t.Fatal(err)
+			if !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+				t.Fatalf("Verify = %v, want %v", err, tt.err)
 			}
 			if !reflect.DeepEqual(ev.Reversal, tt.want) || ev.Fulfils() {
 				t.Errorf("reversal %+v, want %+v", ev.Reversal, tt.want)

@@ -144,15 +144,18 @@ func ResignAdyen(body []byte, hexKey string) ([]byte, error) {
 	if err := dec.Decode(&env); err != nil {
 		return nil, err
 	}
+	var signing []string
+	if _, err := scanAdyen(body, func(_ int, f adyenItem, _ []byte) error {
+		signing = append(signing, f.signingString())
+		return nil
+	}); err != nil {
+		return nil, err
+	}
 	list, _ := env["notificationItems"].([]any)
-	for _, w := range list {
+	for i, w := range list {
 		item, _ := w.(map[string]any)["NotificationRequestItem"].(map[string]any)
-		f, err := readAdyenItem(item)
-		if err != nil {
-			return nil, err
-		}
 		mac := hmac.New(sha256.New, key)
-		mac.Write([]byte(f.signingString()))
+		mac.Write([]byte(signing[i]))
 		extra, _ := item["additionalData"].(map[string]any)
 		if extra == nil {
 			extra = map[string]any{}

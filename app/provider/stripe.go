@@ -145,7 +145,22 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 	case ev.PaymentID == "" && ev.Note == "" && ev.Unmapped == "":
 		ev.Unmapped = "no payment id in data.object"
 	}
+	if ev.PaymentID != "" {
+		ev.Paid = stripePaid(object)
+	}
 	return ev, nil
+}
+
+// stripePaid is what a paying object says was paid, in minor units: a
+// Checkout Session's amount_total, a payment intent's amount_received, an
+// invoice's amount_paid.
+func stripePaid(object map[string]any) *Money {
+	for _, field := range []string{"amount_total", "amount_received", "amount_paid"} {
+		if v, ok := object[field]; ok {
+			return minorMoney(v, object["currency"])
+		}
+	}
+	return nil
 }
 
 // Map applies Stripe's rules to a stored body (Mapper).
@@ -238,11 +253,14 @@ func stripeReversal(eventType string, object map[string]any) (*Reversal, string)
 	case "charge.refunded":
 		r.Kind = Refund
 		r.Full, _ = object["refunded"].(bool) // true once the whole charge is refunded
+		r.Amount, r.Cumulative = minorMoney(object["amount_refunded"], object["currency"]), true
 	case "refund.created", "refund.updated":
 		if st := str("status"); st != "succeeded" {
 			return nil, "refund status is " + strconv.Quote(st) + ", not succeeded"
 		}
-		r.Kind = Refund // the refund alone does not say whether it is the whole charge
+		// The refund alone does not say whether it is the whole charge: its
+		// amount is measured against the payment's.
+		r.Kind, r.RefundID, r.Amount = Refund, str("id"), minorMoney(object["amount"], object["currency"])
 	case "charge.dispute.closed":
 		r.Kind = Dispute
 		switch str("status") {

@@ -132,9 +132,9 @@ func TestStripeReversals(t *testing.T) {
 		object          map[string]any
 		want            *Reversal // nil: not a reversal
 	}{
-		{"ChargeFullyRefunded", "charge.refunded", of("charge", map[string]any{"amount_refunded": 100, "refunded": true}), &Reversal{PaymentID: pi, Kind: Refund, Full: true}},
-		{"ChargePartlyRefunded", "charge.refunded", of("charge", map[string]any{"amount_refunded": 40, "refunded": false}), &Reversal{PaymentID: pi, Kind: Refund}},
-		{"RefundSucceeded", "refund.created", of("refund", nil), &Reversal{PaymentID: pi, Kind: Refund}},
+		{"ChargeFullyRefunded", "charge.refunded", of("charge", map[string]any{"amount_refunded": 100, "refunded": true}), &Reversal{PaymentID: pi, Kind: Refund, Full: true, Amount: &Money{100, "USD"}, Cumulative: true}},
+		{"ChargePartlyRefunded", "charge.refunded", of("charge", map[string]any{"amount_refunded": 40, "refunded": false}), &Reversal{PaymentID: pi, Kind: Refund, Amount: &Money{40, "USD"}, Cumulative: true}},
+		{"RefundSucceeded", "refund.created", of("refund", map[string]any{"id": "re_1", "amount": 250, "currency": "eur"}), &Reversal{PaymentID: pi, Kind: Refund, RefundID: "re_1", Amount: &Money{250, "EUR"}}},
 		{"RefundPending", "refund.created", of("refund", map[string]any{"status": "pending"}), nil},
 		{"RefundFailed", "refund.updated", of("refund", map[string]any{"status": "failed"}), nil},
 		{"DisputeOpened", "charge.dispute.created", of("dispute", nil), &Reversal{PaymentID: pi, Kind: Dispute, Stage: DisputeOpened}},

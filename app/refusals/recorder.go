@@ -63,7 +63,7 @@ func New(store *db.Store, m *metrics.Metrics, logger *slog.Logger) *Recorder {
 // Record queues r, starting the writer on first use, or drops it when the
 // queue is full. It never waits.
 func (l *Recorder) Record(r db.Refusal) {
-	l.metrics.Refused(r.Provider, r.Reason)
+	l.metrics.Refused(r.Provider, string(r.Reason))
 	if l.store == nil {
 		return
 	}
@@ -94,16 +94,31 @@ func (l *Recorder) run() {
 				break drain
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := db.InsertRefusals(ctx, l.store.Pool(), batch); err != nil {
-			l.logger.Warn("could not record refused requests", "rows", len(batch), "error", err)
-		}
-		cancel()
+		l.write(batch)
 		select {
 		case <-time.After(time.Duration(len(batch)) * time.Second / refusalRate):
 		case <-l.stop:
 			return
 		}
+	}
+}
+
+// write records a batch in one statement; a batch Postgres refuses is
+// written again row by row, so a row that cannot be written (a poison
+// row) is lost alone and never takes its neighbours with it.
+func (l *Recorder) write(batch []db.Refusal) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := db.InsertRefusals(ctx, l.store.Pool(), batch)
+	if err == nil {
+		return
+	}
+	if len(batch) == 1 {
+		l.logger.Warn("could not record a refused request", "reason", batch[0].Reason, "error", err)
+		return
+	}
+	for _, r := range batch {
+		l.write([]db.Refusal{r})
 	}
 }
 

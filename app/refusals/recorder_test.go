@@ -55,3 +55,23 @@ func sum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return total
 }
+
+// TestAPoisonRowIsLostAlone: a refusal Postgres cannot store fails alone;
+// the refusals queued beside it are written.
+func TestAPoisonRowIsLostAlone(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	m, err := metrics.New(prometheus.NewRegistry(), nil, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	r := refusals.New(db.New(d.Pool), m, slog.New(slog.DiscardHandler))
+	defer r.Close()
+	for i := range 9 {
+		reason := db.RefusedSignature
+		if i == 4 {
+			reason = "no-such-reason" // what the constraint refuses
+		}
+		r.Record(db.Refusal{At: time.Now(), Provider: "stripe", Reason: reason, Detail: "d", Client: "203.0.113.9"})
+	}
+	require.Eventually(t, func() bool { return d.Count(t, `SELECT count(*) FROM refused_delivery`) == 8 }, 10*time.Second, 10*time.Millisecond,
+		"the eight good refusals are written beside the poison one")
+}
