@@ -55,8 +55,8 @@ var PayPalRuleTypes = []string{PayPalFulfilEvent, "PAYMENT.CAPTURE.REFUNDED", "P
 // maxPayPalFetches fetches run at once, and a request that would start
 // another is answered ErrUnavailable (503) at once, never held.
 const (
-	maxPayPalCerts   = 16
-	maxPayPalFetches = 4
+	maxPayPalCerts       = 16
+	maxPayPalFetches     = 4
 	payPalFailureTTL     = time.Minute
 	payPalUnavailableTTL = 5 * time.Second
 )
