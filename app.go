@@ -173,7 +173,7 @@ func (a *App) buildProviders() ([]provider.Provider, error) {
 			return provider.NewPaddle(provider.PaddleConfig{Secrets: cfg.PaddleSecrets, Tolerance: cfg.Tolerance, FulfilRenewals: cfg.PaddleFulfilRenewals})
 		},
 		"shopify": func() (provider.Provider, error) {
-			return provider.NewShopify(provider.ShopifyConfig{Secrets: cfg.ShopifySecrets, Mode: cfg.Mode})
+			return provider.NewShopify(provider.ShopifyConfig{Secrets: cfg.ShopifySecrets, Mode: cfg.Mode, Shops: cfg.ShopifyShops})
 		},
 		"lemonsqueezy": func() (provider.Provider, error) {
 			return provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: cfg.LemonSqueezySecrets, Mode: cfg.Mode})

@@ -60,6 +60,11 @@ type Config struct {
 	// these signing secrets (the app's client secret or the store's webhook
 	// signing key; comma-separated, old and new while rotating).
 	ShopifySecrets []string
+	// ShopifyShops, when set, are the only shops served: a public app's
+	// client secret signs every installing shop's deliveries, so others are
+	// refused (comma-separated domains, each shop's myshopify.com domain
+	// and its primary domain where it has its own).
+	ShopifyShops []string
 	// LemonSqueezySecrets, when set, serves Lemon Squeezy at
 	// /webhooks/lemonsqueezy with these signing secrets (comma-separated;
 	// old and new while rotating).
@@ -269,6 +274,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		PaddleSecrets:        List(getenv("GUARDIAN_PADDLE_SECRETS"), ","),
 		PaddleFulfilRenewals: boolean("GUARDIAN_PADDLE_FULFIL_RENEWALS", false),
 		ShopifySecrets:       List(getenv("GUARDIAN_SHOPIFY_SECRETS"), ","),
+		ShopifyShops:         List(getenv("GUARDIAN_SHOPIFY_SHOPS"), ","),
 		LemonSqueezySecrets:  List(getenv("GUARDIAN_LEMONSQUEEZY_SECRETS"), ","),
 		AdyenHMACKeys:        List(getenv("GUARDIAN_ADYEN_HMAC_KEYS"), ","),
 		PayPalWebhookIDs:     List(getenv("GUARDIAN_PAYPAL_WEBHOOK_IDS"), ","),
@@ -674,7 +680,7 @@ var Variables = []string{
 	"GUARDIAN_PADDLE_API_KEY", "GUARDIAN_PADDLE_API_URL", "GUARDIAN_PADDLE_FULFIL_RENEWALS", "GUARDIAN_PADDLE_SECRETS", "GUARDIAN_PAYLOAD_RETENTION",
 	"GUARDIAN_PAYPAL_API_URL", "GUARDIAN_PAYPAL_CLIENT_ID", "GUARDIAN_PAYPAL_CLIENT_SECRET", "GUARDIAN_PAYPAL_WEBHOOK_IDS", "GUARDIAN_PPROF", "GUARDIAN_PPROF_ADDR",
 	"GUARDIAN_PPROF_ALLOW_REMOTE", "GUARDIAN_PUBLIC_URL", "GUARDIAN_RECONCILE_GRACE", "GUARDIAN_RECONCILE_INTERVAL",
-	"GUARDIAN_REDIS_PREFIX", "GUARDIAN_REVOKE_ON", "GUARDIAN_SESSION_TTL", "GUARDIAN_SHOPIFY_SECRETS", "GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_REFUND_TYPES", "GUARDIAN_STANDARD_SECRETS",
+	"GUARDIAN_REDIS_PREFIX", "GUARDIAN_REVOKE_ON", "GUARDIAN_SESSION_TTL", "GUARDIAN_SHOPIFY_SECRETS", "GUARDIAN_SHOPIFY_SHOPS", "GUARDIAN_STANDARD_FULFIL_TYPES", "GUARDIAN_STANDARD_PAYMENT_PATH", "GUARDIAN_STANDARD_REFUND_TYPES", "GUARDIAN_STANDARD_SECRETS",
 	"GUARDIAN_STRIPE_API_KEY", "GUARDIAN_STRIPE_API_URL", "GUARDIAN_STRIPE_BACKFILL_INTERVAL", "GUARDIAN_STRIPE_FULFIL_TYPES",
 	"GUARDIAN_STRIPE_SECRETS", "GUARDIAN_SWEEP_INTERVAL", "GUARDIAN_TIMESTAMP_TOLERANCE", "GUARDIAN_TOKEN_STORE",
 	"GUARDIAN_TRUSTED_PROXIES", "GUARDIAN_URL", "GUARDIAN_WORKERS",

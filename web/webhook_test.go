@@ -118,6 +118,10 @@ type setupOpts struct {
 	logs io.Writer
 	// fulfilment, when set, adjusts the domain's configuration.
 	fulfilment func(*fulfilment.Config)
+	// shopifyShops is GUARDIAN_SHOPIFY_SHOPS.
+	shopifyShops []string
+	// stripeMode is the mode Stripe's provider serves.
+	stripeMode provider.Mode
 }
 
 func setup(t *testing.T, opts setupOpts) *testBundle {
@@ -164,13 +168,13 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	}})
 	st.Start(t)
 	service, client := st.Service, st.Client
-	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}})
+	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}, Mode: opts.stripeMode})
 	require.NoError(t, err)
 	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: []string{standardSecret}})
 	require.NoError(t, err)
 	paddle, err := provider.NewPaddle(provider.PaddleConfig{Secrets: []string{paddleSecret, paddleOldSecret}})
 	require.NoError(t, err)
-	shopify, err := provider.NewShopify(provider.ShopifyConfig{Secrets: []string{shopifySecret, shopifyOldSecret}})
+	shopify, err := provider.NewShopify(provider.ShopifyConfig{Secrets: []string{shopifySecret, shopifyOldSecret}, Shops: opts.shopifyShops})
 	require.NoError(t, err)
 	lemon, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: []string{lemonSecret, lemonOldSecret}})
 	require.NoError(t, err)

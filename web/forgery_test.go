@@ -1,0 +1,143 @@
+package web_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/provider"
+)
+
+// What an attacker holding one genuine signed delivery can make of it,
+// through the HTTP edge, each with the provider's own scheme (issue 31).
+
+// TestAdyenReSplitBuysNothing: Adyen signs eight fields joined by ':'
+// unescaped, so a genuine item whose merchantReference holds a colon
+// verifies again with the colon moved between fields: a new
+// pspReference, a new payment. The re-split item is refused and the
+// receiver acts once.
+func TestAdyenReSplitBuysNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	genuine, err := provider.SignAdyen([]provider.AdyenItem{{EventCode: "AUTHORISATION", PSPReference: "8815329842815468",
+		MerchantAccount: "ShopAccount", MerchantReference: "order:42", Value: 1999, Currency: "EUR", Success: true}}, adyenKey, false)
+	require.NoError(t, err)
+	got := b.post(t, "/webhooks/adyen", http.Header{"Content-Type": {"application/json"}}, genuine)
+	require.Equal(t, http.StatusOK, got.code, string(got.raw))
+
+	// The forgery: the genuine signature over the fields split another way.
+	var env map[string]any
+	require.NoError(t, json.Unmarshal(genuine, &env))
+	item := env["notificationItems"].([]any)[0].(map[string]any)["NotificationRequestItem"].(map[string]any)
+	item["pspReference"], item["originalReference"] = "8815329842815468:", "ShopAccount"
+	item["merchantAccountCode"], item["merchantReference"] = "order", "42"
+	forged, err := json.Marshal(env)
+	require.NoError(t, err)
+	got = b.post(t, "/webhooks/adyen", http.Header{"Content-Type": {"application/json"}}, forged)
+	require.Equal(t, http.StatusBadRequest, got.code, string(got.raw))
+	require.Contains(t, string(got.raw), "colon")
+
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE provider = 'adyen'`), "the re-split item stored nothing")
+	require.Eventually(t, func() bool { return len(b.rec.Calls()) == 1 }, 15*time.Second, 10*time.Millisecond)
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = '8815329842815468:'`))
+}
+
+// TestZeroAmountAuthorisationPaysNothing: a zero-amount Adyen
+// authorisation (a card saved) is stored and acknowledged, and fulfils
+// nothing.
+func TestZeroAmountAuthorisationPaysNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	body, err := provider.SignAdyen([]provider.AdyenItem{{EventCode: "AUTHORISATION", PSPReference: "ZEROAUTH0000001",
+		MerchantAccount: "Shop", MerchantReference: "card-on-file", Value: 0, Currency: "EUR", Success: true}}, adyenKey, false)
+	require.NoError(t, err)
+	got := b.post(t, "/webhooks/adyen", http.Header{"Content-Type": {"application/json"}}, body)
+	require.Equal(t, http.StatusOK, got.code, string(got.raw))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE provider = 'adyen' AND payment_id IS NULL`))
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
+}
+
+// TestShopifyRelabelledTopicBuysNothing: Shopify signs the body, not the
+// topic header. A won dispute's genuine body resent under refunds/create
+// with a made-up event id is refused, and the paid order is not taken
+// back.
+func TestShopifyRelabelledTopicBuysNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	order := shopifyOrder("orders/paid", "7001", "paid")
+	got := b.post(t, "/webhooks/shopify", provider.SignShopify(order, shopifySecret, "orders/paid", "evt-paid-7001"), order)
+	require.Equal(t, http.StatusOK, got.code, string(got.raw))
+	require.Eventually(t, func() bool { return len(b.rec.Calls()) == 1 }, 15*time.Second, 10*time.Millisecond)
+
+	won := []byte(`{"id":598735659,"order_id":7001,"type":"chargeback","amount":"11.50","currency":"USD","reason":"fraudulent","status":"won","evidence_due_by":"2026-12-20T00:00:00Z"}`)
+	got = b.post(t, "/webhooks/shopify", provider.SignShopify(won, shopifySecret, "disputes/update", "evt-won-7001"), won)
+	require.Equal(t, http.StatusOK, got.code, "the genuine delivery is taken: %s", got.raw)
+	for i, topic := range []string{"refunds/create", "orders/updated", "orders/paid"} {
+		got = b.post(t, "/webhooks/shopify", provider.SignShopify(won, shopifySecret, topic, fmt.Sprintf("made-up-%d", i)), won)
+		require.Equal(t, http.StatusBadRequest, got.code, "%s: %s", topic, got.raw)
+	}
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE event_id LIKE 'made-up-%'`))
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE reverses IS NOT NULL`))
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE action = 'revoke'`), "nothing is taken back")
+}
+
+// TestForeignShopIsRefused: with GUARDIAN_SHOPIFY_SHOPS set, a delivery
+// signed with the app's shared secret for another shop is refused,
+// whether its unsigned X-Shopify-Shop-Domain says so or lies.
+func TestForeignShopIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{shopifyShops: []string{"ours.myshopify.com"}})
+	order := func(shop, id string) []byte {
+		var o map[string]any
+		require.NoError(t, json.Unmarshal(shopifyOrder("orders/paid", id, "paid"), &o))
+		o["order_status_url"] = "https://" + shop + "/548380009/orders/b1946ac92492d2347c6235b4d2611184/authenticate?key=k"
+		out, err := json.Marshal(o)
+		require.NoError(t, err)
+		return out
+	}
+	send := func(body []byte, headerShop, id string) answer {
+		h := provider.SignShopify(body, shopifySecret, "orders/paid", id)
+		h.Set("X-Shopify-Shop-Domain", headerShop)
+		return b.post(t, "/webhooks/shopify", h, body)
+	}
+	require.Equal(t, http.StatusOK, send(order("ours.myshopify.com", "8001"), "ours.myshopify.com", "evt-ours").code)
+	got := send(order("theirs.myshopify.com", "8002"), "theirs.myshopify.com", "evt-theirs")
+	require.Equal(t, http.StatusBadRequest, got.code, string(got.raw))
+	got = send(order("theirs.myshopify.com", "8003"), "ours.myshopify.com", "evt-lying")
+	require.Equal(t, http.StatusBadRequest, got.code, "an unsigned header naming our shop proves nothing: %s", got.raw)
+	require.True(t, strings.Contains(string(got.raw), "does not serve"), string(got.raw))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE provider = 'shopify'`))
+	require.Eventually(t, func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM refused_delivery WHERE provider = 'shopify' AND reason = 'foreign'`) == 2
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestModeRefusalsAreRecordedWithTheirNeighbours: a well-signed event of
+// the other mode (a test event at a live deployment), refused at the same
+// moment as forged ones, is listed with every one of them: before
+// migration 00031 its row broke the batch that held them all.
+func TestModeRefusalsAreRecordedWithTheirNeighbours(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{stripeMode: provider.ModeLive})
+	testEvent := []byte(`{"id":"evt_test_mode","object":"event","type":"checkout.session.completed","livemode":false,"data":{"object":{"id":"cs_1","payment_status":"paid","payment_intent":"pi_test_mode"}}}`)
+	done := make(chan answer, 6)
+	for i := range 5 {
+		go func() {
+			done <- b.post(t, "/webhooks/stripe", http.Header{"Stripe-Signature": {fmt.Sprintf("t=%d,v1=%064d", time.Now().Unix(), i)}}, []byte(`{}`))
+		}()
+	}
+	go func() { done <- b.post(t, "/webhooks/stripe", provider.SignStripe(testEvent, stripeSecret, time.Now()), testEvent) }()
+	for range 6 {
+		require.Equal(t, http.StatusBadRequest, (<-done).code)
+	}
+	require.Eventually(t, func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM refused_delivery WHERE reason = 'signature'`) == 5 &&
+			b.db.Count(t, `SELECT count(*) FROM refused_delivery WHERE reason = 'mode'`) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
+}
