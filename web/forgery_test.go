@@ -141,3 +141,32 @@ func TestModeRefusalsAreRecordedWithTheirNeighbours(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
 }
+
+// TestRefusedFloodIsLimitedPerAddress: an address sending forgeries is
+// answered 429 once its refusal budget is spent, and its refusals stop
+// reaching the record; a well-signed delivery from the same address is
+// taken all the same, and another address keeps its own budget.
+func TestRefusedFloodIsLimitedPerAddress(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{trustedProxies: []string{"127.0.0.1/32"}})
+	from := func(addr string, h http.Header) http.Header {
+		h = h.Clone()
+		h.Set("X-Forwarded-For", addr)
+		return h
+	}
+	forged := http.Header{"Stripe-Signature": {fmt.Sprintf("t=%d,v1=%064d", time.Now().Unix(), 0)}}
+	codes := map[int]int{}
+	for range 300 {
+		codes[b.post(t, "/webhooks/stripe", from("203.0.113.7", forged), []byte(`{}`)).code]++
+	}
+	require.Positive(t, codes[http.StatusTooManyRequests], "a flood of forgeries is limited: %v", codes)
+	require.LessOrEqual(t, codes[http.StatusBadRequest], 150, "%v", codes)
+
+	body := intentEvent("evt_flooded", "pi_flooded")
+	got := b.post(t, "/webhooks/stripe", from("203.0.113.7", provider.SignStripe([]byte(body), stripeSecret, time.Now())), []byte(body))
+	require.Equal(t, http.StatusOK, got.code, "a well-signed delivery is never limited: %s", got.raw)
+	require.Equal(t, http.StatusBadRequest, b.post(t, "/webhooks/stripe", from("198.51.100.8", forged), []byte(`{}`)).code, "another address has its own budget")
+	require.Eventually(t, func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM refused_delivery`) == codes[http.StatusBadRequest]+1
+	}, 10*time.Second, 10*time.Millisecond)
+}

@@ -111,6 +111,12 @@ type Server struct {
 	refusals *refusals.Recorder
 	// refusalLines rate-limits the server log's line per refused webhook.
 	refusalLines lineLimiter
+	// refusals limits refused webhook deliveries per client address
+	// (refusedBurst, one more every refusedEvery). Only refusals spend it,
+	// and every request is still verified, so a well-signed delivery from
+	// a limited address is taken all the same: a provider's retry storm
+	// always gets through.
+	refused *failureLimiter
 
 	// counts reads the counts the overview and /api/v1/stats show.
 	counts    *db.StatsReader
@@ -153,6 +159,7 @@ func New(cfg Config) (*Server, error) {
 	s.refusals = refusals.New(cfg.Store, cfg.Metrics, cfg.Logger)
 	s.signIns = newFailureLimiter(signInBurst, signInEvery, s.now)
 	s.redeems = newFailureLimiter(redeemBurst, redeemEvery, s.now)
+	s.refused = newFailureLimiter(refusedBurst, refusedEvery, s.now)
 	proxies, err := ParseTrustedProxies(cfg.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("web: trusted proxies: %w", err)

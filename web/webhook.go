@@ -35,6 +35,9 @@ func (s *Server) handleWebhook(c echo.Context) error {
 	p, ok := s.providers[name]
 	if !ok {
 		err := &HTTPError{Code: http.StatusNotFound, Msg: "unknown provider"}
+		if s.overBudget(c) {
+			return s.limited(c, "unknown", start)
+		}
 		s.refuse(c, "unknown", refused(db.RefusedUnknownProvider, err.Msg, "no provider is served at "+c.Request().URL.Path))
 		return err
 	}
@@ -47,12 +50,41 @@ func (s *Server) handleWebhook(c echo.Context) error {
 		span.SetStatus(codes.Error, outcome.label())
 	}
 	span.End()
+	if outcome.kind == kindRefused && s.overBudget(c) {
+		return s.limited(c, name, start)
+	}
 	s.metrics.Delivery(name, outcome.label(), time.Since(start).Seconds())
 	if outcome.kind == kindRefused {
 		s.refuse(c, name, outcome)
 	}
 	s.activity.record(s.now(), name, outcome.kind)
 	return err
+}
+
+// The refused-delivery budget of one client address: a burst of
+// refusedBurst refusals, one more every refusedEvery.
+const (
+	refusedBurst = 60
+	refusedEvery = 100 * time.Millisecond
+)
+
+// overBudget spends one of the client's refusals, and reports whether it
+// had none left.
+func (s *Server) overBudget(c echo.Context) bool {
+	if _, blocked := s.refused.blocked(c.RealIP()); blocked {
+		return true
+	}
+	s.refused.fail(c.RealIP())
+	return false
+}
+
+// limited answers a refused delivery from an address whose refusal budget
+// is spent: 429 with Retry-After, counted, neither logged nor recorded, so
+// a flood costs verification and nothing more.
+func (s *Server) limited(c echo.Context, name string, start time.Time) error {
+	s.metrics.Delivery(name, "rate_limited", time.Since(start).Seconds())
+	c.Response().Header().Set("Retry-After", "1")
+	return &HTTPError{Code: http.StatusTooManyRequests, Msg: "too many refused deliveries from this address"}
 }
 
 // receive handles one delivery and says what became of it.
