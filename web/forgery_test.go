@@ -131,7 +131,9 @@ func TestModeRefusalsAreRecordedWithTheirNeighbours(t *testing.T) {
 			done <- b.post(t, "/webhooks/stripe", http.Header{"Stripe-Signature": {fmt.Sprintf("t=%d,v1=%064d", time.Now().Unix(), i)}}, []byte(`{}`))
 		}()
 	}
-	go func() { done <- b.post(t, "/webhooks/stripe", provider.SignStripe(testEvent, stripeSecret, time.Now()), testEvent) }()
+	go func() {
+		done <- b.post(t, "/webhooks/stripe", provider.SignStripe(testEvent, stripeSecret, time.Now()), testEvent)
+	}()
 	for range 6 {
 		require.Equal(t, http.StatusBadRequest, (<-done).code)
 	}

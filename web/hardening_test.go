@@ -330,7 +330,7 @@ func TestRefusedRequestsAreRecordedWithoutTheirContent(t *testing.T) {
 	var list web.RefusalList
 	require.NoError(t, json.Unmarshal(raw, &list))
 	require.Len(t, list.Refused, 2)
-	require.Equal(t, db.RefusedUnknownProvider, list.Refused[0].Reason, "newest first")
+	require.EqualValues(t, "unknown_provider", list.Refused[0].Reason, "newest first")
 	require.NotZero(t, list.NextBefore)
 	code, _ = b.api(t, "GET", "/api/v1/refused", "", nil)
 	require.Equal(t, http.StatusUnauthorized, code)
