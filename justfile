@@ -63,6 +63,9 @@ fuzz time="30s":
     go test ./app/provider -run '^$' -fuzz FuzzStripeVerify -fuzztime {{time}}
     go test ./app/provider -run '^$' -fuzz FuzzStandardVerify -fuzztime {{time}}
     go test ./app/provider -run '^$' -fuzz FuzzParseStrict -fuzztime {{time}}
+    go test ./app/provider -run '^$' -fuzz FuzzAdyenVerify -fuzztime {{time}}
+    go test ./app/provider -run '^$' -fuzz FuzzShopifyVerify -fuzztime {{time}}
+    go test ./app/provider -run '^$' -fuzz FuzzPayPalHeaders -fuzztime {{time}}
 
 # Measure Guardian against pgbench, redis-benchmark and bare River on this
 # machine, in one run, and print the ratios (see docs/performance.md).

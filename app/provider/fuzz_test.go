@@ -1,0 +1,151 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// seed adds every file of testdata/dir to f as a body.
+func seed(f *testing.F, dir string, add func(body []byte)) {
+	entries, err := os.ReadDir("testdata/" + dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".json") {
+			b, err := os.ReadFile("testdata/" + dir + "/" + e.Name())
+			if err != nil {
+				f.Fatal(err)
+			}
+			add(b)
+		}
+	}
+}
+
+// FuzzAdyenVerify: whatever the body, verification ends in a classified
+// error or in events whose ids and payments come from colon-free signed
+// fields, each payload its own item as a JSON object; a body re-signed
+// with the key verifies unless its fields are refused.
+func FuzzAdyenVerify(f *testing.F) {
+	seed(f, "adyen", func(b []byte) {
+		if signed, err := ResignAdyen(b, adyenKey); err == nil {
+			f.Add(signed)
+		}
+		f.Add(b)
+	})
+	a, err := NewAdyen(AdyenConfig{HMACKeys: []string{adyenKey}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		check := func(evs []Event, err error) {
+			if err != nil {
+				if !errors.Is(err, ErrSignature) && !errors.Is(err, ErrMalformed) {
+					t.Fatalf("unclassified error %v", err)
+				}
+				return
+			}
+			for _, ev := range evs {
+				if strings.Count(ev.ID, ":") != 2 || strings.Contains(ev.PaymentID, ":") {
+					t.Fatalf("an id or payment the join cannot tell apart: %q %q", ev.ID, ev.PaymentID)
+				}
+				var item map[string]any
+				if json.Unmarshal(ev.Payload, &item) != nil {
+					t.Fatalf("payload is not its item: %q", ev.Payload)
+				}
+			}
+		}
+		check(a.VerifyBatch(nil, body, time.Now()))
+		if signed, err := ResignAdyen(body, adyenKey); err == nil {
+			evs, err := a.VerifyBatch(nil, signed, time.Now())
+			if errors.Is(err, ErrSignature) {
+				t.Fatalf("a body signed with the key is refused as unsigned: %v", err)
+			}
+			check(evs, err)
+		}
+	})
+}
+
+// FuzzShopifyVerify: a signed body under any topic either is refused as
+// malformed or reads as what the body itself is: a refund only from a
+// refund's fields, an order paid only from an order's.
+func FuzzShopifyVerify(f *testing.F) {
+	const secret = "shopify_client_secret_for_the_fuzzer_0001"
+	seed(f, "shopify", func(b []byte) {
+		for _, topic := range []string{"orders/paid", "refunds/create", "disputes/update", "orders/updated"} {
+			f.Add(topic, b)
+		}
+	})
+	f.Add("refunds/create", []byte(`{"id":1,"order_id":2,"type":"chargeback","status":"won"}`))
+	s, err := NewShopify(ShopifyConfig{Secrets: []string{secret}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, topic string, body []byte) {
+		ev, err := s.Verify(SignShopify(body, secret, topic, "evt-fuzz"), body, time.Now())
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrMode) {
+				t.Fatalf("unclassified error %v", err)
+			}
+			return
+		}
+		doc, perr := parseObject(body)
+		if perr != nil {
+			t.Fatalf("accepted a body that is not strict JSON: %v", perr)
+		}
+		if want, acts := shopifyTopics[ev.Type]; acts && shopifyKind(doc) != want {
+			t.Fatalf("%s accepted with a body that is %s", ev.Type, shopifyKind(doc))
+		}
+		if ev.Fulfils() && shopifyKind(doc) != shopifyOrderKind {
+			t.Fatal("fulfilled on a body that is no order")
+		}
+	})
+}
+
+// FuzzPayPalHeaders: no header set makes a fetch of a URL outside PayPal's
+// hosts and certificate names, and every refusal is classified.
+func FuzzPayPalHeaders(f *testing.F) {
+	f.Add("https://api.sandbox.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-1d93a270", "afa30d40-ca4a-11e9-ab68-7d4e2605c70c", "2019-08-29T10:49:33Z", "SHA256withRSA", "AAAA")
+	f.Add("https://api.paypal.com/v1/notifications/certs/../../oauth2/token", "t", "2019-08-29T10:49:33Z", "SHA256withRSA", "AAAA")
+	var mu sync.Mutex
+	var fetched []string
+	p, err := NewPayPal(PayPalConfig{WebhookIDs: []string{"WH"}, Fetch: func(_ context.Context, url string) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		fetched = append(fetched, url)
+		return nil, ErrUnavailable
+	}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, certURL, id, sent, algo, sig string) {
+		h := http.Header{}
+		h.Set("Paypal-Cert-Url", certURL)
+		h.Set("Paypal-Transmission-Id", id)
+		h.Set("Paypal-Transmission-Time", sent)
+		h.Set("Paypal-Auth-Algo", algo)
+		h.Set("Paypal-Transmission-Sig", sig)
+		at, _ := time.Parse(time.RFC3339, sent)
+		_, err := p.Verify(h, []byte(`{}`), at)
+		if err == nil {
+			t.Fatal("verified without a certificate")
+		}
+		if !errors.Is(err, ErrSignature) && !errors.Is(err, ErrTimestamp) && !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("unclassified error %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, u := range fetched {
+			if _, _, err := payPalCertURL(u); err != nil {
+				t.Fatalf("fetched %q", u)
+			}
+		}
+	})
+}
