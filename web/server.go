@@ -111,7 +111,7 @@ type Server struct {
 	refusals *refusals.Recorder
 	// refusalLines rate-limits the server log's line per refused webhook.
 	refusalLines lineLimiter
-	// refusals limits refused webhook deliveries per client address
+	// refused limits refused webhook deliveries per client address
 	// (refusedBurst, one more every refusedEvery). Only refusals spend it,
 	// and every request is still verified, so a well-signed delivery from
 	// a limited address is taken all the same: a provider's retry storm

@@ -363,8 +363,9 @@ func scanAdyen(body []byte, item func(i int, f adyenItem, raw []byte) error) (li
 					if err != nil {
 						return bad(fmt.Errorf("%w: notificationItems[%d]: %v", ErrMalformed, n, err))
 					}
-					raw := bytes.TrimSpace(body[start:dec.InputOffset()])
-					raw = bytes.TrimLeft(raw, ": \t\r\n")
+					// start is just past the name: the item's bytes follow
+					// the colon and any space.
+					raw := bytes.TrimLeft(body[start:dec.InputOffset()], ": \t\r\n")
 					if err := item(n, f, raw); err != nil {
 						return "", err
 					}

@@ -15,24 +15,14 @@ type Money struct {
 	Currency string
 }
 
-// minorMoney reads an amount a provider already states in minor units
-// (Stripe's, Adyen's): nil when it is missing, negative or the currency is
-// not three letters.
-func minorMoney(minor any, currency any) *Money {
+// minorMoney reads an amount a provider already states in minor units, a
+// JSON number or a string of digits (Stripe's, Adyen's, Paddle's): nil when
+// it is missing, negative or the currency is not three letters.
+func minorMoney(minor, currency any) *Money {
 	cur, _ := currency.(string)
 	cur = strings.ToUpper(cur)
-	var n int64
-	switch v := minor.(type) {
-	case int64:
-		n = v
-	default:
-		s := idText(minor)
-		var err error
-		if n, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return nil
-		}
-	}
-	if n < 0 || !isCurrency(cur) {
+	n, err := strconv.ParseInt(idText(minor), 10, 64)
+	if err != nil || n < 0 || !isCurrency(cur) {
 		return nil
 	}
 	return &Money{Minor: n, Currency: cur}
