@@ -24,11 +24,8 @@ import (
 func TestAdyenReSplitBuysNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	genuine, err := provider.SignAdyen([]provider.AdyenItem{{EventCode: "AUTHORISATION", PSPReference: "8815329842815468",
-		MerchantAccount: "ShopAccount", MerchantReference: "order:42", Value: 1999, Currency: "EUR", Success: true}}, adyenKey, false)
-	require.NoError(t, err)
-	got := b.post(t, "/webhooks/adyen", http.Header{"Content-Type": {"application/json"}}, genuine)
-	require.Equal(t, http.StatusOK, got.code, string(got.raw))
+	genuine := b.postAdyen(t, provider.AdyenItem{EventCode: "AUTHORISATION", PSPReference: "8815329842815468",
+		MerchantAccount: "ShopAccount", MerchantReference: "order:42", Value: 1999, Currency: "EUR", Success: true})
 
 	// The forgery: the genuine signature over the fields split another way.
 	var env map[string]any
@@ -38,7 +35,7 @@ func TestAdyenReSplitBuysNothing(t *testing.T) {
 	item["merchantAccountCode"], item["merchantReference"] = "order", "42"
 	forged, err := json.Marshal(env)
 	require.NoError(t, err)
-	got = b.post(t, "/webhooks/adyen", http.Header{"Content-Type": {"application/json"}}, forged)
+	got := b.post(t, "/webhooks/adyen", http.Header{"Content-Type": {"application/json"}}, forged)
 	require.Equal(t, http.StatusBadRequest, got.code, string(got.raw))
 	require.Contains(t, string(got.raw), "colon")
 
@@ -47,17 +44,38 @@ func TestAdyenReSplitBuysNothing(t *testing.T) {
 	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = '8815329842815468:'`))
 }
 
+// postAdyen sends a delivery of item, signed with the current key, and
+// requires a 200; it returns the body sent.
+func (b *testBundle) postAdyen(t *testing.T, item provider.AdyenItem) []byte {
+	t.Helper()
+	body, err := provider.SignAdyen([]provider.AdyenItem{item}, adyenKey, false)
+	require.NoError(t, err)
+	got := b.post(t, "/webhooks/adyen", http.Header{"Content-Type": {"application/json"}}, body)
+	require.Equal(t, http.StatusOK, got.code, string(got.raw))
+	return body
+}
+
+// TestAdyenBodiesAreCappedSmall: Adyen's deliveries are a few KiB, so an
+// unsigned body is refused at Adyen's own cap, below the deployment's, and
+// nothing past it is read or parsed; Stripe's cap stays the deployment's.
+func TestAdyenBodiesAreCappedSmall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{maxBody: 1 << 20})
+	big := []byte(`{"live":"false","notificationItems":[{"NotificationRequestItem":{"x":"` + strings.Repeat("a", 300<<10) + `"}}]}`)
+	got := b.post(t, "/webhooks/adyen", http.Header{"Content-Type": {"application/json"}}, big)
+	require.Equal(t, http.StatusRequestEntityTooLarge, got.code, string(got.raw))
+	got = b.post(t, "/webhooks/stripe", http.Header{"Stripe-Signature": {"t=1,v1=00"}}, big)
+	require.Equal(t, http.StatusBadRequest, got.code, "300 KiB is under the deployment's cap: %s", got.raw)
+}
+
 // TestZeroAmountAuthorisationPaysNothing: a zero-amount Adyen
 // authorisation (a card saved) is stored and acknowledged, and fulfils
 // nothing.
 func TestZeroAmountAuthorisationPaysNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	body, err := provider.SignAdyen([]provider.AdyenItem{{EventCode: "AUTHORISATION", PSPReference: "ZEROAUTH0000001",
-		MerchantAccount: "Shop", MerchantReference: "card-on-file", Value: 0, Currency: "EUR", Success: true}}, adyenKey, false)
-	require.NoError(t, err)
-	got := b.post(t, "/webhooks/adyen", http.Header{"Content-Type": {"application/json"}}, body)
-	require.Equal(t, http.StatusOK, got.code, string(got.raw))
+	b.postAdyen(t, provider.AdyenItem{EventCode: "AUTHORISATION", PSPReference: "ZEROAUTH0000001",
+		MerchantAccount: "Shop", MerchantReference: "card-on-file", Value: 0, Currency: "EUR", Success: true})
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE provider = 'adyen' AND payment_id IS NULL`))
 	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
 }

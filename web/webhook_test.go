@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rsa"
 	"encoding/json"
@@ -122,6 +123,8 @@ type setupOpts struct {
 	shopifyShops []string
 	// stripeMode is the mode Stripe's provider serves.
 	stripeMode provider.Mode
+	// maxBody is GUARDIAN_MAX_BODY_BYTES; 64 KiB when zero.
+	maxBody int64
 }
 
 func setup(t *testing.T, opts setupOpts) *testBundle {
@@ -200,7 +203,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	require.NoError(t, err)
 	s, err := web.New(web.Config{
 		Providers: []provider.Provider{stripe, standard, paddle, shopify, lemon, adyen, paypal}, Service: service, Logger: logger,
-		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: 64 << 10,
+		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: cmp.Or(opts.maxBody, 64<<10),
 		Operators: b.operators, SessionKey: key, Store: db.New(d.Pool),
 		RiverUI: ui, Tokens: tokens.New(tokens.Postgres{Store: db.New(d.Pool)}, nil),
 		Now: opts.now, SessionTTL: time.Hour, PublicURL: opts.publicURL, TrustedProxies: opts.trustedProxies,

@@ -293,3 +293,25 @@ func TestAdyenReversals(t *testing.T) {
 		}
 	}
 }
+
+// TestAdyenReadStopsAtTheFirstForgedItem: verification reads no further
+// than the first item whose signature fails: a forged item followed by
+// anything at all is a signature refusal, not a parse of the rest.
+func TestAdyenReadStopsAtTheFirstForgedItem(t *testing.T) {
+	t.Parallel()
+	a, err := NewAdyen(AdyenConfig{HMACKeys: []string{adyenKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := SignAdyen([]AdyenItem{{EventCode: "AUTHORISATION", PSPReference: "PSP1", MerchantAccount: "Shop", Value: 100, Currency: "EUR", Success: true}}, adyenOtherKey, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cut the delivery after its item and follow it with what no parser
+	// would take: only a read that stopped can answer ErrSignature.
+	i := bytes.LastIndex(forged, []byte("}]"))
+	body := append(append([]byte{}, forged[:i+1]...), []byte(`,{"NotificationRequestItem":`+strings.Repeat("[", 1<<16))...)
+	if _, err := a.VerifyBatch(nil, body, time.Now()); !errors.Is(err, ErrSignature) {
+		t.Fatalf("VerifyBatch = %v, want ErrSignature before the rest is read", err)
+	}
+}

@@ -131,6 +131,11 @@ func TestPaddleRules(t *testing.T) {
 		{"AnotherStatusWaits", false, variant("transaction.completed", func(d map[string]any) { d["status"] = "past_due" }), "", `status is "past_due"`},
 		{"RenewalsOnlyWhenAsked", false, variant("transaction.completed", func(d map[string]any) { d["origin"] = "subscription_recurring" }), "", "renewal"},
 		{"RenewalAsked", true, variant("transaction.completed", func(d map[string]any) { d["origin"] = "subscription_recurring" }), "txn_01h8dzxgkvdwemdhbpcapj2tbj", ""},
+		{"PaymentMethodChangePaysNothing", false, variant("transaction.completed", func(d map[string]any) { d["origin"] = "subscription_payment_method_change" }), "", "pays for no purchase"},
+		{"SubscriptionUpdatePaysNothing", false, variant("transaction.completed", func(d map[string]any) { d["origin"] = "subscription_update" }), "", "pays for no purchase"},
+		{"ZeroValueCheckoutIsAPurchase", false, variant("transaction.completed", func(d map[string]any) {
+			d["details"].(map[string]any)["totals"].(map[string]any)["grand_total"] = "0"
+		}), "txn_01h8dzxgkvdwemdhbpcapj2tbj", ""},
 		{"NumericIDIsFlagged", false, variant("transaction.completed", func(d map[string]any) { d["id"] = 42 }), "", "no string transaction id"},
 	}
 	for _, tt := range tests {
@@ -146,6 +151,9 @@ func TestPaddleRules(t *testing.T) {
 			}
 			if ev.ID != "evt_01h8e1jxjnw9ra6zarhnz1a7y1" || ev.PaymentID != tt.payment || !strings.Contains(ev.Note+ev.Unmapped, tt.note) {
 				t.Errorf("event = id %q payment %q note %q unmapped %q, want payment %q note ~%q", ev.ID, ev.PaymentID, ev.Note, ev.Unmapped, tt.payment, tt.note)
+			}
+			if ev.Fulfils() && (ev.Paid == nil || ev.Paid.Currency != "USD") {
+				t.Errorf("paid = %+v, want the transaction's grand_total in USD", ev.Paid)
 			}
 			if (tt.name == "NumericIDIsFlagged") != (ev.Unmapped != "") {
 				t.Errorf("unmapped = %q: only a paid transaction without a readable id is flagged", ev.Unmapped)
