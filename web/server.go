@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/operators"
@@ -31,7 +32,7 @@ const (
 	// DefaultAddr is the listen address.
 	DefaultAddr = ":8080"
 	// DefaultMaxBodyBytes caps a webhook body: 1 MiB.
-	DefaultMaxBodyBytes = 1 << 20
+	DefaultMaxBodyBytes = connector.DefaultMaxPayloadBytes
 	// DefaultSessionTTL is how long a dashboard sign-in lasts.
 	DefaultSessionTTL = 8 * time.Hour
 )

@@ -202,6 +202,24 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 // attempt under a key sends the same bytes.
 const HeaderAttempt = "Guardian-Attempt"
 
+// The size of a request: the event's payload as the provider sent it,
+// which intake capped, inside an envelope of at most EnvelopeBytes (the key,
+// the provider, ids and type of at most 255 bytes each, JSON-escaped). A
+// receiver that accepts MaxRequestBytes(the intake cap) accepts every
+// request for an event Guardian acknowledged: the Go kit does by default,
+// and docs/receivers.md says so for every other.
+const (
+	// DefaultMaxPayloadBytes is intake's default cap on a webhook body
+	// (GUARDIAN_MAX_BODY_BYTES): 1 MiB.
+	DefaultMaxPayloadBytes = 1 << 20
+	// EnvelopeBytes bounds what a request adds around its payload: 8 KiB.
+	EnvelopeBytes = 8 << 10
+)
+
+// MaxRequestBytes is the largest request body Guardian sends for payloads
+// of at most payloadCap bytes.
+func MaxRequestBytes(payloadCap int64) int64 { return payloadCap + EnvelopeBytes }
+
 // Body is the JSON body of every request under one key.
 type Body struct {
 	IdempotencyKey string `json:"idempotency_key"`

@@ -72,7 +72,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for answers' signatures. Defaults to time.Now.
 	Now func() time.Time
-	// MaxBody caps a request's body. Defaults to 1 MiB.
+	// MaxBody caps a request's body. Defaults to
+	// connector.MaxRequestBytes(connector.DefaultMaxPayloadBytes): every
+	// request Guardian sends for a payload its intake took under the default
+	// cap (1 MiB and the envelope). A deployment that raises
+	// GUARDIAN_MAX_BODY_BYTES sets MaxBody to
+	// connector.MaxRequestBytes of that.
 	MaxBody int64
 }
 
@@ -109,7 +114,7 @@ func New(cfg Config) (*Receiver, error) {
 		r.cfg.Now = time.Now
 	}
 	if r.cfg.MaxBody == 0 {
-		r.cfg.MaxBody = 1 << 20
+		r.cfg.MaxBody = connector.MaxRequestBytes(connector.DefaultMaxPayloadBytes)
 	}
 	return r, nil
 }

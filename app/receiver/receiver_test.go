@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +144,25 @@ func TestReceiver(t *testing.T) {
 		}
 		require.EqualValues(t, 1, b.calls.Load(), "only the request signed with a configured secret acted")
 	})
+}
+
+// TestTheKitTakesWhatIntakeTook: an event at intake's cap, with ids as
+// long and as escaped as intake lets through, reaches the kit's handler
+// under its default cap: Guardian never acknowledges an event its own
+// receiver refuses as too large (which Guardian would retry for ever).
+func TestTheKitTakesWhatIntakeTook(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(int32) error { return nil })
+	// A payload of exactly the intake cap, and the longest ids intake
+	// stores, of characters JSON writes as six bytes each.
+	pad := connector.DefaultMaxPayloadBytes - len(`{"x":""}`)
+	payload := json.RawMessage(`{"x":"` + strings.Repeat("a", pad) + `"}`)
+	require.Len(t, payload, connector.DefaultMaxPayloadBytes)
+	long := strings.Repeat("\x01", 255)
+	req := connector.Request{Key: "gk1_large", Attempt: 1, Provider: "stripe", PaymentID: long, EventID: long, EventType: long, Action: "revoke", Payload: payload}
+	body, err := connector.EncodeRequest(req)
+	require.NoError(t, err)
+	require.LessOrEqual(t, int64(len(body)), connector.MaxRequestBytes(connector.DefaultMaxPayloadBytes), "the envelope fits EnvelopeBytes")
+	require.Equal(t, state.Done, b.c.Fulfil(context.Background(), req).Outcome)
+	require.EqualValues(t, 1, b.calls.Load())
 }
