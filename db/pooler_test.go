@@ -104,3 +104,50 @@ func TestPoolerSettingChecked(t *testing.T) {
 	_, err = db.Connect(context.Background(), base+"?default_query_exec_mode=describe_exec", db.TransactionPooler)
 	require.ErrorContains(t, err, "default_query_exec_mode (describe_exec)", "named as the URL spells it")
 }
+
+// TestMigrationsAtOnceBehindAPooler: two processes migrating one empty
+// database at the same moment through PgBouncer in transaction mode
+// apply every migration once. A session advisory lock does not hold there
+// (its lock and unlock may run on different server sessions, and two
+// clients may share one); the migration lock is a row (goose's table
+// locker), which does.
+func TestMigrationsAtOnceBehindAPooler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := dbtest.NewDB(t)
+	b := pgbouncer.Start(t, d.URL, 4)
+	direct, err := goose.NewMigrator(d.Pool)
+	require.NoError(t, err)
+	defer direct.Close()
+	for round := range 2 {
+		for {
+			_, err := direct.Down(ctx)
+			if errors.Is(err, goose.ErrNoNextVersion) {
+				break
+			}
+			require.NoError(t, err)
+		}
+		start := make(chan struct{})
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range errs {
+			m, err := goose.NewMigrator(b.Connect(t, d.URL, db.TransactionPooler, 4))
+			require.NoError(t, err)
+			defer m.Close()
+			wg.Go(func() {
+				<-start
+				_, errs[i] = m.Up(ctx)
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.NoError(t, errors.Join(errs...), "round %d: two migrators at once", round)
+		var applied, distinct int
+		require.NoError(t, d.Pool.QueryRow(ctx, `
+			SELECT count(*), count(DISTINCT version_id) FROM goose_db_version WHERE version_id > 0 AND is_applied`).Scan(&applied, &distinct))
+		require.Equal(t, distinct, applied, "round %d: a migration was applied twice", round)
+		current, err := direct.Current(ctx)
+		require.NoError(t, err)
+		require.True(t, current)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -29,6 +30,13 @@ func Migrations() fs.FS {
 	return sub
 }
 
+// How a migrator waits for another's lock: asking every lockRetry, for
+// lockWait in all.
+const (
+	lockRetry = 500 * time.Millisecond
+	lockWait  = 5 * time.Minute
+)
+
 // Migrator applies Guardian's migrations to one database.
 type Migrator struct {
 	db       *sql.DB
@@ -39,12 +47,19 @@ type Migrator struct {
 // opened, never the pool itself.
 func NewMigrator(pool *pgxpool.Pool) (*Migrator, error) {
 	db := stdlib.OpenDBFromPool(pool)
-	locker, err := lock.NewPostgresSessionLocker()
+	// The migration lock is a row (goose's table locker, table goose_lock),
+	// not a session advisory lock: behind PgBouncer in transaction mode a
+	// session lock and its unlock may run on different server sessions,
+	// and two clients may share one, so two processes would both hold it
+	// and apply one migration twice. A row holds wherever the statements
+	// run. It is a lease, kept alive every 5 s and taken over 30 s after a
+	// holder died; a waiter asks again every half second, for 5 minutes.
+	locker, err := lock.NewPostgresTableLocker(lock.WithTableLockTimeout(lockRetry, uint64(lockWait/lockRetry)))
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("migration lock: %w", err)
 	}
-	provider, err := goosev3.NewProvider(goosev3.DialectPostgres, db, Migrations(), goosev3.WithSessionLocker(locker))
+	provider, err := goosev3.NewProvider(goosev3.DialectPostgres, db, Migrations(), goosev3.WithLocker(locker))
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("load migrations: %w", err)
@@ -55,8 +70,9 @@ func NewMigrator(pool *pgxpool.Pool) (*Migrator, error) {
 // Close releases the migrator's database handle.
 func (m *Migrator) Close() error { return m.db.Close() }
 
-// Up applies every pending migration. Goose takes a Postgres advisory lock
-// for the duration, so several processes starting at once migrate once.
+// Up applies every pending migration. It holds the migration lock (a row
+// in goose_lock) for the duration, so several processes starting at once
+// migrate once, directly or behind a transaction pooler.
 func (m *Migrator) Up(ctx context.Context) ([]*goosev3.MigrationResult, error) {
 	res, err := m.provider.Up(ctx)
 	if err != nil {
