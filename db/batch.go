@@ -20,6 +20,10 @@ type BatchEvent struct {
 type BatchEventResult struct {
 	ID       int64
 	Inserted bool
+	// RefundsPending says an inserted paying event's payment has refunds
+	// whose share is not decided yet (EventParams.RefundOf): stored
+	// before the payment's paid event, they are weighed now.
+	RefundsPending bool
 }
 
 // InsertEvents stores a batch of events in two set-based statements: the
@@ -31,12 +35,17 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 	n := len(events)
 	providers, ids, types, payments, origins, unmapped, deliveryIDs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	reversals, reverses := make([]string, n), make([]string, n)
+	amounts, currencies, refundOf, refundIDs, cumulative := make([]*int64, n), make([]string, n), make([]string, n), make([]string, n), make([]bool, n)
 	bodies, counts := make([][]byte, n), make([]int32, n)
 	index := make(map[[2]string]int, n)
 	for i, e := range events {
 		providers[i], ids[i], types[i], payments[i], origins[i], unmapped[i], deliveryIDs[i] = e.Provider, e.EventID, e.Type, e.PaymentID, e.Origin, e.Unmapped, e.DeliveryID
 		bodies[i], counts[i] = e.Payload, int32(e.Deliveries)
 		reversals[i], reverses[i] = e.Reversal, e.Reverses
+		if e.Amount != nil {
+			amounts[i], currencies[i] = &e.Amount.Minor, e.Amount.Currency
+		}
+		refundOf[i], refundIDs[i], cumulative[i] = e.RefundOf, e.RefundID, e.RefundCumulative
 		index[[2]string{e.Provider, e.EventID}] = i
 	}
 	out := make([]BatchEventResult, n)
@@ -48,25 +57,30 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var id int64
+			r := BatchEventResult{Inserted: inserted}
 			var provider, eventID string
-			if err := rows.Scan(&id, &provider, &eventID); err != nil {
+			if err := rows.Scan(&r.ID, &provider, &eventID, &r.RefundsPending); err != nil {
 				return wrap(op, err)
 			}
-			out[index[[2]string{provider, eventID}]] = BatchEventResult{ID: id, Inserted: inserted}
+			out[index[[2]string{provider, eventID}]] = r
 			found++
 		}
 		return wrap(op, rows.Err())
 	}
 	if err := collect("insert events", true, `
-		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin, deliveries, unmapped, delivery_id, reversal, reverses)
-		SELECT p, e, t, NULLIF(pay, ''), b, coalesce(NULLIF(o, ''), 'webhook'), n, NULLIF(um, ''), NULLIF(d, ''), NULLIF(rv, ''), NULLIF(rp, '')
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[], $9::text[], $10::text[], $11::text[])
-			WITH ORDINALITY AS u(p, e, t, pay, b, o, n, um, d, rv, rp, ord)
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin, deliveries, unmapped, delivery_id, reversal, reverses,
+			amount, currency, refund_of, refund_id, refund_cumulative)
+		SELECT p, e, t, NULLIF(pay, ''), b, coalesce(NULLIF(o, ''), 'webhook'), n, NULLIF(um, ''), NULLIF(d, ''), NULLIF(rv, ''), NULLIF(rp, ''),
+			am, NULLIF(cur, ''), NULLIF(rof, ''), NULLIF(rid, ''), cml
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[], $9::text[], $10::text[], $11::text[],
+			$12::bigint[], $13::text[], $14::text[], $15::text[], $16::boolean[])
+			WITH ORDINALITY AS u(p, e, t, pay, b, o, n, um, d, rv, rp, am, cur, rof, rid, cml, ord)
 		ORDER BY ord
 		ON CONFLICT (provider, event_id) DO NOTHING
-		RETURNING id, provider, event_id`,
-		providers, ids, types, payments, bodies, origins, counts, unmapped, deliveryIDs, reversals, reverses); err != nil {
+		RETURNING id, provider, event_id, payment_id IS NOT NULL AND EXISTS (
+			SELECT 1 FROM webhook_event r WHERE r.provider = webhook_event.provider AND r.refund_of = webhook_event.payment_id)`,
+		providers, ids, types, payments, bodies, origins, counts, unmapped, deliveryIDs, reversals, reverses,
+		amounts, currencies, refundOf, refundIDs, cumulative); err != nil {
 		return nil, err
 	}
 	if found == n {
@@ -94,7 +108,7 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 		)
 		UPDATE webhook_event w SET deliveries = w.deliveries + locked.n, last_seen_at = now()
 		FROM locked WHERE w.id = locked.id
-		RETURNING w.id, w.provider, w.event_id`,
+		RETURNING w.id, w.provider, w.event_id, false`,
 		dp, de, dn); err != nil {
 		return nil, err
 	}

@@ -49,6 +49,22 @@ type EventParams struct {
 	// Reversal describes a refund or dispute; Reverses is the payment the
 	// policy takes back for it. Empty for every other event.
 	Reversal, Reverses string
+	// Amount is what a paying event says was paid, or what a refund
+	// returned; nil where the event does not say (migration 00032).
+	Amount *Amount
+	// RefundOf is the payment of a refund whose share of it is not yet
+	// decided: its refunds are weighed against the payment's Amount
+	// (RefundShares). RefundID names the refund; RefundCumulative says
+	// Amount is the payment's refunded total so far.
+	RefundOf, RefundID string
+	RefundCumulative   bool
+}
+
+// Amount is an amount in its currency's minor units, as a provider's
+// signed fields state it.
+type Amount struct {
+	Minor    int64
+	Currency string
 }
 
 const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), coalesce(unmapped, ''), coalesce(delivery_id, ''), coalesce(reversal, ''), coalesce(reverses, ''), body, pruned_at, deliveries, first_seen_at, last_seen_at`

@@ -175,3 +175,69 @@ func SetTakeBackWindow(ctx context.Context, q DBTX, last, lastFull time.Time) er
 		ON CONFLICT (one) DO UPDATE SET last = excluded.last, last_full = excluded.last_full`, last, lastFull)
 	return wrap("record take-back window", err)
 }
+
+// RefundShare is a stored refund whose share of its payment is not decided
+// yet (webhook_event.refund_of), beside what the payment's first paying
+// event with an amount says was paid (Paid nil: no such event yet).
+type RefundShare struct {
+	EventPK    int64
+	Payment    Payment
+	RefundID   string
+	Amount     Amount
+	Cumulative bool
+	Paid       *Amount
+}
+
+// LockPayments takes a transaction-scoped lock on each payment, in
+// (provider, payment_id) order, so that two transactions weighing the same
+// payment's refunds run one after the other: the second's next statement
+// sees the first's refund. Only refunds whose share is undecided take it.
+func LockPayments(ctx context.Context, q DBTX, payments []Payment) error {
+	providers, ids := paymentArrays(payments)
+	_, err := q.Exec(ctx, `
+		SELECT pg_advisory_xact_lock(hashtextextended(p || ':' || pay, 0))
+		FROM (SELECT DISTINCT p, pay FROM unnest($1::text[], $2::text[]) AS u(p, pay) ORDER BY p, pay) u`, providers, ids)
+	return wrap("lock payments", err)
+}
+
+// RefundShares lists the undecided refunds of the given payments with the
+// payments' amounts paid, in (provider, payment_id, event) order.
+func RefundShares(ctx context.Context, q DBTX, payments []Payment) ([]RefundShare, error) {
+	providers, ids := paymentArrays(payments)
+	rows, err := q.Query(ctx, `
+		SELECT r.id, r.provider, r.refund_of, coalesce(r.refund_id, ''), r.amount, r.currency, r.refund_cumulative, paid.amount, paid.currency
+		FROM (SELECT DISTINCT p, pay FROM unnest($1::text[], $2::text[]) AS u(p, pay)) u
+		JOIN webhook_event r ON r.provider = u.p AND r.refund_of = u.pay
+		LEFT JOIN LATERAL (
+			SELECT e.amount, e.currency FROM webhook_event e
+			WHERE e.provider = r.provider AND e.payment_id = r.refund_of AND e.amount IS NOT NULL
+			ORDER BY e.id LIMIT 1) paid ON true
+		ORDER BY r.provider, r.refund_of, r.id`, providers, ids)
+	if err != nil {
+		return nil, wrap("read refund shares", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RefundShare, error) {
+		var s RefundShare
+		var paid *int64
+		var paidCurrency *string
+		err := row.Scan(&s.EventPK, &s.Payment.Provider, &s.Payment.PaymentID, &s.RefundID, &s.Amount.Minor, &s.Amount.Currency, &s.Cumulative, &paid, &paidCurrency)
+		if paid != nil && paidCurrency != nil {
+			s.Paid = &Amount{Minor: *paid, Currency: *paidCurrency}
+		}
+		return s, err
+	})
+	return out, wrap("read refund shares", err)
+}
+
+// MarkWholeRefunds records that the given payments' undecided refunds
+// returned them whole: each such refund now reverses its payment
+// (reverses, with reversal described as whole), and is no longer
+// undecided.
+func MarkWholeRefunds(ctx context.Context, q DBTX, payments []Payment, reversal string) error {
+	providers, ids := paymentArrays(payments)
+	_, err := q.Exec(ctx, `
+		UPDATE webhook_event r SET reverses = r.refund_of, reversal = $3, refund_of = NULL
+		FROM unnest($1::text[], $2::text[]) AS u(p, pay)
+		WHERE r.provider = u.p AND r.refund_of = u.pay`, providers, ids, reversal)
+	return wrap("mark whole refunds", err)
+}

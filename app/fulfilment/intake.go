@@ -252,6 +252,14 @@ func (s *Service) writeBatch(ctx context.Context, batch []*acceptCall) {
 	}
 }
 
+// amount is m as the event row stores it.
+func amount(m *provider.Money) *db.Amount {
+	if m == nil {
+		return nil
+	}
+	return &db.Amount{Minor: m.Minor, Currency: m.Currency}
+}
+
 // eventKey names an event within a batch.
 type eventKey struct{ provider, id string }
 
@@ -277,13 +285,23 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		ev := groups[k][0].ev
 		events[i] = db.BatchEvent{Deliveries: len(groups[k]), EventParams: db.EventParams{
 			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload, Origin: ev.Origin,
-			Unmapped: ev.Unmapped, DeliveryID: ev.DeliveryID, Reverses: s.reverses(ev),
+			Unmapped: ev.Unmapped, DeliveryID: ev.DeliveryID, Reverses: s.reverses(ev), Amount: amount(ev.Paid),
 		}}
-		if ev.Reversal != nil {
-			events[i].Reversal = ev.Reversal.String()
+		if r := ev.Reversal; r != nil {
+			events[i].Reversal = r.String()
+			if r.Kind == provider.Refund {
+				events[i].Amount, events[i].RefundID, events[i].RefundCumulative = amount(r.Amount), r.RefundID, r.Cumulative
+				events[i].RefundOf = s.refundOf(ev)
+			}
 		}
 	}
 	stored, err := db.InsertEvents(ctx, tx, events)
+	if err != nil {
+		return err
+	}
+	// Before any fulfilment is made: a payment its refunds returned whole
+	// is never fulfilled (InsertFulfilments reads reverses).
+	whole, err := s.weighRefunds(ctx, tx, events, stored)
 	if err != nil {
 		return err
 	}
@@ -312,7 +330,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	}
 	// A reversal the policy takes back for: the payment's fulfilment is
 	// cancelled if it has not gone out, or taken back if it is done.
-	var reversed []db.Payment
+	reversed := whole
 	for i := range keys {
 		if stored[i].Inserted && events[i].Reverses != "" {
 			reversed = append(reversed, db.Payment{Provider: events[i].Provider, PaymentID: events[i].Reverses})

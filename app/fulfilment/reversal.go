@@ -1,6 +1,7 @@
 package fulfilment
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -165,4 +166,100 @@ func (s *Service) sweepTakeBack(ctx context.Context, tx pgx.Tx, actor string) (c
 	}
 	w = w.after(now, since)
 	return cancelled, revoking, db.SetTakeBackWindow(ctx, tx, w.last, w.lastFull)
+}
+
+// Whole refunds. Many refund events do not say whether they return the
+// whole payment (Stripe's refund.updated alone, PayPal's
+// PAYMENT.CAPTURE.REFUNDED, Shopify's refunds/create, Adyen's REFUND), yet
+// the default policy takes back only a whole one. Whether it is whole is
+// a fact: the amounts the payment's refunds returned against the amount its
+// own paid event says was paid, from the providers' signed fields, in
+// minor units and one currency. Such a refund is stored undecided
+// (refund_of); intake weighs the payment's undecided refunds when one more
+// arrives, and when the payment's paid event arrives after them, and a
+// payment found refunded whole is reversed as by a refund that said so.
+
+// refundOf is the payment whose refunds ev must be weighed with: a refund
+// with an amount that does not say it is whole, under a policy that takes
+// a payment back for a whole refund and not for any; "" otherwise.
+func (s *Service) refundOf(ev provider.Event) string {
+	r := ev.Reversal
+	if r == nil || r.Kind != provider.Refund || r.Full || r.Amount == nil || s.reverses(ev) != "" ||
+		!slices.Contains(s.cfg.Reversals, OnFullRefund) {
+		return ""
+	}
+	return r.PaymentID
+}
+
+// weighRefunds weighs, in tx, the undecided refunds of every payment that a
+// stored event of the batch gives a new fact for (a refund of it, or its
+// paid event), and marks those refunded whole as reversed. It returns
+// those payments, which the caller takes back. The payments are locked
+// first (db.LockPayments), so two batches weighing one payment see each
+// other's refunds.
+func (s *Service) weighRefunds(ctx context.Context, tx pgx.Tx, events []db.BatchEvent, stored []db.BatchEventResult) ([]db.Payment, error) {
+	var weigh []db.Payment
+	for i, e := range events {
+		switch {
+		case !stored[i].Inserted:
+		case e.RefundOf != "":
+			weigh = append(weigh, db.Payment{Provider: e.Provider, PaymentID: e.RefundOf})
+		case stored[i].RefundsPending:
+			weigh = append(weigh, db.Payment{Provider: e.Provider, PaymentID: e.PaymentID})
+		}
+	}
+	if len(weigh) == 0 {
+		return nil, nil
+	}
+	if err := db.LockPayments(ctx, tx, weigh); err != nil {
+		return nil, err
+	}
+	shares, err := db.RefundShares(ctx, tx, weigh)
+	if err != nil {
+		return nil, err
+	}
+	var whole []db.Payment
+	for len(shares) > 0 {
+		n := 1
+		for n < len(shares) && shares[n].Payment == shares[0].Payment {
+			n++
+		}
+		if refundedWhole(shares[:n]) {
+			whole = append(whole, shares[0].Payment)
+		}
+		shares = shares[n:]
+	}
+	if len(whole) == 0 {
+		return nil, nil
+	}
+	full := provider.Reversal{Kind: provider.Refund, Full: true}
+	return whole, db.MarkWholeRefunds(ctx, tx, whole, full.String())
+}
+
+// refundedWhole reports whether one payment's refunds returned all it was
+// paid: a cumulative amount (the refunded total so far) or the sum of the
+// refunds, each refund counted once at its largest amount, at least the
+// amount paid, in the paid currency. A payment whose paid amount is not
+// known, or nothing, is never refunded whole by amounts.
+func refundedWhole(shares []db.RefundShare) bool {
+	paid := shares[0].Paid
+	if paid == nil || paid.Minor <= 0 {
+		return false
+	}
+	var cumulative, sum int64
+	each := map[string]int64{}
+	for _, s := range shares {
+		switch {
+		case s.Amount.Currency != paid.Currency:
+		case s.Cumulative:
+			cumulative = max(cumulative, s.Amount.Minor)
+		default:
+			id := cmp.Or(s.RefundID, fmt.Sprintf("event %d", s.EventPK))
+			each[id] = max(each[id], s.Amount.Minor)
+		}
+	}
+	for _, v := range each {
+		sum += v
+	}
+	return max(cumulative, sum) >= paid.Minor
 }

@@ -364,3 +364,114 @@ func TestRetryADeclinedRevocation(t *testing.T) {
 	require.Equal(t, state.Fulfilled, res.State)
 	require.Equal(t, connector.ActionRevoke, b.rec.Calls()[len(b.rec.Calls())-1].Action)
 }
+
+// paidEUR is a verified payment of paymentID that says 10.00 EUR was paid.
+func paidEUR(eventID, paymentID string) provider.Event {
+	ev := providertest.Payment(eventID, paymentID)
+	ev.Paid = &provider.Money{Minor: 1000, Currency: "EUR"}
+	return ev
+}
+
+// refundEUR is a verified refund of paymentID that does not say whether it
+// is whole, of minor cents, refund refundID.
+func refundEUR(eventID, paymentID, refundID string, minor int64) provider.Event {
+	return reversal(eventID, paymentID, provider.Reversal{Kind: provider.Refund, RefundID: refundID, Amount: &provider.Money{Minor: minor, Currency: "EUR"}})
+}
+
+// TestRefundsWeighedAgainstThePayment: refunds whose events do not say
+// whether they are whole are weighed against what the payment's paid event
+// says was paid: a part takes nothing back, the rest of it does, once; the
+// two events of one refund count once; refunds that arrive before the
+// payment's paid event keep it from being fulfilled.
+func TestRefundsWeighedAgainstThePayment(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PartThenTheRestTakesItBack", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.settleEvent(t, paidEUR("evt_paid", "pi_w1"))
+		for _, ev := range []provider.Event{refundEUR("evt_re1_created", "pi_w1", "re_1", 400), refundEUR("evt_re1_updated", "pi_w1", "re_1", 400)} {
+			_, err := b.svc.Accept(b.ctx, ev)
+			require.NoError(t, err)
+		}
+		require.Empty(t, b.rows(t, "pi_w1", db.ActionRevoke), "40% refunded, counted once: nothing taken back")
+		_, err := b.svc.Accept(b.ctx, refundEUR("evt_re2", "pi_w1", "re_2", 600))
+		require.NoError(t, err)
+		require.Equal(t, map[state.State]int{state.Pending: 1}, b.rows(t, "pi_w1", db.ActionRevoke), "the rest refunded: taken back once")
+		require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, id).State)
+		require.Equal(t, 3, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE reverses = 'pi_w1' AND reversal = 'full refund'`))
+		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE refund_of IS NOT NULL`), "nothing left undecided")
+	})
+
+	t.Run("WholeBeforeThePaidEventNeverFulfils", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.svc.Accept(b.ctx, refundEUR("evt_early_refund", "pi_w2", "re_1", 1000))
+		require.NoError(t, err)
+		res, err := b.svc.Accept(b.ctx, paidEUR("evt_late_paid", "pi_w2"))
+		require.NoError(t, err)
+		require.Empty(t, res.FulfilmentID, "a payment refunded whole before its paid event arrived is never fulfilled")
+		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = 'pi_w2'`))
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE reverses = 'pi_w2'`))
+	})
+
+	t.Run("PartBeforeThePaidEventFulfils", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.svc.Accept(b.ctx, refundEUR("evt_early_part", "pi_w3", "re_1", 300))
+		require.NoError(t, err)
+		res, err := b.svc.Accept(b.ctx, paidEUR("evt_paid_after_part", "pi_w3"))
+		require.NoError(t, err)
+		require.NotEmpty(t, res.FulfilmentID)
+	})
+
+	t.Run("AnyRefundPolicyNeedsNoWeighing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, func(c *fulfilment.Config) { c.Reversals = fulfilment.ReversalPolicy{fulfilment.OnAnyRefund} })
+		b.settleEvent(t, paidEUR("evt_paid_any", "pi_w4"))
+		_, err := b.svc.Accept(b.ctx, refundEUR("evt_part_any", "pi_w4", "re_1", 100))
+		require.NoError(t, err)
+		require.Equal(t, map[state.State]int{state.Pending: 1}, b.rows(t, "pi_w4", db.ActionRevoke))
+		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE refund_of IS NOT NULL`))
+	})
+
+	t.Run("TwoHalvesInTwoTransactionsAtOnce", func(t *testing.T) {
+		t.Parallel()
+		// Another process's transaction has stored one half and weighs the
+		// payment, not yet committed, when the other half arrives here.
+		// Without the payment's lock each would see only its own half and
+		// neither would take the payment back.
+		b := setup(t, func(c *fulfilment.Config) { c.Batch = 1 })
+		b.settleEvent(t, paidEUR("evt_paid_halves", "pi_halves"))
+		tx, err := b.db.Pool.Begin(b.ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(b.ctx) //nolint:errcheck // committed below
+		_, err = db.InsertEvents(b.ctx, tx, []db.BatchEvent{{Deliveries: 1, EventParams: db.EventParams{Provider: "stripe", EventID: "evt_half_a",
+			Type: "refund.updated", Payload: []byte(`{}`), Reversal: "partial refund", Amount: &db.Amount{Minor: 500, Currency: "EUR"}, RefundOf: "pi_halves", RefundID: "re_a"}}})
+		require.NoError(t, err)
+		require.NoError(t, db.LockPayments(b.ctx, tx, []db.Payment{{Provider: "stripe", PaymentID: "pi_halves"}}))
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.svc.Accept(b.ctx, refundEUR("evt_half_b", "pi_halves", "re_b", 500))
+			done <- err
+		}()
+		require.Eventually(t, func() bool {
+			return b.db.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) == 1
+		}, 10*time.Second, 5*time.Millisecond, "the second half waits for the payment's lock")
+		require.NoError(t, tx.Commit(b.ctx))
+		require.NoError(t, <-done)
+		require.Equal(t, map[state.State]int{state.Pending: 1}, b.rows(t, "pi_halves", db.ActionRevoke), "the two halves make the whole")
+	})
+}
+
+// settleEvent accepts a paying event and dispatches its fulfilment to done.
+func (b *testBundle) settleEvent(t *testing.T, ev provider.Event) string {
+	t.Helper()
+	res, err := b.svc.Accept(b.ctx, ev)
+	require.NoError(t, err)
+	require.NotEmpty(t, res.FulfilmentID)
+	_, err = b.dispatch(t, res.FulfilmentID)
+	require.NoError(t, err)
+	require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, res.FulfilmentID).State)
+	return res.FulfilmentID
+}
