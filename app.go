@@ -50,6 +50,10 @@ type App struct {
 	// backfills holds a backfill for each provider whose API credentials
 	// are configured, by provider name.
 	backfills map[string]*backfill.Backfill
+	// payPalAPI is PayPal's API when its credentials are configured: the
+	// PayPal provider confirms deliveries with it and the backfill lists
+	// from it, under one access token.
+	payPalAPI *backfill.PayPalAPI
 
 	riverUI     *riverui.Handler
 	stopRiverUI context.CancelFunc
@@ -182,7 +186,20 @@ func (a *App) buildProviders() ([]provider.Provider, error) {
 			return provider.NewAdyen(provider.AdyenConfig{HMACKeys: cfg.AdyenHMACKeys, Capture: cfg.AdyenCapture, Mode: cfg.Mode})
 		},
 		"paypal": func() (provider.Provider, error) {
-			return provider.NewPayPal(provider.PayPalConfig{WebhookIDs: cfg.PayPalWebhookIDs, Tolerance: cfg.Tolerance, Mode: cfg.Mode})
+			pc := provider.PayPalConfig{WebhookIDs: cfg.PayPalWebhookIDs, Tolerance: cfg.Tolerance, Mode: cfg.Mode}
+			if cfg.PayPalClientID != "" {
+				api, err := backfill.NewPayPalAPI(cfg.PayPalClientID, cfg.PayPalClientSecret, cfg.apiURL(cfg.PayPalAPIURL, DefaultPayPalAPIURL, DefaultPayPalSandboxAPIURL))
+				if err != nil {
+					return nil, err
+				}
+				a.payPalAPI, pc.Event = api, api.Event
+			} else {
+				a.logger.Warn("PayPal: no GUARDIAN_PAYPAL_CLIENT_ID, so deliveries are not confirmed with PayPal's API. PayPal's signature binds the body "+
+					"only by a CRC32, which anyone can match: Guardian trusts each delivered body as signed, bound to its transmission id, so whoever "+
+					"holds a delivery less than the timestamp tolerance old before Guardian sees it can put a body of their choice under its signature. "+
+					"Set GUARDIAN_PAYPAL_CLIENT_ID and GUARDIAN_PAYPAL_CLIENT_SECRET (docs/security.md)", "tolerance", cfg.Tolerance.String())
+			}
+			return provider.NewPayPal(pc)
 		},
 	}
 	var providers []provider.Provider
@@ -295,9 +312,8 @@ func (a *App) buildBackfills(providers []provider.Provider, service *fulfilment.
 					APIURL: cfg.apiURL(cfg.PaddleAPIURL, DefaultPaddleAPIURL, DefaultPaddleSandboxAPIURL), Provider: p, Config: common}))
 			}
 		case *provider.PayPal:
-			if cfg.PayPalClientID != "" {
-				err = add(backfill.NewPayPal(backfill.PayPalConfig{ClientID: cfg.PayPalClientID, ClientSecret: cfg.PayPalClientSecret,
-					APIURL: cfg.apiURL(cfg.PayPalAPIURL, DefaultPayPalAPIURL, DefaultPayPalSandboxAPIURL), Provider: p, Config: common}))
+			if a.payPalAPI != nil {
+				err = add(backfill.NewPayPal(backfill.PayPalConfig{API: a.payPalAPI, Provider: p, Config: common}))
 			}
 		}
 		if err != nil {

@@ -461,7 +461,7 @@ func (c *Config) backfillProblems() []error {
 	switch {
 	case c.PayPalClientID == "" && c.PayPalClientSecret == "":
 	case c.PayPalClientID == "" || c.PayPalClientSecret == "":
-		errs = append(errs, errors.New("GUARDIAN_PAYPAL_CLIENT_ID and GUARDIAN_PAYPAL_CLIENT_SECRET go together: the backfill needs both"))
+		errs = append(errs, errors.New("GUARDIAN_PAYPAL_CLIENT_ID and GUARDIAN_PAYPAL_CLIENT_SECRET go together: the confirmation of deliveries and the backfill need both"))
 	case len(c.PayPalWebhookIDs) == 0:
 		errs = append(errs, errors.New("GUARDIAN_PAYPAL_CLIENT_ID needs GUARDIAN_PAYPAL_WEBHOOK_IDS: the backfill feeds the PayPal provider's rules"))
 	case c.Mode == provider.ModeLive && strings.Contains(c.PayPalAPIURL, "sandbox"):

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -300,7 +302,7 @@ func TestServedProvidersAreTheOnesBuilt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		built, err := (&App{cfg: cfg}).buildProviders()
+		built, err := (&App{cfg: cfg, logger: slog.New(slog.DiscardHandler)}).buildProviders()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,6 +312,41 @@ func TestServedProvidersAreTheOnesBuilt(t *testing.T) {
 		}
 		if !slices.Equal(cfg.ServedProviders(), names) {
 			t.Errorf("served %v, built %v", cfg.ServedProviders(), names)
+		}
+	}
+}
+
+// TestPayPalWithoutCredentialsSaysWhatItTrusts: a deployment serving PayPal
+// without API credentials warns at start that a delivered body is trusted
+// on a CRC32; with them it confirms deliveries, and says nothing.
+func TestPayPalWithoutCredentialsSaysWhatItTrusts(t *testing.T) {
+	t.Parallel()
+	for _, withAPI := range []bool{false, true} {
+		env := map[string]string{"GUARDIAN_PAYPAL_WEBHOOK_IDS": "WH1"}
+		if withAPI {
+			env["GUARDIAN_PAYPAL_CLIENT_ID"], env["GUARDIAN_PAYPAL_CLIENT_SECRET"] = "client", "paypal-client-secret-0123"
+		}
+		cfg, err := ConfigFromEnv(production(env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		built, err := (&App{cfg: cfg, logger: slog.New(slog.NewTextHandler(&logs, nil))}).buildProviders()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var confirms bool
+		for _, p := range built {
+			if pp, ok := p.(*provider.PayPal); ok {
+				confirms = pp.Confirms()
+			}
+		}
+		warned := strings.Contains(logs.String(), "CRC32")
+		if confirms != withAPI || warned == withAPI {
+			t.Errorf("credentials %v: confirms %v, warned %v", withAPI, confirms, warned)
+		}
+		if strings.Contains(logs.String(), "paypal-client-secret-0123") {
+			t.Error("the log shows the secret")
 		}
 	}
 }

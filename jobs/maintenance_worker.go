@@ -10,6 +10,7 @@ import (
 	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/refusals"
+	"github.com/guardian-pay/guardian/db"
 )
 
 // MaintenanceArgs asks for one round of housekeeping: expired single-use
@@ -41,10 +42,13 @@ type TokenPruner interface {
 	Prune(ctx context.Context, before time.Time) (int64, error)
 }
 
-// RefusalPruner deletes refused-request records older than a time and
-// beyond a count (db.Store.PruneRefusals).
+// RefusalPruner deletes what the webhook edge records of deliveries:
+// refused-request records older than a time and beyond a count
+// (db.Store.PruneRefusals), and signed transmissions' bindings older than
+// a time (db.Store.PruneTransmissions).
 type RefusalPruner interface {
 	PruneRefusals(ctx context.Context, before time.Time, keep int) (int64, error)
+	PruneTransmissions(ctx context.Context, before time.Time) (int64, error)
 }
 
 // DefaultMaintenanceInterval is how often the leader prunes.
@@ -95,6 +99,11 @@ func (w *MaintenanceWorker) Work(ctx context.Context, job *river.Job[Maintenance
 				w.logger.WarnContext(ctx, "maintenance: prune refused requests", "error", err)
 			} else if n > 0 {
 				w.logger.InfoContext(ctx, "maintenance: pruned refused-request records", "rows", n)
+			}
+			if n, err := w.refusals.PruneTransmissions(ctx, time.Now().Add(-db.TransmissionRetention)); err != nil {
+				w.logger.WarnContext(ctx, "maintenance: prune signed transmissions", "error", err)
+			} else if n > 0 {
+				w.logger.InfoContext(ctx, "maintenance: pruned signed transmissions", "rows", n)
 			}
 		}
 		if w.bodies != nil && w.retention > 0 {

@@ -1,16 +1,20 @@
 package web_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
 
 // What an attacker holding one genuine signed delivery can make of it,
@@ -189,4 +193,78 @@ func TestRefusedFloodIsLimitedPerAddress(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return b.db.Count(t, `SELECT count(*) FROM refused_delivery`) == codes[http.StatusBadRequest]+1
 	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// payPalForgery is a genuine PayPal delivery of an approved order, and a
+// body of the attacker's choice (a completed capture never paid) padded
+// to the genuine body's CRC32, which is all PayPal's signature binds of
+// a body.
+func payPalForgery(t *testing.T) (genuine, forged []byte, h http.Header) {
+	t.Helper()
+	genuine = []byte(`{"id":"WH-APPROVED-1","event_type":"CHECKOUT.ORDER.APPROVED","resource":{"id":"5O190127TN364715T","status":"APPROVED"}}`)
+	forged, err := providertest.PadCRC32([]byte(`{"id":"WH-FORGED-1","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"id":"CAPNEVERPAID","status":"COMPLETED",`+
+		`"amount":{"currency_code":"USD","value":"500.00"}},"x":"`), []byte(`"}`), crc32.ChecksumIEEE(genuine))
+	require.NoError(t, err)
+	require.Equal(t, crc32.ChecksumIEEE(genuine), crc32.ChecksumIEEE(forged))
+	h, err = provider.SignPayPal(genuine, payPalCert.key, payPalCertURL, payPalWebhook, "tx-captured", time.Now())
+	require.NoError(t, err)
+	return genuine, forged, h
+}
+
+// TestPayPalCRC32ForgeryBuysNothing: the forged body verifies under the
+// genuine delivery's signature (the attack is real), and buys nothing.
+// Without API credentials, the transmission is bound to the body first
+// seen under it, so the forgery sent after the genuine delivery is refused
+// (rebound). With them, PayPal's own copy of the event decides, so the
+// forgery is refused even sent first, and the genuine delivery still
+// stands.
+func TestPayPalCRC32ForgeryBuysNothing(t *testing.T) {
+	t.Parallel()
+	noCapture := func(t *testing.T, b *testBundle) {
+		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE provider = 'paypal' AND event_id = 'WH-FORGED-1'`))
+		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = 'CAPNEVERPAID'`))
+	}
+
+	t.Run("BoundToItsTransmission", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{})
+		genuine, forged, h := payPalForgery(t)
+		p, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{payPalWebhook}, Fetch: func(context.Context, string) ([]byte, error) { return payPalCert.pem, nil }})
+		require.NoError(t, err)
+		ev, err := p.Verify(h, forged, time.Now())
+		require.NoError(t, err, "the forgery verifies: PayPal's signature binds only the CRC32")
+		require.Equal(t, "CAPNEVERPAID", ev.PaymentID)
+
+		got := b.post(t, "/webhooks/paypal", h, genuine)
+		require.Equal(t, http.StatusOK, got.code, string(got.raw))
+		got = b.post(t, "/webhooks/paypal", h, forged)
+		require.Equal(t, http.StatusBadRequest, got.code, string(got.raw))
+		require.Contains(t, string(got.raw), "transmission")
+		got = b.post(t, "/webhooks/paypal", h, genuine)
+		require.Equal(t, http.StatusOK, got.code, "PayPal's retry of the genuine body passes: %s", got.raw)
+		noCapture(t, b)
+		require.Eventually(t, func() bool {
+			return b.db.Count(t, `SELECT count(*) FROM refused_delivery WHERE reason = 'rebound'`) == 1
+		}, 10*time.Second, 10*time.Millisecond)
+	})
+
+	t.Run("ConfirmedWithPayPal", func(t *testing.T) {
+		t.Parallel()
+		genuine, forged, h := payPalForgery(t)
+		var asked atomic.Int32
+		b := setup(t, setupOpts{payPalEvent: func(_ context.Context, id string) ([]byte, error) {
+			asked.Add(1)
+			if id == "WH-APPROVED-1" {
+				return genuine, nil
+			}
+			return nil, fmt.Errorf("paypal answered 404: the event %s does not exist", id)
+		}})
+		got := b.post(t, "/webhooks/paypal", h, forged)
+		require.Equal(t, http.StatusBadRequest, got.code, "sent before the genuine delivery: %s", got.raw)
+		require.EqualValues(t, 1, asked.Load())
+		noCapture(t, b)
+		got = b.post(t, "/webhooks/paypal", h, genuine)
+		require.Equal(t, http.StatusOK, got.code, string(got.raw))
+		require.EqualValues(t, 1, asked.Load(), "an event that decides nothing is not confirmed")
+	})
 }

@@ -120,6 +120,10 @@ func (s *Server) receive(c echo.Context, p provider.Provider) (deliveryOutcome, 
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.IntakeTimeout)
 	defer cancel()
 	results, err := s.acceptAll(ctx, evs)
+	if errors.Is(err, db.ErrRebound) {
+		o := refused(db.RefusedRebound, db.ErrRebound.Error(), "a second body under a signed transmission id: its signature binds the body only by CRC32")
+		return o, &HTTPError{Code: http.StatusBadRequest, Msg: o.answer, Err: err}
+	}
 	if err != nil && c.Request().Context().Err() != nil {
 		// The sender hung up first; it will retry. Nothing to answer.
 		return deliveryOutcome{kind: kindClientGone}, c.NoContent(statusClientClosed)

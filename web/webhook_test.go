@@ -125,6 +125,9 @@ type setupOpts struct {
 	stripeMode provider.Mode
 	// maxBody is GUARDIAN_MAX_BODY_BYTES; 64 KiB when zero.
 	maxBody int64
+	// payPalEvent, when set, is PayPal's API as the PayPal provider
+	// confirms deliveries with it (provider.PayPalConfig.Event).
+	payPalEvent func(ctx context.Context, id string) ([]byte, error)
 }
 
 func setup(t *testing.T, opts setupOpts) *testBundle {
@@ -192,7 +195,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 				return nil, fmt.Errorf("%w: no such certificate", provider.ErrSignature)
 			}
 			return payPalCert.pem, nil
-		}})
+		}, Event: opts.payPalEvent})
 	require.NoError(t, err)
 	ui, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client.River(), nil), Logger: logger, Prefix: "/riverui"})
 	require.NoError(t, err)

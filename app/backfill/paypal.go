@@ -6,7 +6,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/guardian-pay/guardian/app/provider"
@@ -14,14 +17,9 @@ import (
 
 // PayPalConfig configures a PayPal backfill.
 type PayPalConfig struct {
-	// ClientID and ClientSecret are a PayPal REST app's credentials, which
-	// get an access token that may list webhook events. Required; the
-	// secret is never logged.
-	ClientID, ClientSecret string
-	// APIURL is PayPal's API: https://api-m.paypal.com (the default), or
-	// https://api-m.sandbox.paypal.com for a sandbox; tests point it at a
-	// fake.
-	APIURL string
+	// API is PayPal's API with the REST app's credentials, whose access
+	// token may list webhook events (NewPayPalAPI). Required.
+	API *PayPalAPI
 	// Provider applies the payment rules.
 	Provider *provider.PayPal
 	Config
@@ -29,22 +27,89 @@ type PayPalConfig struct {
 
 // payPalSource lists PayPal's GET /v1/notifications/webhooks-events.
 type payPalSource struct {
-	api              *apiClient
-	clientID, secret string
-	provider         *provider.PayPal
-	cfg              Config
+	api      *PayPalAPI
+	provider *provider.PayPal
+	cfg      Config
 }
 
 // NewPayPal returns a backfill from PayPal's webhook events API.
 func NewPayPal(cfg PayPalConfig) (*Backfill, error) {
-	if cfg.ClientID == "" || cfg.ClientSecret == "" || cfg.Provider == nil || cfg.Logger == nil {
-		return nil, errors.New("backfill paypal: client id and secret, provider and logger are required")
+	if cfg.API == nil || cfg.Provider == nil || cfg.Logger == nil {
+		return nil, errors.New("backfill paypal: API, provider and logger are required")
 	}
-	api, err := newAPIClient("paypal", cmp.Or(cfg.APIURL, "https://api-m.paypal.com"))
+	return New(&payPalSource{api: cfg.API, provider: cfg.Provider, cfg: cfg.Config.withDefaults()}, cfg.Config)
+}
+
+// PayPalAPI is PayPal's REST API as Guardian reads it: an access token got
+// with a REST app's credentials and kept until a minute before it expires,
+// and the webhook events PayPal lists and shows. Safe for concurrent use.
+type PayPalAPI struct {
+	api              *apiClient
+	clientID, secret string
+
+	mu    sync.Mutex
+	token string
+	until time.Time
+}
+
+// NewPayPalAPI returns PayPal's API at apiURL (https://api-m.paypal.com
+// when empty; the sandbox's, or a test's fake) with a REST app's
+// credentials, which are never logged.
+func NewPayPalAPI(clientID, secret, apiURL string) (*PayPalAPI, error) {
+	if clientID == "" || secret == "" {
+		return nil, errors.New("paypal API: client id and secret are required")
+	}
+	api, err := newAPIClient("paypal", cmp.Or(apiURL, "https://api-m.paypal.com"))
 	if err != nil {
 		return nil, err
 	}
-	return New(&payPalSource{api: api, clientID: cfg.ClientID, secret: cfg.ClientSecret, provider: cfg.Provider, cfg: cfg.Config.withDefaults()}, cfg.Config)
+	return &PayPalAPI{api: api, clientID: clientID, secret: secret}, nil
+}
+
+// authorization returns the Authorization header of an API request: a
+// bearer token, from the cache or got now.
+func (p *PayPalAPI) authorization(ctx context.Context) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.token != "" && time.Now().Before(p.until) {
+		return "Bearer " + p.token, nil
+	}
+	var token struct {
+		AccessToken string `json:"access_token"`
+		ExpiresIn   int64  `json:"expires_in"`
+	}
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte(p.clientID+":"+p.secret))
+	if err := p.api.do(ctx, "POST", "/v1/oauth2/token", basic, url.Values{"grant_type": {"client_credentials"}}, &token); err != nil {
+		return "", err
+	}
+	if token.AccessToken == "" {
+		return "", errors.New("paypal API: the token answer holds no access_token")
+	}
+	p.token, p.until = token.AccessToken, time.Now().Add(time.Duration(token.ExpiresIn)*time.Second-time.Minute)
+	return "Bearer " + p.token, nil
+}
+
+// Event returns PayPal's own copy of a webhook event (GET
+// /v1/notifications/webhooks-events/{id}), for provider.PayPalConfig.Event.
+// PayPal answering 404 is an error of its own (no such event); one that
+// does not answer, answers 5xx or 429, or refuses the credentials wraps
+// provider.ErrUnavailable, so the delivery is answered 503 and PayPal
+// retries it.
+func (p *PayPalAPI) Event(ctx context.Context, id string) ([]byte, error) {
+	auth, err := p.authorization(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", provider.ErrUnavailable, err)
+	}
+	var raw json.RawMessage
+	err = p.api.do(ctx, "GET", "/v1/notifications/webhooks-events/"+url.PathEscape(id), auth, nil, &raw)
+	var aerr *apiError
+	switch {
+	case errors.As(err, &aerr) && aerr.status == http.StatusNotFound:
+		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", provider.ErrUnavailable, err)
+	}
+	return raw, nil
 }
 
 func (s *payPalSource) Provider() string         { return "paypal" }
@@ -62,18 +127,12 @@ type payPalPage struct {
 // List gets an access token, then pages through each type the rules read
 // (provider.PayPalRuleTypes), between from and now.
 func (s *payPalSource) List(ctx context.Context, from time.Time, accept func(provider.Event) error) error {
-	var token struct {
-		AccessToken string `json:"access_token"`
-	}
-	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte(s.clientID+":"+s.secret))
-	if err := s.api.do(ctx, "POST", "/v1/oauth2/token", basic, url.Values{"grant_type": {"client_credentials"}}, &token); err != nil {
+	auth, err := s.api.authorization(ctx)
+	if err != nil {
 		return err
 	}
-	if token.AccessToken == "" {
-		return errors.New("paypal API: the token answer holds no access_token")
-	}
 	for _, eventType := range provider.PayPalRuleTypes {
-		if err := s.listType(ctx, from, eventType, "Bearer "+token.AccessToken, accept); err != nil {
+		if err := s.listType(ctx, from, eventType, auth, accept); err != nil {
 			return err
 		}
 	}
@@ -91,7 +150,7 @@ func (s *payPalSource) listType(ctx context.Context, from time.Time, eventType, 
 	next := "/v1/notifications/webhooks-events?" + q.Encode()
 	for next != "" {
 		var page payPalPage
-		if err := s.api.do(ctx, "GET", next, authorization, nil, &page); err != nil {
+		if err := s.api.api.do(ctx, "GET", next, authorization, nil, &page); err != nil {
 			return err
 		}
 		for _, raw := range page.Events {

@@ -240,8 +240,49 @@ func (f *fakePayPal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"events": in[lo:hi], "count": hi - lo, "links": links})
 	default:
-		http.NotFound(w, r)
+		id, ok := strings.CutPrefix(r.URL.Path, "/v1/notifications/webhooks-events/")
+		if !ok || r.Header.Get("Authorization") != "Bearer A21-token" {
+			http.NotFound(w, r)
+			return
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, e := range f.events {
+			if e["id"] == id {
+				_ = json.NewEncoder(w).Encode(e)
+				return
+			}
+		}
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"name":"INVALID_RESOURCE_ID","message":"The requested resource ID was not found"}`))
 	}
+}
+
+// TestPayPalAPIShowsAnEvent: PayPal's own copy of an event by its id, with
+// one access token for many requests; an id PayPal does not know is its
+// own error, and PayPal not answering is ErrUnavailable.
+func TestPayPalAPIShowsAnEvent(t *testing.T) {
+	t.Parallel()
+	fake := &fakePayPal{}
+	fake.add("WH-1", "CAP1", "COMPLETED", time.Now())
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	api, err := backfill.NewPayPalAPI(payPalID, payPalSecret, srv.URL)
+	require.NoError(t, err)
+	for range 3 {
+		raw, err := api.Event(t.Context(), "WH-1")
+		require.NoError(t, err)
+		require.Contains(t, string(raw), `"CAP1"`)
+	}
+	require.EqualValues(t, 1, fake.tokens.Load(), "one token for many requests")
+	_, err = api.Event(t.Context(), "WH-NOBODY")
+	require.Error(t, err)
+	require.NotErrorIs(t, err, provider.ErrUnavailable, "an event PayPal does not know is not a PayPal that is down")
+	require.ErrorContains(t, err, "404")
+	srv.Close()
+	_, err = api.Event(t.Context(), "WH-1")
+	require.ErrorIs(t, err, provider.ErrUnavailable)
+	require.NotContains(t, err.Error(), payPalSecret)
 }
 
 func cmpOr(a, b string) string {
@@ -262,7 +303,9 @@ func TestPayPalBackfill(t *testing.T) {
 			return nil, provider.ErrUnavailable
 		}})
 		require.NoError(t, err)
-		b.run, err = backfill.NewPayPal(backfill.PayPalConfig{ClientID: payPalID, ClientSecret: secret, APIURL: srv.URL, Provider: p,
+		papi, err := backfill.NewPayPalAPI(payPalID, secret, srv.URL)
+		require.NoError(t, err)
+		b.run, err = backfill.NewPayPal(backfill.PayPalConfig{API: papi, Provider: p,
 			Config: backfill.Config{Service: b.svc, Store: db.New(b.db.Pool), Logger: b.logger, Now: func() time.Time { return b.now }}})
 		require.NoError(t, err)
 		return b, api
@@ -292,7 +335,7 @@ func TestPayPalBackfill(t *testing.T) {
 		res, err = b.run.Run(b.ctx, time.Time{})
 		require.NoError(t, err)
 		require.Zero(t, res.New)
-		require.Equal(t, int32(2), api.tokens.Load(), "a token per run")
+		require.Equal(t, int32(1), api.tokens.Load(), "one token, kept until a minute before it expires, serves both runs")
 		require.NotContains(t, b.logs.String(), payPalSecret)
 		require.NotContains(t, b.logs.String(), "A21-token")
 	})

@@ -52,7 +52,9 @@ type AcceptResult struct {
 // Accept records a verified event exactly once. It returns only after the
 // event is committed to Postgres (or was already), so an acknowledgement
 // sent after Accept returns nil is never lost. An error means nothing is
-// known to be committed and the provider must retry.
+// known to be committed and the provider must retry, but for
+// db.ErrRebound: a second body under a signed transmission id
+// (provider.Event.Transmission), refused for good.
 //
 // The filter, when configured, is asked first and told last: only a mark
 // written after the commit may answer "duplicate".
@@ -66,6 +68,14 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 			s.cfg.Logger.DebugContext(ctx, "duplicate filter unavailable, asking Postgres", "provider", ev.Provider, "event_id", ev.ID, "error", err)
 		} else if seen {
 			return AcceptResult{Outcome: DuplicateFiltered}, nil
+		}
+	}
+
+	// A provider whose signature binds the body only weakly (PayPal's
+	// CRC32): one body per signed transmission, for good.
+	if t := ev.Transmission; t != nil {
+		if err := db.BindTransmission(ctx, s.cfg.Store.Pool(), ev.Provider, t.ID, t.BodySHA256[:]); err != nil {
+			return AcceptResult{}, err
 		}
 	}
 

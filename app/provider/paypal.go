@@ -59,6 +59,9 @@ const (
 	maxPayPalFetches     = 4
 	payPalFailureTTL     = time.Minute
 	payPalUnavailableTTL = 5 * time.Second
+	// maxPayPalConfirms bounds the events confirmed with PayPal's API at
+	// once; beyond it a delivery is answered 503 and PayPal retries.
+	maxPayPalConfirms = 8
 )
 
 // PayPalConfig configures PayPal's verification and rules.
@@ -79,6 +82,17 @@ type PayPalConfig struct {
 	// on one of PayPal's hosts. Nil fetches it with Go's TLS verification,
 	// no redirects, within 10 seconds. Tests give their own.
 	Fetch func(ctx context.Context, url string) ([]byte, error)
+	// Event, when set, gets PayPal's own copy of a webhook event by its id
+	// (GET /v1/notifications/webhooks-events/{id} with the REST app's
+	// credentials: backfill.PayPalAPI.Event). PayPal's signature binds the
+	// body only by a CRC32, which anyone can match with a body of their
+	// choice, so with Event set a delivery that would decide anything
+	// (pays, refunds, disputes, or is flagged) is read and stored as
+	// PayPal's API shows it, never as delivered. An error wrapping
+	// ErrUnavailable is answered 503, so PayPal retries; any other means
+	// PayPal knows no such event, and the delivery is refused. Nil trusts
+	// the delivered body, bound to its transmission id (Confirms).
+	Event func(ctx context.Context, id string) ([]byte, error)
 }
 
 // PayPal verifies PayPal's webhook deliveries. PAYPAL-TRANSMISSION-SIG is
@@ -100,6 +114,9 @@ type PayPal struct {
 	tolerance  time.Duration
 	mode       Mode
 	fetch      func(ctx context.Context, url string) ([]byte, error)
+	event      func(ctx context.Context, id string) ([]byte, error)
+	// confirming bounds the confirmations in flight (maxPayPalConfirms).
+	confirming chan struct{}
 
 	mu       sync.Mutex
 	certs    map[string]*x509.Certificate
@@ -135,6 +152,7 @@ func NewPayPal(cfg PayPalConfig) (*PayPal, error) {
 		return nil, errors.New("paypal: negative tolerance")
 	}
 	p := &PayPal{webhookIDs: ids, tolerance: cmp.Or(cfg.Tolerance, DefaultTolerance), mode: cfg.Mode, fetch: cfg.Fetch,
+		event: cfg.Event, confirming: make(chan struct{}, maxPayPalConfirms),
 		certs: map[string]*x509.Certificate{}, failed: map[string]certFailure{}, inflight: map[string]*certCall{}}
 	if p.fetch == nil {
 		p.fetch = fetchOverHTTPS
@@ -184,7 +202,64 @@ func (p *PayPal) Verify(header http.Header, body []byte, now time.Time) (Event, 
 		}
 		return Event{}, fmt.Errorf("%w: a live delivery at a test deployment (GUARDIAN_MODE=test)", ErrMode)
 	}
-	return p.Read(body)
+	ev, err := p.Read(body)
+	if err != nil {
+		return Event{}, err
+	}
+	// The signature binds the body by CRC32 only: bind the body to the
+	// transmission, and take what decides from PayPal's own copy.
+	ev.Transmission = &Transmission{ID: id, BodySHA256: sha256.Sum256(body)}
+	return p.confirm(ev)
+}
+
+// Confirms reports whether deliveries are confirmed with PayPal's API
+// (PayPalConfig.Event). Without it, a delivered body is trusted as signed,
+// bound to its transmission id: anyone who holds a delivery less than the
+// tolerance old, before Guardian has seen it, can put another body under
+// its signature.
+func (p *PayPal) Confirms() bool { return p.event != nil }
+
+// confirm replaces a delivered event that decides anything with PayPal's
+// own copy of it, from PayPal's API (PayPalConfig.Event), keeping the
+// delivery's transmission. The copy must be the same event: its id and
+// type.
+func (p *PayPal) confirm(ev Event) (Event, error) {
+	if p.event == nil || (!ev.Fulfils() && ev.Reversal == nil && ev.Unmapped == "") {
+		return ev, nil
+	}
+	if !payPalEventID(ev.ID) {
+		return Event{}, fmt.Errorf("%w: the event id is not one of PayPal's", ErrMalformed)
+	}
+	select {
+	case p.confirming <- struct{}{}:
+		defer func() { <-p.confirming }()
+	default:
+		return Event{}, fmt.Errorf("%w: %d confirmations with PayPal's API already in flight", ErrUnavailable, maxPayPalConfirms)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	raw, err := p.event(ctx, ev.ID)
+	if errors.Is(err, ErrUnavailable) {
+		return Event{}, err
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: PayPal's API does not confirm the event: %v", ErrSignature, err)
+	}
+	own, err := p.Read(raw)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: PayPal's API answered an event Guardian cannot read: %v", ErrUnavailable, err)
+	}
+	if own.ID != ev.ID || own.Type != ev.Type {
+		return Event{}, fmt.Errorf("%w: the delivery is not the event PayPal's API shows under its id", ErrSignature)
+	}
+	own.Transmission = ev.Transmission
+	return own, nil
+}
+
+// payPalEventID reports whether id looks like a PayPal webhook event id
+// (WH-58D329510W468432D-8HN650336L201105X): letters, digits and dashes.
+func payPalEventID(id string) bool {
+	return id != "" && len(id) <= 128 && strings.Trim(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-") == ""
 }
 
 // Read reads an event PayPal's API listed (GET

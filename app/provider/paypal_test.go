@@ -424,3 +424,60 @@ func TestPayPalFetchesAreBounded(t *testing.T) {
 		t.Errorf("a name not in PayPal's format was fetched")
 	}
 }
+
+// TestPayPalConfirmsWithItsAPI: with PayPal's API at hand, a delivery that
+// decides anything is read as PayPal's own copy of the event; a delivery
+// that is not that event (another type under its id, an id PayPal does
+// not know) is refused; PayPal's API down is 503; what decides nothing is
+// not asked about.
+func TestPayPalConfirmsWithItsAPI(t *testing.T) {
+	t.Parallel()
+	key, pemBytes := providertest.PayPalCertificate(t, "messageverificationcerts.paypal.com", time.Now().Add(-time.Hour))
+	own := []byte(`{"id":"WH-CAP-1","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"id":"CAP1","status":"COMPLETED","amount":{"currency_code":"USD","value":"5.00"}}}`)
+	var asked atomic.Int32
+	p, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{payPalWebhook},
+		Fetch: func(context.Context, string) ([]byte, error) { return pemBytes, nil },
+		Event: func(_ context.Context, id string) ([]byte, error) {
+			asked.Add(1)
+			switch id {
+			case "WH-CAP-1":
+				return own, nil
+			case "WH-DOWN":
+				return nil, fmt.Errorf("%w: PayPal's API did not answer", provider.ErrUnavailable)
+			}
+			return nil, errors.New("paypal answered 404")
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := func(body string) (provider.Event, error) {
+		now := time.Now()
+		h, err := provider.SignPayPal([]byte(body), key, payPalLiveCert, payPalWebhook, "t-"+body[:20], now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Verify(h, []byte(body), now)
+	}
+	// The delivered body differs from PayPal's copy where it does not
+	// decide the event's identity: PayPal's copy is what is kept.
+	ev, err := verify(`{"id":"WH-CAP-1","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"id":"CAP1","status":"COMPLETED","custom_id":"attacker"}}`)
+	if err != nil || ev.PaymentID != "CAP1" || string(ev.Payload) != string(own) || ev.Paid == nil || ev.Paid.Minor != 500 || ev.Transmission == nil {
+		t.Errorf("a confirmed capture: %+v, %v; want PayPal's own copy", ev, err)
+	}
+	if _, err := verify(`{"id":"WH-CAP-1","event_type":"PAYMENT.CAPTURE.REFUNDED","resource":{"id":"R1","links":[{"rel":"up","href":"https://api.paypal.com/v2/payments/captures/CAP1"}]}}`); !errors.Is(err, provider.ErrSignature) {
+		t.Errorf("another type under the event's id: %v, want ErrSignature", err)
+	}
+	if _, err := verify(`{"id":"WH-NOBODY","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"id":"CAP9","status":"COMPLETED"}}`); !errors.Is(err, provider.ErrSignature) {
+		t.Errorf("an event PayPal does not know: %v, want ErrSignature", err)
+	}
+	if _, err := verify(`{"id":"WH-DOWN","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"id":"CAP9","status":"COMPLETED"}}`); !errors.Is(err, provider.ErrUnavailable) {
+		t.Errorf("PayPal's API down: %v, want ErrUnavailable", err)
+	}
+	before := asked.Load()
+	if _, err := verify(`{"id":"WH-APPROVED","event_type":"CHECKOUT.ORDER.APPROVED","resource":{"id":"O1"}}`); err != nil || asked.Load() != before {
+		t.Errorf("an event that decides nothing: %v, %d asks", err, asked.Load()-before)
+	}
+	if !p.Confirms() {
+		t.Error("Confirms = false with an Event")
+	}
+}

@@ -24,6 +24,12 @@ type Event struct {
 	DeliveryID string
 	// Type is the provider's event type.
 	Type string
+	// Transmission is set where a provider's signature binds the body only
+	// weakly (PayPal's, by CRC32): the signed transmission id and the
+	// SHA-256 of the body as delivered. Intake binds the one to the other
+	// the first time it sees them and refuses another body under the same
+	// id. Nil for every other provider.
+	Transmission *Transmission
 	// PaymentID is the purchase the event pays for. It is set only when the
 	// event fulfils under the provider's rules: a fulfilling type whose
 	// payload says it is paid.
@@ -52,6 +58,13 @@ type Event struct {
 	// Origin says how the event arrived: "" or "webhook" for a delivery,
 	// "backfill" for one fetched from the provider's events API.
 	Origin string
+}
+
+// Transmission is a signed transmission id and the digest of the body
+// delivered under it.
+type Transmission struct {
+	ID         string
+	BodySHA256 [32]byte
 }
 
 // Fulfils reports whether the event asks for a fulfilment.

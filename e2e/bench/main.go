@@ -56,7 +56,7 @@ var (
 	duration    = flag.Duration("d", 5*time.Second, "length of each measured run")
 	runs        = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
-	only        = flag.String("only", "", "run one comparison only: dispatch, nodes (three processes against one), curve, or scale (the cost as the tables grow to -sizes)")
+	only        = flag.String("only", "", "run one comparison only: dispatch, nodes (three processes against one), curve, flood (an unsigned flood per provider), or scale (the cost as the tables grow to -sizes)")
 	keep        = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
 	scaleDB     = flag.String("scale-db", "", "with -only scale: measure this database, kept by an earlier -keep run, filling it on from the payments it holds")
 	curvePath   = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
@@ -119,6 +119,10 @@ func main() {
 	conn := fakeConnector()
 	defer conn.Close()
 	log.Printf("machine: %d CPUs; concurrency %d; %d runs of %s each\n", runtime.NumCPU(), *concurrency, *runs, *duration)
+	if *only == "flood" {
+		printFlood(measureFlood(bin, dbURL, conn.URL))
+		return
+	}
 	if *only == "curve" {
 		printCurve(measureCurve(bin, dbURL, conn.URL))
 		return

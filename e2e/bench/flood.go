@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"log"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The flood: what an unsigned delivery costs Guardian to refuse, per
+// provider, against Stripe's (issue 31): CPU and bytes allocated per
+// refused request of floodBody bytes, measured from outside on the built
+// binary (its CPU in /proc, its allocations in go_memstats_alloc_bytes_total
+// on the operations listener). Each request comes from an address of its
+// own (X-Forwarded-For behind a trusted loopback proxy), so none is cut
+// short by the per-address refusal limit: the cost of a full refusal.
+const (
+	floodBody     = 1 << 20
+	floodRequests = 300
+	floodWorkers  = 8
+)
+
+// floodCase is one provider's unsigned delivery.
+type floodCase struct {
+	provider string
+	header   http.Header
+	body     []byte
+}
+
+func floodCases() []floodCase {
+	pad := func(prefix, suffix string) []byte {
+		return []byte(prefix + strings.Repeat("x", floodBody-len(prefix)-len(suffix)) + suffix)
+	}
+	plain := pad(`{"id":"evt_flood","type":"checkout.session.completed","note":"`, `"}`)
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	zeros := strings.Repeat("0", 64)
+	h := func(kv ...string) http.Header {
+		out := http.Header{"Content-Type": {"application/json"}}
+		for i := 0; i < len(kv); i += 2 {
+			out.Set(kv[i], kv[i+1])
+		}
+		return out
+	}
+	return []floodCase{
+		{"stripe", h("Stripe-Signature", "t="+now+",v1="+zeros), plain},
+		{"standard", h("webhook-id", "msg_flood", "webhook-timestamp", now, "webhook-signature", "v1,"+strings.Repeat("A", 43)+"="), plain},
+		{"paddle", h("Paddle-Signature", "ts="+now+";h1="+zeros), plain},
+		{"shopify", h("X-Shopify-Hmac-Sha256", strings.Repeat("A", 43)+"=", "X-Shopify-Topic", "orders/paid", "X-Shopify-Event-Id", "flood"), plain},
+		{"lemonsqueezy", h("X-Signature", zeros, "X-Event-Name", "order_created"), plain},
+		// Adyen's signature is inside the body: the item's fields come
+		// first, the filler after, as an attacker would send them.
+		{"adyen", h(), pad(`{"live":"false","notificationItems":[{"NotificationRequestItem":{"eventCode":"AUTHORISATION","pspReference":"FLOOD","success":"true",`+
+			`"amount":{"value":100,"currency":"EUR"},"additionalData":{"hmacSignature":"`+strings.Repeat("A", 43)+`=","filler":"`, `"}}}]}`)},
+		// A certificate URL that is not PayPal's: refused before anything
+		// is fetched (the bench reaches nothing beyond loopback).
+		{"paypal", h("Paypal-Transmission-Id", "flood", "Paypal-Transmission-Time", time.Now().UTC().Format(time.RFC3339), "Paypal-Transmission-Sig", "AAAA",
+			"Paypal-Auth-Algo", "SHA256withRSA", "Paypal-Cert-Url", "https://evil.example/v1/notifications/certs/CERT-00000000-00000000-00000000"), plain},
+	}
+}
+
+// floodEnv serves every provider, with secrets of the bench's own.
+var floodEnv = map[string]string{
+	"GUARDIAN_WORKERS": "false", "GUARDIAN_TRUSTED_PROXIES": "127.0.0.1/32",
+	"GUARDIAN_PADDLE_SECRETS": "pdl_ntfset_bench_0123456789abcdef", "GUARDIAN_SHOPIFY_SECRETS": "shopify_bench_secret_0123456789abcdef",
+	"GUARDIAN_LEMONSQUEEZY_SECRETS": "lemonsqueezy_bench_secret_0123456789", "GUARDIAN_ADYEN_HMAC_KEYS": strings.Repeat("A1", 32),
+	"GUARDIAN_PAYPAL_WEBHOOK_IDS": "8PT597110X687430LKGECATA",
+}
+
+// floodCost is what one provider's refusals cost, per request.
+type floodCost struct {
+	provider      string
+	cpuMicros     float64
+	allocKiB      float64
+	status        int
+	stripeRatioCP float64
+	stripeRatioAl float64
+}
+
+// measureFlood sends each provider's unsigned delivery floodRequests times
+// and reports the cost of each refusal.
+func measureFlood(bin, dbURL, connURL string) []floodCost {
+	g := startGuardian(bin, dbURL, connURL, floodEnv)
+	defer g.stop()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: floodWorkers}}
+	var out []floodCost
+	var seq atomic.Int64
+	for _, fc := range floodCases() {
+		send := func(n int) int {
+			var status atomic.Int64
+			var wg sync.WaitGroup
+			for range floodWorkers {
+				wg.Go(func() {
+					for range n / floodWorkers {
+						req, err := http.NewRequest(http.MethodPost, g.url+"/webhooks/"+fc.provider, bytes.NewReader(fc.body))
+						check(err)
+						req.Header = fc.header.Clone()
+						i := seq.Add(1)
+						req.Header.Set("X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255))
+						resp, err := client.Do(req)
+						check(err)
+						resp.Body.Close()
+						status.Store(int64(resp.StatusCode))
+					}
+				})
+			}
+			wg.Wait()
+			return int(status.Load())
+		}
+		send(floodWorkers * 4) // warm: connections, the refusal recorder
+		cpu0, alloc0 := cpuOf(g.cmd.Process.Pid), allocBytes(g)
+		status := send(floodRequests)
+		cpu, alloc := cpuOf(g.cmd.Process.Pid)-cpu0, allocBytes(g)-alloc0
+		out = append(out, floodCost{provider: fc.provider, status: status,
+			cpuMicros: float64(cpu.Microseconds()) / floodRequests, allocKiB: alloc / 1024 / floodRequests})
+	}
+	for i := range out {
+		out[i].stripeRatioCP, out[i].stripeRatioAl = out[i].cpuMicros/out[0].cpuMicros, out[i].allocKiB/out[0].allocKiB
+	}
+	return out
+}
+
+// allocBytes reads the process's bytes allocated so far from its metrics.
+func allocBytes(g *guardian) float64 {
+	resp, err := http.Get(g.metrics + "/metrics")
+	check(err)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_alloc_bytes_total "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			check(err)
+			return f
+		}
+	}
+	log.Fatal("no go_memstats_alloc_bytes_total in the metrics")
+	return 0
+}
+
+// printFlood prints the flood's table and its verdict: every provider
+// within 2x Stripe's CPU and allocations per refusal.
+func printFlood(costs []floodCost) {
+	fmt.Printf("unsigned flood, %d KiB bodies, %d each, per refused request:\n", floodBody>>10, floodRequests)
+	fmt.Printf("%-13s %6s %10s %8s %12s %8s\n", "provider", "status", "cpu µs", "x stripe", "alloc KiB", "x stripe")
+	ok := true
+	for _, c := range costs {
+		fmt.Printf("%-13s %6d %10.0f %8.2f %12.0f %8.2f\n", c.provider, c.status, c.cpuMicros, c.stripeRatioCP, c.allocKiB, c.stripeRatioAl)
+		ok = ok && c.stripeRatioCP <= 2 && c.stripeRatioAl <= 2
+	}
+	verdict := "met"
+	if !ok {
+		verdict = "NOT met"
+	}
+	fmt.Printf("target: every provider within 2x Stripe's CPU and allocations per refusal: %s\n", verdict)
+}
