@@ -149,3 +149,27 @@ func FuzzPayPalHeaders(f *testing.F) {
 		}
 	})
 }
+
+// TestStandardVerifiesTheSpecVector: the signed vector of the Standard
+// Webhooks reference library (libraries/go/webhook_test.go,
+// TestWebhookSign) verifies, among other versions' and a rotated secret's
+// signatures; one byte changed does not.
+func TestStandardVerifiesTheSpecVector(t *testing.T) {
+	t.Parallel()
+	s, err := NewStandard(StandardConfig{Secrets: []string{standardSecret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, Tolerance: 100 * 365 * 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	h.Set("webhook-id", "msg_p5jXN8AQM9LWM0D4loKWxJek")
+	h.Set("webhook-timestamp", "1614265330")
+	h.Set("webhook-signature", "v2,AAAA v1,bm90IHRoaXMgb25lIG5vdCB0aGlzIG9uZSBub3QgdGhpcyA= v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+	body := []byte(`{"test": 2432232314}`)
+	if _, err := s.Verify(h, body, time.Unix(1614265330, 0)); errors.Is(err, ErrSignature) || errors.Is(err, ErrTimestamp) {
+		t.Fatalf("the reference vector: %v", err)
+	}
+	body[2] ^= 1
+	if _, err := s.Verify(h, body, time.Unix(1614265330, 0)); !errors.Is(err, ErrSignature) {
+		t.Errorf("one byte changed: %v, want ErrSignature", err)
+	}
+}

@@ -67,7 +67,7 @@ func floodCases() []floodCase {
 // floodEnv serves every provider, with secrets of the bench's own.
 var floodEnv = map[string]string{
 	"GUARDIAN_WORKERS": "false", "GUARDIAN_TRUSTED_PROXIES": "127.0.0.1/32",
-	"GUARDIAN_PADDLE_SECRETS": "pdl_ntfset_bench_0123456789abcdef", "GUARDIAN_SHOPIFY_SECRETS": "shopify_bench_secret_0123456789abcdef",
+	"GUARDIAN_PADDLE_SECRETS": "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_benchsecret", "GUARDIAN_SHOPIFY_SECRETS": "shopify_bench_secret_0123456789abcdef",
 	"GUARDIAN_LEMONSQUEEZY_SECRETS": "lemonsqueezy_bench_secret_0123456789", "GUARDIAN_ADYEN_HMAC_KEYS": strings.Repeat("A1", 32),
 	"GUARDIAN_PAYPAL_WEBHOOK_IDS": "8PT597110X687430LKGECATA",
 }

@@ -245,6 +245,7 @@ func main() {
 	fmt.Printf("peak resident memory      %.0f MiB  (target < 150 MiB: %s)\n", rss, verdict(rss < 150))
 	fmt.Println(nodesLine)
 	printCurve(curve)
+	printFlood(measureFlood(bin, dbURL, conn.URL))
 }
 
 // measureCurve measures intake at concurrency 1 to 256 on one warmed-up
