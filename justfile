@@ -58,7 +58,8 @@ lint:
     go vet ./...
     if command -v golangci-lint >/dev/null; then golangci-lint run; else echo "golangci-lint not installed: skipped (gofmt and go vet ran)"; fi
 
-# Fuzz the untrusted-input parsers for a while each.
+# Fuzz the untrusted-input parsers for a while each: every provider's, the
+# receiver kit's request and the connector's statements.
 fuzz time="30s":
     go test ./app/provider -run '^$' -fuzz FuzzStripeVerify -fuzztime {{time}}
     go test ./app/provider -run '^$' -fuzz FuzzStandardVerify -fuzztime {{time}}
@@ -66,6 +67,10 @@ fuzz time="30s":
     go test ./app/provider -run '^$' -fuzz FuzzAdyenVerify -fuzztime {{time}}
     go test ./app/provider -run '^$' -fuzz FuzzShopifyVerify -fuzztime {{time}}
     go test ./app/provider -run '^$' -fuzz FuzzPayPalHeaders -fuzztime {{time}}
+    go test ./app/provider -run '^$' -fuzz FuzzPaddleVerify -fuzztime {{time}}
+    go test ./app/provider -run '^$' -fuzz FuzzLemonSqueezyVerify -fuzztime {{time}}
+    go test ./app/receiver -run '^$' -fuzz FuzzRead -fuzztime {{time}}
+    go test ./app/connector -run '^$' -fuzz FuzzStatement -fuzztime {{time}}
 
 # Measure Guardian against pgbench, redis-benchmark and bare River on this
 # machine, in one run, and print the ratios (see docs/performance.md).

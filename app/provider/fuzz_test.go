@@ -173,3 +173,68 @@ func TestStandardVerifiesTheSpecVector(t *testing.T) {
 		t.Errorf("one byte changed: %v, want ErrSignature", err)
 	}
 }
+
+// FuzzPaddleVerify: any Paddle-Signature header and body end in a
+// classified error or an event with an id and type; a body signed with the
+// secret never fails its signature, and fulfils only a completed
+// transaction.
+func FuzzPaddleVerify(f *testing.F) {
+	const secret = "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_fuzzsecret"
+	now := time.Unix(1767225600, 0)
+	seed(f, "paddle", func(b []byte) { f.Add(SignPaddle(b, secret, now).Get("Paddle-Signature"), b, true) })
+	f.Add("ts=1;ts=2;h1=00", []byte(`{}`), false)
+	p, err := NewPaddle(PaddleConfig{Secrets: []string{secret}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, header string, body []byte, sign bool) {
+		if sign {
+			header = SignPaddle(body, secret, now).Get("Paddle-Signature")
+		}
+		ev, err := p.Verify(http.Header{"Paddle-Signature": {header}}, body, now)
+		if err != nil {
+			if !errors.Is(err, ErrSignature) && !errors.Is(err, ErrTimestamp) && !errors.Is(err, ErrMalformed) {
+				t.Fatalf("unclassified error %v", err)
+			}
+			if sign && errors.Is(err, ErrSignature) {
+				t.Fatalf("a signed body refused as unsigned: %v", err)
+			}
+			return
+		}
+		if ev.ID == "" || ev.Type == "" || (ev.Fulfils() && ev.Type != PaddleFulfilType) {
+			t.Fatalf("accepted %+v", ev)
+		}
+	})
+}
+
+// FuzzLemonSqueezyVerify: a signed body under any event name ends in a
+// classified error or an event named by its own body, fulfilling only a
+// paid order.
+func FuzzLemonSqueezyVerify(f *testing.F) {
+	const secret = "lemonsqueezy_fuzz_secret_0123456789"
+	seed(f, "lemonsqueezy", func(b []byte) { f.Add("order_created", b) })
+	l, err := NewLemonSqueezy(LemonSqueezyConfig{Secrets: []string{secret}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, name string, body []byte) {
+		ev, err := l.Verify(SignLemonSqueezy(body, secret, name), body, time.Now())
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrMode) {
+				t.Fatalf("unclassified error %v", err)
+			}
+			return
+		}
+		doc, err := parseObject(body)
+		if err != nil {
+			t.Fatalf("accepted a body that is not strict JSON: %v", err)
+		}
+		meta, _ := doc["meta"].(map[string]any)
+		if ev.Type != meta["event_name"] {
+			t.Fatalf("event named %q by the unsigned header, not %v by the body", ev.Type, meta["event_name"])
+		}
+		if ev.Fulfils() && ev.Type != LemonSqueezyFulfilEvent {
+			t.Fatalf("fulfilled a %s", ev.Type)
+		}
+	})
+}

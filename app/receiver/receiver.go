@@ -149,25 +149,14 @@ func (r *Receiver) serveAction(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "body too large or unreadable", http.StatusRequestEntityTooLarge)
 		return
 	}
-	if !r.verify(body, req.Header) {
-		r.cfg.Logger.WarnContext(ctx, "receiver: refused a request: signature or timestamp not valid")
-		http.Error(w, "signature or timestamp not valid", http.StatusUnauthorized)
+	d, test, code, why := r.read(body, req.Header)
+	if code != 0 {
+		if code == http.StatusUnauthorized {
+			r.cfg.Logger.WarnContext(ctx, "receiver: refused a request: "+why)
+		}
+		http.Error(w, why, code)
 		return
 	}
-	var b connector.Body
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil || b.IdempotencyKey == "" || b.IdempotencyKey != req.Header.Get("Idempotency-Key") {
-		http.Error(w, "not a Guardian request: body and Idempotency-Key disagree", http.StatusBadRequest)
-		return
-	}
-	test := b.EventType == connector.TestEventType
-	if test != strings.HasPrefix(b.IdempotencyKey, connector.TestKeyPrefix) {
-		http.Error(w, "test deliveries use test keys, and only they do", http.StatusBadRequest)
-		return
-	}
-	d := Delivery{Body: b}
-	fmt.Sscan(req.Header.Get(connector.HeaderAttempt), &d.Attempt)
 	sum := sha256.Sum256(body)
 
 	// A finished key answers from its row, without waiting for anything.
@@ -179,6 +168,30 @@ func (r *Receiver) serveAction(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.act(w, ctx, d, sum[:], test)
+}
+
+// read checks an action request before anything is looked up: a fresh
+// signature by one of the secrets, a body that is exactly a
+// connector.Body whose key is the Idempotency-Key header's, and a test
+// delivery under a test key and only then. It returns the delivery and
+// whether it is a test, or the status to refuse it with and why.
+func (r *Receiver) read(body []byte, header http.Header) (d Delivery, test bool, code int, why string) {
+	if !r.verify(body, header) {
+		return Delivery{}, false, http.StatusUnauthorized, "signature or timestamp not valid"
+	}
+	var b connector.Body
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil || b.IdempotencyKey == "" || b.IdempotencyKey != header.Get("Idempotency-Key") {
+		return Delivery{}, false, http.StatusBadRequest, "not a Guardian request: body and Idempotency-Key disagree"
+	}
+	test = b.EventType == connector.TestEventType
+	if test != strings.HasPrefix(b.IdempotencyKey, connector.TestKeyPrefix) {
+		return Delivery{}, false, http.StatusBadRequest, "test deliveries use test keys, and only they do"
+	}
+	d = Delivery{Body: b}
+	fmt.Sscan(header.Get(connector.HeaderAttempt), &d.Attempt)
+	return d, test, 0, ""
 }
 
 // act runs the handler for a key with no row yet, holding the key's lock
