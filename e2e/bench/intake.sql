@@ -9,8 +9,8 @@ VALUES ('pgbench', 'evt_' || gen_random_uuid(), 'payment_intent.succeeded', 'pi_
         convert_to('{"id":"evt","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi","object":"payment_intent","amount":4200,"currency":"eur"}}}', 'UTF8'))
 ON CONFLICT (provider, event_id) DO NOTHING RETURNING id \gset
 WITH created AS (
-    INSERT INTO fulfilment (event_pk, provider, payment_id)
-    SELECT :id, 'pgbench', payment_id FROM webhook_event WHERE id = :id
+    INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key)
+    SELECT :id, 'pgbench', payment_id, guardian_idempotency_key('pgbench', payment_id, 0) FROM webhook_event WHERE id = :id
     ON CONFLICT DO NOTHING RETURNING id
 ), logged AS (
     INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
