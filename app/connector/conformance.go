@@ -258,8 +258,11 @@ func (r *run) concurrent() []Step {
 		case a.err != nil:
 			s.Verdict = a.err.Error()
 			return []Step{s}
+		case a.status/100 == 2 && a.signed != "":
+			s.Verdict = fmt.Sprintf("answered %d without a signed statement (%s): a done key answers its statement, receipt included", a.status, a.signed)
+			return []Step{s}
 		case a.status/100 == 2 && a.receipt() == "":
-			s.Verdict = fmt.Sprintf("answered %d without a signed statement naming the act's receipt (%s)", a.status, a.signed)
+			s.Verdict = fmt.Sprintf("answered %d with a signed statement that names no receipt: a done statement names the act's receipt", a.status)
 			return []Step{s}
 		case a.status/100 == 2:
 			receipts = append(receipts, a.receipt())
