@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +67,8 @@ const hold = 1500 * time.Millisecond
 //
 //   - a request signed with a wrong secret, and one with a stale
 //     timestamp: refused (401 or 403), and nothing recorded;
+//   - a test delivery under a key without the test prefix: refused (400),
+//     and nothing recorded, so no test can reach the action by a real key;
 //   - a lookup of a key never sent: "not_done", signed;
 //   - one key sent twice at once: one act (one receipt), the other 409 or
 //     the same stored answer;
@@ -82,7 +85,7 @@ const hold = 1500 * time.Millisecond
 // routes by provider is checked along that provider's path; "" names none.
 func (c *HTTP) Conform(ctx context.Context, provider string) []Step {
 	r := run{c: c, ctx: ctx, provider: provider}
-	steps := []Step{r.wrongSecret(), r.staleTimestamp(), r.unknownKey()}
+	steps := []Step{r.wrongSecret(), r.staleTimestamp(), r.testUnderRealKey(), r.unknownKey()}
 	steps = append(steps, r.concurrent()...)
 	steps = append(steps, r.inProgress()...)
 	steps = append(steps, r.declined()...)
@@ -207,6 +210,32 @@ func (r *run) wrongSecret() Step {
 func (r *run) staleTimestamp() Step {
 	key := newTestKey()
 	return r.refused("request signed 10 minutes ago (a replay)", r.send(key, TestPayload{}, r.c.signer, r.c.now().Add(-10*time.Minute)), key)
+}
+
+// testUnderRealKey sends a test delivery under a key without
+// TestKeyPrefix: a receiver keeping the test-key guard refuses it (400)
+// and records nothing.
+func (r *run) testUnderRealKey() Step {
+	key := "gk1_conformance_" + strings.TrimPrefix(newTestKey(), TestKeyPrefix)
+	a := r.post(key, TestPayload{})
+	s := Step{Name: "test delivery under a key without the " + TestKeyPrefix + " prefix", Status: a.status}
+	switch {
+	case a.err != nil:
+		s.Verdict = a.err.Error()
+		return s
+	case a.status/100 == 2:
+		s.Verdict = "ACCEPTED: a test delivery under a real key reaches the action"
+		return s
+	case a.status/100 != 4 || a.status == http.StatusConflict || a.status == http.StatusUnauthorized || a.status == http.StatusForbidden:
+		s.Verdict = fmt.Sprintf("answered %d: refuse a test event under a real key with 400", a.status)
+		return s
+	}
+	if got, why := r.lookup(key); got != NotPerformed && why == "" {
+		s.Verdict = "refused, but the lookup then said " + got.String() + ": a refused request must record nothing"
+		return s
+	}
+	s.OK, s.Verdict = true, fmt.Sprintf("refused with %d", a.status)
+	return s
 }
 
 func (r *run) unknownKey() Step {

@@ -64,6 +64,10 @@ func (m *memReceiver) serve(t *testing.T) *httptest.Server {
 		}
 		var b Body
 		require.NoError(t, json.Unmarshal(body, &b))
+		if (b.EventType == TestEventType) != strings.HasPrefix(b.IdempotencyKey, TestKeyPrefix) && m.bug != "no_test_guard" {
+			http.Error(w, "test deliveries use test keys, and only they do", http.StatusBadRequest)
+			return
+		}
 		m.mu.Lock()
 		m.providers[b.Provider]++
 		m.mu.Unlock()
@@ -123,6 +127,7 @@ func TestConform(t *testing.T) {
 		{"forgets_declines", map[string]string{"a declined key sent with a body that would act": "ACTED on a declined key", "lookup of a declined key": "answered done"}},
 		{"no_verify", map[string]string{"request signed with a wrong secret": "ACCEPTED", "request signed 10 minutes ago (a replay)": "ACCEPTED"}},
 		{"not_done_in_progress", map[string]string{"lookup of a key in progress": "answered not_done"}},
+		{"no_test_guard", map[string]string{"test delivery under a key without the gtest_ prefix": "ACCEPTED"}},
 	}
 	for _, tt := range tests {
 		t.Run("Bug="+tt.bug, func(t *testing.T) {
@@ -133,7 +138,7 @@ func TestConform(t *testing.T) {
 			require.NoError(t, err)
 			steps := c.Conform(t.Context(), "paddle")
 			if tt.bug == "" {
-				require.Len(t, steps, 13)
+				require.Len(t, steps, 14)
 				m.mu.Lock()
 				require.Len(t, m.providers, 1, "every test delivery names the provider asked for: %v", m.providers)
 				require.Positive(t, m.providers["paddle"])
