@@ -19,9 +19,10 @@
 //     history holds.
 //   - ReconcileWorker, every ReconcileInterval on the leader when the
 //     connector can look up its keys, resolves parked fulfilments by lookup.
-//   - BackfillWorker, on start and every BackfillInterval on the leader when
-//     a Stripe API key is configured, lists the events Stripe could not
-//     deliver (app/backfill) and passes each through intake, as a webhook.
+//   - BackfillWorker, on start and every BackfillInterval on the leader, for
+//     each provider whose API credentials are configured (Stripe, Paddle,
+//     PayPal), lists the events the provider could not deliver
+//     (app/backfill) and passes each through intake, as a webhook.
 //
 // Periodic work (the tally's fold aside, which is safe twice at once) runs
 // under a Guardian lock as well as River's leadership, so

@@ -13,10 +13,17 @@
 //
 // # Where each move lives
 //
-//   - Accept (intake.go, with its group commit in batch.go): a verified
-//     event is stored once; a fulfilling one creates the payment's pending
-//     fulfilment, under the payment's key, and its dispatch job in the same
-//     transaction. Replay runs a stored event through the same path.
+//   - Accept (intake.go, its group commit an app/batch.Gatherer): a
+//     verified event is stored once; a fulfilling one creates the payment's
+//     pending fulfilment, under the payment's key, and its dispatch job in
+//     the same transaction. Replay runs a stored event through the same
+//     path.
+//   - Take back (reversal.go): a reversal the policy takes back for cancels
+//     the payment's pending fulfilment (pending -> cancelled) and gives a
+//     fulfilled one a revocation (a new row, action revoke, pending); one in
+//     flight or parked waits for its facts, and the sweep takes it back once
+//     it settles fulfilled. A refund that does not say whether it is whole
+//     is weighed against the payment's paid amount first.
 //   - Dispatch (dispatch.go): pending -> dispatching (claim, committed
 //     before the call, with its deadline), then by the call's outcome to
 //     fulfilled, failed (a signed decline), needs_reconciliation (unknown,

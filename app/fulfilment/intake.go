@@ -133,8 +133,9 @@ func (s *Service) recordOne(ctx context.Context, ev provider.Event) (AcceptResul
 
 // create makes the payment's fulfilment and its dispatch job in tx, unless
 // the payment already has a fulfilment that holds it (see
-// db.InsertFulfilment): then it returns "" and writes nothing. This is the
-// one place a fulfilment is born.
+// db.InsertFulfilment): then it returns "" and writes nothing. Replay and
+// retry make a fulfilment here; intake's batches make theirs in
+// recordBatchTx, revocations are made by takeBack.
 func (s *Service) create(ctx context.Context, tx pgx.Tx, eventPK int64, actor, reason string) (string, error) {
 	id, created, err := db.InsertFulfilment(ctx, tx, eventPK, actor, reason)
 	if err != nil || !created {

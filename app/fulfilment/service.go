@@ -123,7 +123,7 @@ type Config struct {
 type Service struct {
 	cfg Config
 	// intake gathers concurrent deliveries into transactions; nil with
-	// IntakeBatch 1.
+	// Batch 1.
 	intake *batch.Gatherer[*acceptCall]
 	// claims and outcomes gather concurrent dispatches' claims and
 	// outcome moves into statements; nil with Batch 1.
