@@ -45,7 +45,8 @@ const (
 const usage = `guardian: exactly-once fulfilment for payment webhooks
 
 Usage:
-  guardian serve [--no-migrate]     serve webhooks and dispatch fulfilments
+  guardian serve [--no-migrate] [--shutdown-timeout D]
+                                    serve webhooks and dispatch fulfilments
   guardian config check             name every problem with the configuration (exit 2 if any)
   guardian version                  the build's version and revision
   guardian migrate up|down|status   manage the database schema
@@ -135,6 +136,10 @@ func usageExit(err error) int {
 
 // runConfig runs `guardian config check`.
 func runConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == "check" && isHelp(args[1]) {
+		fmt.Fprint(stdout, commandUsage["config"])
+		return ExitOK
+	}
 	if len(args) != 1 || args[0] != "check" {
 		fmt.Fprint(stderr, commandUsage["config"])
 		return ExitUsage

@@ -15,6 +15,7 @@ func TestHelpNeedsNoConfiguration(t *testing.T) {
 		{"help"}, {"serve", "--help"}, {"migrate", "--help"}, {"epoch", "-h"}, {"operators", "--help"},
 		{"backfill", "--help"}, {"backfill", "stripe", "--help"}, {"config", "--help"}, {"demo", "--help"}, {"bench", "--help"},
 		{"reconcile", "--help"}, {"fulfilments", "--help"}, {"events", "help"}, {"connector", "--help"}, {"connector", "test", "--help"}, {"reconcile", "resolve", "--help"}, {"operators", "revoke", "--help"},
+		{"config", "check", "--help"}, {"operators", "add", "--help"}, {"events", "list", "--help"}, {"fulfilments", "show", "-h"},
 	} {
 		var out, errOut bytes.Buffer
 		code := Main(context.Background(), args, func(string) string { return "" }, &out, &errOut)
@@ -63,4 +64,46 @@ func TestConfigCheckAndVersion(t *testing.T) {
 // env is an environment of m's variables only.
 func env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
+}
+
+// TestEachSubcommandHasItsOwnFlags: a subcommand's help lists its own
+// flags and no other's, and a flag it does not take is refused.
+func TestEachSubcommandHasItsOwnFlags(t *testing.T) {
+	t.Parallel()
+	help := func(args ...string) string {
+		var out, errOut bytes.Buffer
+		if code := Main(context.Background(), append(args, "--help"), func(string) string { return "" }, &out, &errOut); code != ExitOK {
+			t.Fatalf("%v --help exited %d: %s", args, code, errOut.String())
+		}
+		return out.String()
+	}
+	for _, tt := range []struct {
+		args       []string
+		has, lacks []string
+	}{
+		{[]string{"events", "list"}, []string{"-provider", "-limit", "-cursor"}, []string{"-evidence", "-listed", "-attempt", "-to"}},
+		{[]string{"reconcile", "resolve"}, []string{"-attempt", "-to", "-reason", "-evidence"}, []string{"-limit", "-listed", "-state"}},
+		{[]string{"fulfilments", "show"}, []string{"-json"}, []string{"-state", "-limit", "-attempt"}},
+		{[]string{"operators", "add"}, []string{"operators add NAME"}, []string{"-id"}},
+		{[]string{"operators", "revoke"}, []string{"-id"}, nil},
+	} {
+		got := help(tt.args...)
+		for _, want := range tt.has {
+			if !strings.Contains(got, want) {
+				t.Errorf("%v --help lacks %s:\n%s", tt.args, want, got)
+			}
+		}
+		for _, not := range tt.lacks {
+			if strings.Contains(got, not+" ") || strings.Contains(got, not+"\n") {
+				t.Errorf("%v --help offers %s, which it does not take:\n%s", tt.args, not, got)
+			}
+		}
+		if strings.Contains(got, "fulfilments show") && tt.args[1] == "resolve" {
+			t.Errorf("a flag's value is named by its usage's backquotes:\n%s", got)
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"events", "list", "--evidence", "x"}, func(string) string { return "" }, &out, &errOut); code != ExitUsage {
+		t.Errorf("events list --evidence exited %d, want %d", code, ExitUsage)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/guardian-pay/guardian/app/operators"
@@ -27,17 +28,37 @@ func runOperators(ctx context.Context, args []string, getenv func(string) string
 		return ExitUsage
 	}
 	verb := args[0]
+	want := map[string]int{"add": 1, "list": 0, "revoke": 1, "signout": 1}
+	n, known := want[verb]
+	if !known {
+		fmt.Fprint(stderr, operatorsUsage)
+		return ExitUsage
+	}
 	fs := flag.NewFlagSet("operators "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	id := fs.Int64("id", 0, "revoke only this credential")
+	var id *int64
+	if verb == "revoke" {
+		id = fs.Int64("id", 0, "revoke only this credential")
+	}
+	fs.Usage = func() {
+		for _, line := range strings.Split(operatorsUsage, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "guardian operators "+verb) {
+				fmt.Fprintln(fs.Output(), "usage:\n"+line)
+			}
+		}
+		fs.PrintDefaults()
+	}
+	if len(args) > 1 && isHelp(args[1]) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return ExitOK
+	}
 	pos, err := parseInterspersed(fs, args[1:])
 	if err != nil {
 		return usageExit(err)
 	}
-	want := map[string]int{"add": 1, "list": 0, "revoke": 1, "signout": 1}
-	n, known := want[verb]
-	if !known || len(pos) != n {
-		fmt.Fprint(stderr, operatorsUsage)
+	if len(pos) != n {
+		fs.Usage()
 		return ExitUsage
 	}
 	pool, err := openDatabase(ctx, getenv)

@@ -40,6 +40,77 @@ FILTERS: --provider P --type T --payment-prefix P --event-prefix E --since T --u
 Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict (moved meanwhile), 5 token refused.
 `
 
+// opsFlags are every operator subcommand's flag values; a subcommand
+// declares only its own (opsCommand.flags), the rest stay zero.
+type opsFlags struct {
+	json, listed                  bool
+	state, payment, event, cursor string
+	to, reason, evidence          string
+	limit, attempt                int
+	filters                       map[string]*string
+}
+
+// opsFilters are the listing filters: flag, query parameter, usage.
+var opsFilters = []struct{ flag, param, usage string }{
+	{"provider", "provider", "filter by provider"}, {"type", "type", "filter by event type"},
+	{"payment-prefix", "payment_prefix", "payment ids that start with this"}, {"event-prefix", "event_prefix", "event ids that start with this"},
+	{"since", "since", "created (events: first seen) at or after, RFC 3339"}, {"until", "until", "created (events: first seen) before, RFC 3339"},
+}
+
+// register declares on fs the named flags only ("filters" stands for
+// every listing filter).
+func (f *opsFlags) register(fs *flag.FlagSet, names []string) {
+	f.filters = map[string]*string{}
+	for _, name := range names {
+		switch name {
+		case "json":
+			fs.BoolVar(&f.json, "json", false, "print the API's JSON answer")
+		case "listed":
+			fs.BoolVar(&f.listed, "listed", false, "act on the fulfilments the filters list (at most 100)")
+		case "state":
+			fs.StringVar(&f.state, "state", "", "filter by state")
+		case "payment":
+			fs.StringVar(&f.payment, "payment", "", "filter by payment id")
+		case "event":
+			fs.StringVar(&f.event, "event", "", "filter by event id")
+		case "cursor":
+			fs.StringVar(&f.cursor, "cursor", "", "continue a listing")
+		case "limit":
+			fs.IntVar(&f.limit, "limit", 50, "page size (1-500)")
+		case "to":
+			fs.StringVar(&f.to, "to", "", "resolution: fulfilled, pending or cancelled")
+		case "reason":
+			fs.StringVar(&f.reason, "reason", "", "why")
+		case "evidence":
+			fs.StringVar(&f.evidence, "evidence", "", "the fact behind the decision")
+		case "attempt":
+			fs.IntVar(&f.attempt, "attempt", 0, "the attempt your decision is about, as the fulfilment's detail printed it")
+		case "filters":
+			for _, flt := range opsFilters {
+				f.filters[flt.param] = fs.String(flt.flag, "", flt.usage)
+			}
+		}
+	}
+}
+
+// opsCommands are the operator subcommands: their arguments, their flags
+// and a line of what they do.
+var opsCommands = map[string]struct {
+	args, doc string
+	flags     []string
+}{
+	"fulfilments list":  {"", "list fulfilments, oldest first", []string{"state", "filters", "payment", "event", "limit", "cursor", "json"}},
+	"fulfilments show":  {"ID", "a fulfilment, its event, its transitions with evidence, its lookups", []string{"json"}},
+	"fulfilments retry": {"ID... | --listed", "a new dispatch for each failed fulfilment whose payment nothing else holds", []string{"listed", "filters", "json"}},
+	"reconcile list":    {"", "the parked fulfilments, oldest first", []string{"filters", "limit", "cursor", "json"}},
+	"reconcile recheck": {"ID... | --listed", "look parked fulfilments up at the receiver now, whatever their backoff", []string{"listed", "filters", "json"}},
+	"reconcile resolve": {"ID", "settle a parked fulfilment: --attempt, --to and --reason required", []string{"attempt", "to", "reason", "evidence", "json"}},
+	"reconcile reopen":  {"ID", "a cancelled fulfilment back to needs_reconciliation: --attempt, --reason and --evidence required", []string{"attempt", "reason", "evidence", "json"}},
+	"events list":       {"", "events, newest first, without payloads", []string{"filters", "limit", "cursor", "json"}},
+	"events show":       {"PROVIDER EVENT_ID", "an event's exact signed bytes, deliveries, first and last seen, fulfilments", []string{"json"}},
+	"events replay":     {"PROVIDER EVENT_ID", "run a stored event through the dedup path again", []string{"json"}},
+}
+
 // runOps runs one operator command.
 func runOps(ctx context.Context, group string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -47,37 +118,33 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 		return ExitUsage
 	}
 	verb, rest := args[0], args[1:]
+	cmd, known := opsCommands[group+" "+verb]
+	if !known {
+		fmt.Fprintf(stderr, "guardian: %s has no command %q\n\n%s", group, verb, opsUsage)
+		return ExitUsage
+	}
 	fs := flag.NewFlagSet(group+" "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print the API's JSON answer")
-	st := fs.String("state", "", "filter by state")
-	payment := fs.String("payment", "", "filter by payment id")
-	event := fs.String("event", "", "filter by event id")
-	limit := fs.Int("limit", 50, "page size (1-500)")
-	cursor := fs.String("cursor", "", "continue a listing")
-	to := fs.String("to", "", "resolution: fulfilled, pending or cancelled")
-	reason := fs.String("reason", "", "why")
-	evidence := fs.String("evidence", "", "the fact behind the resolution")
-	attempt := fs.Int("attempt", 0, "the attempt your decision is about, as `fulfilments show` printed it")
-	listed := fs.Bool("listed", false, "act on the fulfilments the filters list (at most 100)")
-	filters := map[string]*string{}
-	for _, f := range []struct{ flag, param, usage string }{
-		{"provider", "provider", "filter by provider"}, {"type", "type", "filter by event type"},
-		{"payment-prefix", "payment_prefix", "payment ids that start with this"}, {"event-prefix", "event_prefix", "event ids that start with this"},
-		{"since", "since", "created (events: first seen) at or after, RFC 3339"}, {"until", "until", "created (events: first seen) before, RFC 3339"},
-	} {
-		filters[f.param] = fs.String(f.flag, "", f.usage)
+	var f opsFlags
+	f.register(fs, cmd.flags)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: guardian %s %s %s[flags]\n  %s\n", group, verb, cmd.args+strings.Repeat(" ", min(len(cmd.args), 1)), cmd.doc)
+		fs.PrintDefaults()
+	}
+	if len(rest) > 0 && isHelp(rest[0]) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return ExitOK
 	}
 	pos, err := parseInterspersed(fs, rest)
 	if err != nil {
 		return usageExit(err)
 	}
-
 	client, err := newOpsClient(getenv)
 	if err != nil {
 		return fail(stderr, ExitUsage, err)
 	}
-	out := &opsOutput{stdout: stdout, json: *asJSON}
+	out := &opsOutput{stdout: stdout, json: f.json}
 	var raw []byte
 	switch group + " " + verb {
 	case "fulfilments list", "reconcile list":
@@ -85,9 +152,9 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 			break
 		}
 		if group == "reconcile" {
-			*st = "needs_reconciliation"
+			f.state = "needs_reconciliation"
 		}
-		q := listQuery(filters, map[string]string{"state": *st, "payment_id": *payment, "event_id": *event, "cursor": *cursor}, *limit)
+		q := listQuery(f.filters, map[string]string{"state": f.state, "payment_id": f.payment, "event_id": f.event, "cursor": f.cursor}, f.limit)
 		var list web.FulfilmentList
 		if raw, err = client.do(ctx, http.MethodGet, "/api/v1/fulfilments?"+q.Encode(), nil, &list); err == nil {
 			out.print(raw, func(w io.Writer) { printFulfilments(w, list, group == "reconcile") })
@@ -103,11 +170,11 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 		}
 		return exitFor(err, stderr)
 	case "reconcile resolve":
-		if len(pos) != 1 || *to == "" {
+		if len(pos) != 1 || f.to == "" {
 			break
 		}
 		var res web.ResolveAnswer
-		req := web.ResolveRequest{Resolution: *to, Attempt: *attempt, Reason: *reason, Evidence: *evidence}
+		req := web.ResolveRequest{Resolution: f.to, Attempt: f.attempt, Reason: f.reason, Evidence: f.evidence}
 		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/fulfilments/"+url.PathEscape(pos[0])+"/resolve", req, &res); err == nil {
 			out.print(raw, func(w io.Writer) { printMoved(w, res.Fulfilment) })
 		}
@@ -117,13 +184,13 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 			break
 		}
 		var res web.ResolveAnswer
-		req := web.ReopenRequest{Attempt: *attempt, Reason: *reason, Evidence: *evidence}
+		req := web.ReopenRequest{Attempt: f.attempt, Reason: f.reason, Evidence: f.evidence}
 		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/fulfilments/"+url.PathEscape(pos[0])+"/reopen", req, &res); err == nil {
 			out.print(raw, func(w io.Writer) { printMoved(w, res.Fulfilment) })
 		}
 		return exitFor(err, stderr)
 	case "fulfilments retry", "reconcile recheck":
-		if len(pos) == 0 && !*listed || len(pos) > 0 && *listed {
+		if len(pos) == 0 && !f.listed || len(pos) > 0 && f.listed {
 			break
 		}
 		of, path := "failed", "/api/v1/fulfilments/retry"
@@ -131,9 +198,9 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 			of, path = "needs_reconciliation", "/api/v1/fulfilments/recheck"
 		}
 		ids := pos
-		if *listed {
+		if f.listed {
 			var list web.FulfilmentList
-			if _, err = client.do(ctx, http.MethodGet, "/api/v1/fulfilments?"+listQuery(filters, map[string]string{"state": of}, 100).Encode(), nil, &list); err != nil {
+			if _, err = client.do(ctx, http.MethodGet, "/api/v1/fulfilments?"+listQuery(f.filters, map[string]string{"state": of}, 100).Encode(), nil, &list); err != nil {
 				return exitFor(err, stderr)
 			}
 			for _, f := range list.Fulfilments {
@@ -154,7 +221,7 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 			break
 		}
 		var list web.EventList
-		if raw, err = client.do(ctx, http.MethodGet, "/api/v1/events?"+listQuery(filters, map[string]string{"cursor": *cursor}, *limit).Encode(), nil, &list); err == nil {
+		if raw, err = client.do(ctx, http.MethodGet, "/api/v1/events?"+listQuery(f.filters, map[string]string{"cursor": f.cursor}, f.limit).Encode(), nil, &list); err == nil {
 			out.print(raw, func(w io.Writer) { printEvents(w, list) })
 		}
 		return exitFor(err, stderr)
@@ -183,7 +250,8 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 		}
 		return exitFor(err, stderr)
 	}
-	fmt.Fprint(stderr, opsUsage)
+	fs.SetOutput(stderr)
+	fs.Usage()
 	return ExitUsage
 }
 

@@ -216,7 +216,7 @@ func (r *run) staleTimestamp() Step {
 // TestKeyPrefix: a receiver keeping the test-key guard refuses it (400)
 // and records nothing.
 func (r *run) testUnderRealKey() Step {
-	key := "gk1_conformance_" + strings.TrimPrefix(newTestKey(), TestKeyPrefix)
+	key := "conformance_probe_" + strings.TrimPrefix(newTestKey(), TestKeyPrefix)
 	a := r.post(key, TestPayload{})
 	s := Step{Name: "test delivery under a key without the " + TestKeyPrefix + " prefix", Status: a.status}
 	switch {
