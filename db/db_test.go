@@ -97,7 +97,7 @@ func TestInsertEvent(t *testing.T) {
 // failAt claims a pending fulfilment and records the connector's refusal.
 func failAt(t *testing.T, b *testBundle, id string) {
 	t.Helper()
-	_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "t", nil, 30*time.Second)
+	_, err := db.ClaimForDispatch(b.ctx, b.tx, db.ClaimParams{ID: id, Actor: "t", Timeout: 30 * time.Second})
 	require.NoError(t, err)
 	_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "failed", Attempt: 1, Actor: "t", Reason: "r"})
 	require.NoError(t, err)
@@ -177,7 +177,7 @@ func TestTransit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
-		in, err := db.ClaimForDispatch(b.ctx, b.tx, id, "worker", map[string]int{"river_attempt": 1}, 30*time.Second)
+		in, err := db.ClaimForDispatch(b.ctx, b.tx, db.ClaimParams{ID: id, Actor: "worker", Evidence: map[string]int{"river_attempt": 1}, Timeout: 30 * time.Second})
 		f := in.Fulfilment
 		require.NoError(t, err)
 		require.Equal(t, 1, f.Attempt)
@@ -199,7 +199,7 @@ func TestTransit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
-		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil, 30*time.Second)
+		_, err := db.ClaimForDispatch(b.ctx, b.tx, db.ClaimParams{ID: id, Actor: "w", Timeout: 30 * time.Second})
 		require.NoError(t, err)
 		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "fulfilled", Attempt: 2, Actor: "w", Reason: "r"})
 		require.ErrorIs(t, err, db.ErrConflict)
@@ -274,7 +274,7 @@ func TestParking(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := newFulfilment(t, b.ctx, b.tx, "evt_a", "pi_1")
-		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil, 30*time.Second)
+		_, err := db.ClaimForDispatch(b.ctx, b.tx, db.ClaimParams{ID: id, Actor: "w", Timeout: 30 * time.Second})
 		require.NoError(t, err)
 		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "needs_reconciliation", Attempt: 1, Actor: "w", Reason: "unknown"})
 		require.NoError(t, err)
@@ -287,7 +287,7 @@ func TestParking(t *testing.T) {
 		// Dispatched again and parked again: the new parking starts afresh.
 		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "needs_reconciliation", To: "pending", Attempt: 1, Actor: "r", Reason: "not done"})
 		require.NoError(t, err)
-		_, err = db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil, 30*time.Second)
+		_, err = db.ClaimForDispatch(b.ctx, b.tx, db.ClaimParams{ID: id, Actor: "w", Timeout: 30 * time.Second})
 		require.NoError(t, err)
 		_, err = db.Transit(b.ctx, b.tx, db.TransitionParams{ID: id, From: "dispatching", To: "needs_reconciliation", Attempt: 2, Actor: "w", Reason: "unknown"})
 		require.NoError(t, err)
@@ -312,7 +312,7 @@ func TestSweepStale(t *testing.T) {
 	old := newFulfilment(t, b.ctx, b.tx, "evt_old", "pi_old")
 	fresh := newFulfilment(t, b.ctx, b.tx, "evt_new", "pi_new")
 	for _, id := range []string{old, fresh} {
-		_, err := db.ClaimForDispatch(b.ctx, b.tx, id, "w", nil, 30*time.Second)
+		_, err := db.ClaimForDispatch(b.ctx, b.tx, db.ClaimParams{ID: id, Actor: "w", Timeout: 30 * time.Second})
 		require.NoError(t, err)
 	}
 	_, err := b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`)
@@ -341,7 +341,7 @@ func TestSweepReadsTheClaimsOwnDeadline(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	slow := newFulfilment(t, b.ctx, b.tx, "evt_slow", "pi_slow")
-	_, err := db.ClaimForDispatch(b.ctx, b.tx, slow, "new process", nil, 20*time.Minute)
+	_, err := db.ClaimForDispatch(b.ctx, b.tx, db.ClaimParams{ID: slow, Actor: "new process", Timeout: 20 * time.Minute})
 	require.NoError(t, err)
 	_, err = b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`)
 	require.NoError(t, err)
@@ -390,7 +390,7 @@ func TestKeysDeriveFromThePayment(t *testing.T) {
 
 	// The receiver declines the key: the payment's next fulfilment counts
 	// one decline and takes the next key.
-	_, err = db.ClaimForDispatch(a.ctx, a.tx, idA, "w", nil, 30*time.Second)
+	_, err = db.ClaimForDispatch(a.ctx, a.tx, db.ClaimParams{ID: idA, Actor: "w", Timeout: 30 * time.Second})
 	require.NoError(t, err)
 	_, err = db.Transit(a.ctx, a.tx, db.TransitionParams{ID: idA, From: "dispatching", To: "failed", Attempt: 1, Actor: "w", Reason: "declined"})
 	require.NoError(t, err)

@@ -37,6 +37,10 @@ type Fulfilment struct {
 	// Action is what the row does at the receiver: ActionFulfil, or
 	// ActionRevoke (taking back a payment a refund or dispute reversed).
 	Action string
+	// ClaimToken is the token of the Dispatch call that made the current
+	// claim (ClaimParams.Token); nil before the first claim, and for claims
+	// made before tokens were stored (migration 00034).
+	ClaimToken *string
 }
 
 // The actions a fulfilment row performs.
@@ -45,7 +49,7 @@ const (
 	ActionRevoke = "revoke"
 )
 
-const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at, idempotency_key, deadline, action`
+const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at, idempotency_key, deadline, action, claim_token`
 
 // scanFulfilment reads fulfilmentColumns, then any columns after them into
 // extra.
@@ -57,7 +61,7 @@ func scanFulfilment(row pgx.Row, extra ...any) (Fulfilment, error) {
 
 // fields are the scan targets of fulfilmentColumns, in order.
 func (f *Fulfilment) fields() []any {
-	return []any{&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt, &f.Key, &f.Deadline, &f.Action}
+	return []any{&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt, &f.Key, &f.Deadline, &f.Action, &f.ClaimToken}
 }
 
 // InsertFulfilment records a pending fulfilment for a newly stored event,

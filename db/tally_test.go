@@ -116,7 +116,7 @@ func TestTallyStaysExactUnderConcurrentMoves(t *testing.T) {
 		wg.Go(func() {
 			for i := w; i < payments; i += workers {
 				id := ids[i]
-				if _, err := db.ClaimForDispatch(ctx, d.Pool, id, "test", nil, 30*time.Second); !assert.NoError(t, err) {
+				if _, err := db.ClaimForDispatch(ctx, d.Pool, db.ClaimParams{ID: id, Actor: "test", Timeout: 30 * time.Second}); !assert.NoError(t, err) {
 					return
 				}
 				var err error

@@ -169,13 +169,18 @@ type ClaimParams struct {
 	// Timeout is the claimant's connector timeout: the claim's deadline is
 	// the database's now plus Timeout, stored on the row.
 	Timeout time.Duration
+	// Token is the claiming call's own token, stored on the row
+	// (Fulfilment.ClaimToken): the call that finds it there knows the claim
+	// is its own.
+	Token string
 }
 
 // ClaimForDispatch moves a pending fulfilment to dispatching with its next
 // attempt number, logs the move, and returns it with its event, all in one
 // statement. ErrConflict means it was not pending.
-func ClaimForDispatch(ctx context.Context, q DBTX, id, actor string, evidence any, timeout time.Duration) (DispatchInput, error) {
-	claimed, err := ClaimManyForDispatch(ctx, q, []ClaimParams{{ID: id, Actor: actor, Evidence: evidence, Timeout: timeout}})
+func ClaimForDispatch(ctx context.Context, q DBTX, p ClaimParams) (DispatchInput, error) {
+	id := p.ID
+	claimed, err := ClaimManyForDispatch(ctx, q, []ClaimParams{p})
 	if err != nil {
 		return DispatchInput{}, err
 	}
@@ -190,21 +195,21 @@ func ClaimForDispatch(ctx context.Context, q DBTX, id, actor string, evidence an
 // statement, as ClaimForDispatch claims one, and returns those it moved by
 // id; one missing was not pending. The ids must be distinct.
 func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (map[string]DispatchInput, error) {
-	ids, actors, evidence := make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims))
+	ids, actors, evidence, tokens := make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims))
 	timeouts := make([]float64, len(claims))
 	for i, c := range claims {
 		ev, err := json.Marshal(c.Evidence)
 		if err != nil {
 			return nil, wrap("marshal evidence", err)
 		}
-		ids[i], actors[i], evidence[i], timeouts[i] = c.ID, c.Actor, string(ev), c.Timeout.Seconds()
+		ids[i], actors[i], evidence[i], timeouts[i], tokens[i] = c.ID, c.Actor, string(ev), c.Timeout.Seconds(), c.Token
 	}
 	rows, err := q.Query(ctx, `
 		WITH u AS (
-			SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::float8[]) AS u(id, actor, evidence, timeout)
+			SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::float8[], $5::text[]) AS u(id, actor, evidence, timeout, token)
 		), moved AS (
 			UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now(),
-				deadline = now() + make_interval(secs => u.timeout)
+				deadline = now() + make_interval(secs => u.timeout), claim_token = NULLIF(u.token, '')
 			FROM u WHERE f.id = u.id AND f.id = ANY ($1::uuid[]) AND f.state = 'pending'
 			  -- A payment taken back is never fulfilled: its pending row is
 			  -- not claimed (db.CancelReversedPending cancels it).
@@ -216,7 +221,7 @@ func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (ma
 			SELECT m.id, 'pending', 'dispatching', m.attempt, u.actor, 'dispatch claimed', u.evidence FROM moved m JOIN u ON u.id = m.id
 		)
 		SELECT `+prefixed("m.", fulfilmentColumns)+`, e.event_id, e.event_type, e.body
-		FROM moved m JOIN webhook_event e ON e.id = m.event_pk`, ids, actors, evidence, timeouts)
+		FROM moved m JOIN webhook_event e ON e.id = m.event_pk`, ids, actors, evidence, timeouts, tokens)
 	if err != nil {
 		return nil, wrap("claim for dispatch", err)
 	}

@@ -3,6 +3,7 @@ package fulfilment
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,12 +78,18 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 
 	evidence := map[string]any{"claimant": req.Claimant}
 	maps.Copy(evidence, req.Evidence)
-	in, err := s.claim(ctx, db.ClaimParams{ID: id, Actor: req.Actor, Evidence: evidence, Timeout: s.cfg.ConnectorTimeout})
+	// This call's own token, stored with its claim: found on the row by
+	// this call, it proves the claim is one this call made and has not
+	// called out on.
+	token := rand.Text()
+	in, err := s.claim(ctx, db.ClaimParams{ID: id, Actor: req.Actor, Evidence: evidence, Timeout: s.cfg.ConnectorTimeout, Token: token})
 	if errors.Is(err, db.ErrConflict) {
-		return s.unclaimable(ctx, log, req)
+		return s.unclaimable(ctx, log, req, token)
 	}
 	if err != nil {
-		return DispatchResult{}, err
+		// The claim may have committed with its answer lost: if the row
+		// holds this call's claim, nothing was sent, and it goes back.
+		return s.unclaim(ctx, log, req, token, err)
 	}
 	claimed := in.Fulfilment
 	s.cfg.Metrics.Transition(state.Pending, state.Dispatching, 1)
@@ -111,10 +118,15 @@ func requestAction(action string) string {
 
 // unclaimable applies the rules to a fulfilment the claim did not find
 // pending, or did not claim because its payment was taken back.
-func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, req DispatchRequest) (DispatchResult, error) {
+func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, req DispatchRequest, token string) (DispatchResult, error) {
 	cur, err := db.GetFulfilment(ctx, s.cfg.Store.Pool(), req.FulfilmentID)
 	if err != nil {
 		return DispatchResult{}, err
+	}
+	if ownClaim(cur, token) {
+		// A batch of claims whose answer was lost, then retried claim by
+		// claim (writeClaims): the batch had claimed it for this call.
+		return s.putBack(ctx, log, req, cur)
 	}
 	if cur.State == state.Pending && cur.Action == db.ActionFulfil {
 		// Pending, yet not claimed: its payment was taken back.
@@ -155,6 +167,63 @@ func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, req Dispatc
 	s.cfg.Metrics.Transition(state.Dispatching, state.NeedsReconciliation, 1)
 	log.WarnContext(ctx, "dispatch: parked an attempt of unknown outcome for reconciliation", "attempt", cur.Attempt)
 	return DispatchResult{State: state.NeedsReconciliation}, nil
+}
+
+// ErrClaimLost means a claim's answer was lost and the claim was put back
+// (the row is pending again, nothing was sent), or could not be read back
+// yet: the caller retries, as after any failed claim.
+var ErrClaimLost = errors.New("the claim's answer was lost; nothing was sent")
+
+// ownClaim reports whether f holds the claim of the call whose token is
+// token: dispatching under it, so that call has not called out yet.
+func ownClaim(f db.Fulfilment, token string) bool {
+	return f.State == state.Dispatching && f.ClaimToken != nil && *f.ClaimToken == token
+}
+
+// unclaim answers a claim that failed with err, its commit perhaps made and
+// its answer lost (a Postgres blip, a reset connection): it reads the row
+// back, asking again for a while, and puts back a claim this call made, for
+// this call knows it never called out. A claim it cannot read back, or that
+// is not its own, is left to the rules: the job's retry, or the sweep,
+// parks it.
+func (s *Service) unclaim(ctx context.Context, log *slog.Logger, req DispatchRequest, token string, err error) (DispatchResult, error) {
+	for wait := 50 * time.Millisecond; ; wait *= 2 {
+		cur, gerr := db.GetFulfilment(ctx, s.cfg.Store.Pool(), req.FulfilmentID)
+		switch {
+		case gerr == nil && ownClaim(cur, token):
+			return s.putBack(ctx, log, req, cur)
+		case gerr == nil:
+			return DispatchResult{State: cur.State}, err
+		case wait > s.cfg.ConnectorTimeout:
+			return DispatchResult{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return DispatchResult{}, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// putBack moves this call's own claim, which it never called out on,
+// back to pending under the same key and body: proof that nothing was
+// sent, as a connection refused before any byte left is.
+func (s *Service) putBack(ctx context.Context, log *slog.Logger, req DispatchRequest, cur db.Fulfilment) (DispatchResult, error) {
+	err := s.transit(ctx, db.TransitionParams{
+		ID: cur.ID, From: state.Dispatching, To: state.Pending, Attempt: cur.Attempt, Actor: req.Actor,
+		Reason:   "the claim's answer was lost; the dispatcher that made it never called out: nothing was sent",
+		Evidence: map[string]any{"attempt": cur.Attempt, "claimant": req.Claimant},
+	})
+	if errors.Is(err, db.ErrConflict) {
+		return DispatchResult{State: cur.State}, ErrClaimLost
+	}
+	if err != nil {
+		return DispatchResult{}, err
+	}
+	s.cfg.Metrics.Transition(state.Pending, state.Dispatching, 1)
+	s.cfg.Metrics.Transition(state.Dispatching, state.Pending, 1)
+	log.WarnContext(ctx, "dispatch: the claim's answer was lost; nothing was sent, so the fulfilment is pending again", "attempt", cur.Attempt)
+	return DispatchResult{State: state.Pending}, ErrClaimLost
 }
 
 // record moves the claimed fulfilment by the call's outcome. It runs on a
@@ -257,7 +326,7 @@ type claimCall struct {
 // its dispatcher, which then finds its deadline passed and sends nothing.
 func (s *Service) claim(ctx context.Context, p db.ClaimParams) (db.DispatchInput, error) {
 	if s.claims == nil {
-		return db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), p.ID, p.Actor, p.Evidence, p.Timeout)
+		return db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), p)
 	}
 	c := &claimCall{p: p}
 	<-s.claims.Submit(c)
@@ -280,7 +349,7 @@ func (s *Service) writeClaims(ctx context.Context, batch []*claimCall) {
 	claimed, err := db.ClaimManyForDispatch(ctx, s.cfg.Store.Pool(), params)
 	if err != nil && len(batch) > 1 {
 		for _, c := range batch {
-			c.in, c.err = db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), c.p.ID, c.p.Actor, c.p.Evidence, c.p.Timeout)
+			c.in, c.err = db.ClaimForDispatch(ctx, s.cfg.Store.Pool(), c.p)
 		}
 		return
 	}

@@ -82,7 +82,7 @@ func TestEveryStateIsCountedAtEveryRead(t *testing.T) {
 
 	var id string
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT id FROM fulfilment LIMIT 1`).Scan(&id))
-	_, err = db.ClaimForDispatch(ctx, d.Pool, id, "test", nil, 30*time.Second)
+	_, err = db.ClaimForDispatch(ctx, d.Pool, db.ClaimParams{ID: id, Actor: "test", Timeout: 30 * time.Second})
 	require.NoError(t, err)
 	_, err = db.Transit(ctx, d.Pool, db.TransitionParams{ID: id, From: state.Dispatching, To: state.Fulfilled, Attempt: 1, Actor: "test", Reason: "done"})
 	require.NoError(t, err)

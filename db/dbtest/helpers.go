@@ -70,7 +70,7 @@ func (d *DB) Transitions(t testing.TB, id string) []db.Transition {
 func (d *DB) ForceDispatching(t testing.TB, id string, at time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := db.ClaimForDispatch(ctx, d.Pool, id, "crashed dispatcher", nil, 30*time.Second); err != nil {
+	if _, err := db.ClaimForDispatch(ctx, d.Pool, db.ClaimParams{ID: id, Actor: "crashed dispatcher", Timeout: 30 * time.Second}); err != nil {
 		t.Fatalf("claim %s: %v", id, err)
 	}
 	d.backdate(t, `UPDATE fulfilment SET dispatched_at = $2, deadline = $2 WHERE id = $1`, id, at)

@@ -76,6 +76,10 @@ func (p *Proxy) forward(client net.Conn) {
 	p.conns[upstream] = struct{}{}
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
+	// dropAnswer is set once a client message matched CutAfter's pattern:
+	// the server's next answer is dropped and the client's connection is
+	// reset instead, so the server has acted and the client never hears.
+	var dropAnswer atomic.Bool
 	pipe := func(dst, src net.Conn) {
 		buf := make([]byte, 32<<10)
 		for {
@@ -84,19 +88,22 @@ func (p *Proxy) forward(client net.Conn) {
 				if d := p.latency.Load(); d > 0 {
 					time.Sleep(time.Duration(d))
 				}
+				if src == upstream && dropAnswer.Load() {
+					// The answer to the matched message: never delivered.
+					if tc, ok := client.(*net.TCPConn); ok {
+						_ = tc.SetLinger(0)
+					}
+					_ = client.Close()
+					_ = upstream.Close()
+					break
+				}
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					break
 				}
 				if pat := p.cutPattern.Load(); src == client && pat != nil && bytes.Contains(buf[:n], *pat) && p.cutAfter.Add(-1) >= 0 {
-					// Forwarded: the server will act on it. Reset before
-					// its answer can come back.
-					for _, c := range []net.Conn{client, upstream} {
-						if tc, ok := c.(*net.TCPConn); ok {
-							_ = tc.SetLinger(0)
-						}
-						_ = c.Close()
-					}
-					break
+					// Forwarded: the server acts on it; its answer is
+					// dropped when it comes.
+					dropAnswer.Store(true)
 				}
 			}
 			if err != nil {
@@ -157,10 +164,11 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// CutAfter arms the proxy to reset the connection right after forwarding
-// each of the next n client messages that contain pattern, before the
-// server's answer returns: for Postgres, pattern "commit" cuts a connection
-// right after its COMMIT reached the server.
+// CutAfter arms the proxy to cut the connection of each of the next n
+// client messages that contain pattern once the server answers it: the
+// message is forwarded, the server acts on it and answers, and the answer
+// is dropped and the client's connection reset. For Postgres, pattern
+// "commit" loses a COMMIT's answer after the server committed.
 func (p *Proxy) CutAfter(pattern []byte, n int) {
 	p.cutPattern.Store(&pattern)
 	p.cutAfter.Store(int64(n))
