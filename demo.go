@@ -153,7 +153,7 @@ func demoRefund(ctx context.Context, client *http.Client, pool *pgxpool.Pool, ba
 		}
 		var revocations []db.Fulfilment
 		for _, f := range fs {
-			if f.Action == db.ActionRevoke {
+			if f.Action == state.Revoke {
 				revocations = append(revocations, f)
 			}
 		}

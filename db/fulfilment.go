@@ -34,20 +34,14 @@ type Fulfilment struct {
 	// flight, by the claimant's connector timeout (nil before the first
 	// claim, and for claims made before deadlines were stored).
 	Deadline *time.Time
-	// Action is what the row does at the receiver: ActionFulfil, or
-	// ActionRevoke (taking back a payment a refund or dispute reversed).
-	Action string
+	// Action is what the row does at the receiver: state.Fulfil, or
+	// state.Revoke (taking back a payment a refund or dispute reversed).
+	Action state.Action
 	// ClaimToken is the token of the Dispatch call that made the current
 	// claim (ClaimParams.Token); nil before the first claim, and for claims
 	// made before tokens were stored (migration 00034).
 	ClaimToken *string
 }
-
-// The actions a fulfilment row performs.
-const (
-	ActionFulfil = "fulfil"
-	ActionRevoke = "revoke"
-)
 
 const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at, idempotency_key, deadline, action, claim_token`
 

@@ -46,11 +46,11 @@ func tallied(ctx context.Context, q DBTX) (fulfilments, revocations map[state.St
 	}
 	fulfilments, revocations = map[state.State]int{}, map[state.State]int{}
 	var st state.State
-	var action string
+	var action state.Action
 	var n int
 	_, err = pgx.ForEachRow(rows, []any{&st, &action, &n}, func() error {
 		fulfilments[st] += n
-		if action == ActionRevoke {
+		if action == state.Revoke {
 			revocations[st] += n
 		}
 		return nil

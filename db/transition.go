@@ -3,6 +3,8 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -267,19 +269,44 @@ func Claim(ctx context.Context, q DBTX, id string, margin, fallback time.Duratio
 	return c, wrap("read claim", err)
 }
 
+// DispatchJobs says how River names a fulfilment's dispatch jobs: their
+// kind and the argument that holds the fulfilment's id. jobs owns both
+// (jobs.DispatchJobs); db reads River's table by them. Migration 00017's
+// partial index is made for kind guardian_dispatch and argument
+// fulfilment_id.
+type DispatchJobs struct {
+	Kind, IDArg string
+}
+
+// sql returns the look-up of a fulfilment's live dispatch jobs for f, with
+// the kind and argument written into the statement, not bound: the
+// partial index's predicate and expression must be seen by the planner to
+// be used. Both are plain names (checked), so nothing is injected.
+func (j DispatchJobs) sql() (string, error) {
+	plain := func(s string) bool { return s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyz_") == "" }
+	if !plain(j.Kind) || !plain(j.IDArg) {
+		return "", fmt.Errorf("dispatch jobs: kind %q and argument %q must be lower-case names", j.Kind, j.IDArg)
+	}
+	return `j.kind = '` + j.Kind + `' AND j.args ->> '` + j.IDArg + `' = f.id::text`, nil
+}
+
 // StrandedPending locks and returns, up to limit, pending fulfilments that
-// have been pending for at least after and have no live dispatch job: none
-// available, scheduled, retryable or pending in River, and none running
-// that started within after (a job running that long whose row is still
-// pending never reached its claim: its fetch's answer was lost). Rows are
-// locked with SKIP LOCKED, in the caller's transaction.
-func StrandedPending(ctx context.Context, q DBTX, after time.Duration, limit int) ([]string, error) {
+// have been pending for at least after and have no live dispatch job (of
+// jobs): none available, scheduled, retryable or pending in River, and none
+// running that started within after (a job running that long whose row is
+// still pending never reached its claim: its fetch's answer was lost). Rows
+// are locked with SKIP LOCKED, in the caller's transaction.
+func StrandedPending(ctx context.Context, q DBTX, jobs DispatchJobs, after time.Duration, limit int) ([]string, error) {
+	match, err := jobs.sql()
+	if err != nil {
+		return nil, err
+	}
 	rows, err := q.Query(ctx, `
 		SELECT f.id FROM fulfilment f
 		WHERE f.state = 'pending' AND f.updated_at < now() - make_interval(secs => $1)
 		  AND NOT EXISTS (
 			SELECT 1 FROM river_job j
-			WHERE j.kind = 'guardian_dispatch' AND j.args ->> 'fulfilment_id' = f.id::text
+			WHERE `+match+`
 			  -- the partial index's predicate, so the planner uses it
 			  AND j.state IN ('available', 'scheduled', 'retryable', 'pending', 'running')
 			  AND (j.state IN ('available', 'scheduled', 'retryable', 'pending')

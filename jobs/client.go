@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,6 +86,14 @@ func (e *Enqueuer) EnqueueDispatchTx(ctx context.Context, tx pgx.Tx, fulfilmentI
 	}
 	_, err := e.river.InsertManyFastTx(ctx, tx, params)
 	return err
+}
+
+// DispatchJobs names the dispatch jobs EnqueueDispatchTx inserts: their
+// kind (DispatchArgs.Kind) and the argument holding the fulfilment's id
+// (DispatchArgs' json name), for the sweep's look-up of live jobs.
+func (e *Enqueuer) DispatchJobs() db.DispatchJobs {
+	id, _ := reflect.TypeFor[DispatchArgs]().FieldByName("FulfilmentID")
+	return db.DispatchJobs{Kind: DispatchArgs{}.Kind(), IDArg: id.Tag.Get("json")}
 }
 
 // River returns the insert-only River client, for River UI in a process

@@ -233,6 +233,6 @@ func TestARevocationIsNeverStranded(t *testing.T) {
 	b.start(t)
 	b.db.WaitState(t, revocation, state.Fulfilled)
 	require.Equal(t, 1, rec.CallsFor(revocation))
-	require.Equal(t, connector.ActionRevoke, rec.Calls()[len(rec.Calls())-1].Action)
+	require.Equal(t, state.Revoke, rec.Calls()[len(rec.Calls())-1].Action)
 	require.Equal(t, 1, rec.CallsFor(id), "the fulfilment was not sent again")
 }

@@ -87,7 +87,7 @@ type Check struct {
 
 func apiFulfilment(f db.Fulfilment) Fulfilment {
 	return Fulfilment{
-		ID: f.ID, Provider: f.Provider, PaymentID: f.PaymentID, State: f.State, Attempt: f.Attempt, Action: f.Action,
+		ID: f.ID, Provider: f.Provider, PaymentID: f.PaymentID, State: f.State, Attempt: f.Attempt, Action: string(f.Action),
 		IdempotencyKey: f.Key, Deadline: f.Deadline, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, DispatchedAt: f.DispatchedAt, Checks: f.Checks, NextCheckAt: f.NextCheckAt,
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/web"
 )
@@ -376,7 +377,7 @@ func TestProviderConformance(t *testing.T) {
 			}, 15*time.Second, 10*time.Millisecond, "the payment is taken back")
 			require.Equal(t, 2, b.rec.CallsForPayment(fs[0].PaymentID), "one fulfilment and one revocation reached the receiver")
 			calls := b.rec.Calls()
-			require.Equal(t, "revoke", calls[len(calls)-1].Action)
+			require.Equal(t, state.Revoke, calls[len(calls)-1].Action)
 			require.Equal(t, 1, count(`SELECT count(*) FROM fulfilment WHERE provider = $1 AND action = 'revoke'`, c.name))
 
 			if c.rotates(t) {

@@ -104,6 +104,9 @@ type bundle struct {
 type nopEnqueuer struct{}
 
 func (nopEnqueuer) EnqueueDispatchTx(context.Context, pgx.Tx, ...string) error { return nil }
+func (nopEnqueuer) DispatchJobs() db.DispatchJobs {
+	return db.DispatchJobs{Kind: "guardian_dispatch", IDArg: "fulfilment_id"}
+}
 
 func setup(t *testing.T) *bundle {
 	t.Helper()

@@ -30,14 +30,16 @@ type Request struct {
 	PaymentID string
 	EventID   string
 	EventType string
-	// Action is ActionRevoke when the request takes the payment back (a
-	// refund or dispute reversed it); "" fulfils.
-	Action  string
+	// Action is state.Revoke when the request takes the payment back (a
+	// refund or dispute reversed it); state.Fulfil, or "", fulfils.
+	Action  state.Action
 	Payload json.RawMessage
 }
 
-// ActionRevoke names a request that takes a fulfilled payment back.
-const ActionRevoke = "revoke"
+// ActionRevoke is the body's "action" of a request that takes a fulfilled
+// payment back (state.Revoke on the wire); a fulfilment's body has none,
+// so its bytes are what they always were.
+const ActionRevoke = string(state.Revoke)
 
 // Result is what one call established, by fact.
 type Result struct {

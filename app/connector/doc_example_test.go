@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/state"
 )
 
 // TestReceiversDocExample: the worked signing example of
@@ -57,7 +59,7 @@ func TestReceiversDocExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, err := EncodeRequest(Request{Key: req.IdempotencyKey, Provider: req.Provider, PaymentID: req.PaymentID, EventID: req.EventID,
-		EventType: req.EventType, Action: req.Action, Payload: req.Payload})
+		EventType: req.EventType, Action: state.Action(req.Action), Payload: req.Payload})
 	if err != nil {
 		t.Fatal(err)
 	}

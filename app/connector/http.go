@@ -245,7 +245,11 @@ func EncodeRequest(r Request) ([]byte, error) {
 	if !json.Valid(payload) {
 		return nil, errors.New("payload is not JSON")
 	}
-	head, err := json.Marshal(Body{IdempotencyKey: r.Key, Provider: r.Provider, PaymentID: r.PaymentID, EventID: r.EventID, EventType: r.EventType, Action: r.Action, Payload: json.RawMessage("0")})
+	var action string // a fulfilment's body names no action
+	if r.Action == state.Revoke {
+		action = ActionRevoke
+	}
+	head, err := json.Marshal(Body{IdempotencyKey: r.Key, Provider: r.Provider, PaymentID: r.PaymentID, EventID: r.EventID, EventType: r.EventType, Action: action, Payload: json.RawMessage("0")})
 	if err != nil {
 		return nil, err
 	}

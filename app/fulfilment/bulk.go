@@ -110,7 +110,7 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 			r.Verdict = RetryNotFailed
 			return nil
 		}
-		if f.Action == db.ActionRevoke {
+		if f.Action == state.Revoke {
 			// A revocation the receiver declined: again, under the
 			// payment's next revoke key, while the payment stays fulfilled.
 			r.FulfilmentID, err = db.RetryRevocation(ctx, tx, f, "operator "+operator, "retry of failed revocation "+id)

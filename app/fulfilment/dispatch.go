@@ -100,20 +100,12 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 	start := time.Now()
 	res := s.cfg.Connector.Fulfil(callCtx, connector.Request{
 		Key: claimed.Key, FulfilmentID: id, Attempt: claimed.Attempt, Provider: in.Provider,
-		PaymentID: in.PaymentID, EventID: in.EventID, EventType: in.EventType, Action: requestAction(claimed.Action), Payload: in.Payload,
+		PaymentID: in.PaymentID, EventID: in.EventID, EventType: in.EventType, Action: claimed.Action, Payload: in.Payload,
 	})
 	s.cfg.Metrics.Dispatch(res.Outcome, errorClass(res), time.Since(start).Seconds())
 	out := DispatchResult{Called: true, Attempt: claimed.Attempt, Outcome: res.Outcome}
 	out.State, err = s.record(ctx, log, claimed, res, req.Actor)
 	return out, err
-}
-
-// requestAction is a row's action as the connector names it.
-func requestAction(action string) string {
-	if action == db.ActionRevoke {
-		return connector.ActionRevoke
-	}
-	return ""
 }
 
 // unclaimable applies the rules to a fulfilment the claim did not find
@@ -128,7 +120,7 @@ func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, req Dispatc
 		// claim (writeClaims): the batch had claimed it for this call.
 		return s.putBack(ctx, log, req, cur)
 	}
-	if cur.State == state.Pending && cur.Action == db.ActionFulfil {
+	if cur.State == state.Pending && cur.Action == state.Fulfil {
 		// Pending, yet not claimed: its payment was taken back.
 		cancelled, err := db.CancelReversedPending(ctx, s.cfg.Store.Pool(), req.Actor, []db.Payment{{Provider: cur.Provider, PaymentID: cur.PaymentID}})
 		if err != nil {

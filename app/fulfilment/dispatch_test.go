@@ -72,7 +72,7 @@ func TestDispatch(t *testing.T) {
 		calls[0].Payload = nil
 		key, err := db.IdempotencyKey(b.ctx, b.db.Pool, "stripe", "pi_1", 0)
 		require.NoError(t, err)
-		require.Equal(t, connector.Request{Key: key, FulfilmentID: id, Attempt: 1, Provider: "stripe", PaymentID: "pi_1", EventID: "evt_1", EventType: "payment_intent.succeeded"}, calls[0])
+		require.Equal(t, connector.Request{Key: key, FulfilmentID: id, Attempt: 1, Provider: "stripe", PaymentID: "pi_1", EventID: "evt_1", EventType: "payment_intent.succeeded", Action: state.Fulfil}, calls[0])
 	})
 
 	t.Run("RowFoundDispatchingIsParkedWithoutACall", func(t *testing.T) {

@@ -27,6 +27,13 @@ type enqueuer struct {
 	ids []string
 }
 
+// DispatchJobs names River's dispatch jobs as jobs.Enqueuer does; this
+// fake inserts none, so every pending row past the sweep's wait is
+// stranded to the sweep.
+func (e *enqueuer) DispatchJobs() db.DispatchJobs {
+	return db.DispatchJobs{Kind: "guardian_dispatch", IDArg: "fulfilment_id"}
+}
+
 func (e *enqueuer) EnqueueDispatchTx(_ context.Context, _ pgx.Tx, ids ...string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

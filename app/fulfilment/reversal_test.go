@@ -34,7 +34,7 @@ var (
 )
 
 // rows counts a payment's rows of one action in each state.
-func (b *testBundle) rows(t *testing.T, paymentID, action string) map[state.State]int {
+func (b *testBundle) rows(t *testing.T, paymentID string, action state.Action) map[state.State]int {
 	t.Helper()
 	out := map[state.State]int{}
 	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", paymentID)
@@ -54,7 +54,7 @@ func (b *testBundle) revocation(t *testing.T, paymentID string) db.Fulfilment {
 	require.NoError(t, err)
 	var out []db.Fulfilment
 	for _, f := range fs {
-		if f.Action == db.ActionRevoke {
+		if f.Action == state.Revoke {
 			out = append(out, f)
 		}
 	}
@@ -95,7 +95,7 @@ func TestTakeBackWindowOutlivesItsLeader(t *testing.T) {
 		return sum
 	}
 	require.Zero(t, sweep().Revoking, "the new leader's first round reads the window, not every reversal")
-	require.Empty(t, b.rows(t, "pi_1", db.ActionRevoke))
+	require.Empty(t, b.rows(t, "pi_1", state.Revoke))
 
 	_, err = b.db.Pool.Exec(b.ctx, `UPDATE take_back_window SET last_full = last_full - $1::interval`, fulfilment.FullTakeBackEvery.String())
 	require.NoError(t, err)
@@ -164,14 +164,14 @@ func TestTakeBack(t *testing.T) {
 		require.Equal(t, state.Fulfilled, res.State)
 		calls := b.rec.Calls()
 		require.Len(t, calls, 2)
-		require.Empty(t, calls[0].Action)
-		require.Equal(t, connector.ActionRevoke, calls[1].Action)
+		require.Equal(t, state.Fulfil, calls[0].Action)
+		require.Equal(t, state.Revoke, calls[1].Action)
 		require.Equal(t, rv.Key, calls[1].Key)
 
 		b.sweep(t)
 		_, err = b.svc.Accept(b.ctx, reversal("evt_full_later", "pi_1", fullRefund))
 		require.NoError(t, err)
-		require.Equal(t, map[state.State]int{state.Fulfilled: 1}, b.rows(t, "pi_1", db.ActionRevoke), "taken back once, ever")
+		require.Equal(t, map[state.State]int{state.Fulfilled: 1}, b.rows(t, "pi_1", state.Revoke), "taken back once, ever")
 		require.Len(t, b.rec.Calls(), 2)
 	})
 
@@ -187,7 +187,7 @@ func TestTakeBack(t *testing.T) {
 		require.Equal(t, state.Cancelled, res.State)
 		b.sweep(t)
 		require.Empty(t, b.rec.Calls(), "nothing fulfilled, nothing revoked")
-		require.Empty(t, b.rows(t, "pi_2", db.ActionRevoke))
+		require.Empty(t, b.rows(t, "pi_2", state.Revoke))
 		ts := b.db.Transitions(t, fid)
 		require.Equal(t, db.ReversedBeforeDispatch, ts[len(ts)-1].Reason)
 	})
@@ -211,7 +211,7 @@ func TestTakeBack(t *testing.T) {
 		_, err := b.svc.Accept(b.ctx, reversal("evt_partial", "pi_4", partialRefund))
 		require.NoError(t, err)
 		b.sweep(t)
-		require.Empty(t, b.rows(t, "pi_4", db.ActionRevoke))
+		require.Empty(t, b.rows(t, "pi_4", state.Revoke))
 		var reversal, reverses string
 		require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT reversal, coalesce(reverses, '') FROM webhook_event WHERE event_id = 'evt_partial'`).Scan(&reversal, &reverses))
 		require.Equal(t, "partial refund", reversal, "stored with what it says")
@@ -246,7 +246,7 @@ func TestTakeBack(t *testing.T) {
 				_, err := b.svc.Accept(b.ctx, reversal("evt_full", "pi_5", fullRefund))
 				require.NoError(t, err)
 				require.Equal(t, state.Dispatching, b.db.Fulfilment(t, fid).State, "a call in flight is left to its facts")
-				require.Empty(t, b.rows(t, "pi_5", db.ActionRevoke))
+				require.Empty(t, b.rows(t, "pi_5", state.Revoke))
 				close(release)
 				require.NoError(t, <-done)
 				require.Equal(t, tc.settled, b.db.Fulfilment(t, fid).State)
@@ -254,7 +254,7 @@ func TestTakeBack(t *testing.T) {
 				if tc.revoked {
 					require.Equal(t, state.Pending, b.revocation(t, "pi_5").State)
 				} else {
-					require.Empty(t, b.rows(t, "pi_5", db.ActionRevoke), "never a revoke for something not known done")
+					require.Empty(t, b.rows(t, "pi_5", state.Revoke), "never a revoke for something not known done")
 				}
 			})
 		}
@@ -286,7 +286,7 @@ func TestTakeBack(t *testing.T) {
 		// Every revocation goes out, as the jobs would.
 		for i := range payments {
 			pi := fmt.Sprintf("pi_race_%d", i)
-			if n := b.rows(t, pi, db.ActionRevoke); len(n) > 0 {
+			if n := b.rows(t, pi, state.Revoke); len(n) > 0 {
 				_, err := b.dispatch(t, b.revocation(t, pi).ID)
 				require.NoError(t, err)
 			}
@@ -294,7 +294,7 @@ func TestTakeBack(t *testing.T) {
 		fulfilled, cancelled := 0, 0
 		for i := range payments {
 			pi := fmt.Sprintf("pi_race_%d", i)
-			f, r := b.rows(t, pi, db.ActionFulfil), b.rows(t, pi, db.ActionRevoke)
+			f, r := b.rows(t, pi, state.Fulfil), b.rows(t, pi, state.Revoke)
 			switch {
 			case f[state.Fulfilled] == 1:
 				fulfilled++
@@ -326,7 +326,7 @@ func TestRetryADeclinedRevocation(t *testing.T) {
 	b.rec.Answer = nil
 	require.Equal(t, state.Failed, b.db.Fulfilment(t, first.ID).State)
 	b.sweep(t)
-	require.Equal(t, map[state.State]int{state.Failed: 1}, b.rows(t, "pi_r", db.ActionRevoke), "not sent again on its own")
+	require.Equal(t, map[state.State]int{state.Failed: 1}, b.rows(t, "pi_r", state.Revoke), "not sent again on its own")
 
 	var results [][]fulfilment.BulkResult
 	var mu sync.Mutex
@@ -348,13 +348,13 @@ func TestRetryADeclinedRevocation(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, created, "one retry creates it; the others find it held")
-	rows := b.rows(t, "pi_r", db.ActionRevoke)
+	rows := b.rows(t, "pi_r", state.Revoke)
 	require.Equal(t, map[state.State]int{state.Failed: 1, state.Pending: 1}, rows)
 	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", "pi_r")
 	require.NoError(t, err)
 	var second db.Fulfilment
 	for _, f := range fs {
-		if f.Action == db.ActionRevoke && f.State == state.Pending {
+		if f.Action == state.Revoke && f.State == state.Pending {
 			second = f
 		}
 	}
@@ -362,7 +362,7 @@ func TestRetryADeclinedRevocation(t *testing.T) {
 	res, err := b.dispatch(t, second.ID)
 	require.NoError(t, err)
 	require.Equal(t, state.Fulfilled, res.State)
-	require.Equal(t, connector.ActionRevoke, b.rec.Calls()[len(b.rec.Calls())-1].Action)
+	require.Equal(t, state.Revoke, b.rec.Calls()[len(b.rec.Calls())-1].Action)
 }
 
 // paidEUR is a verified payment of paymentID that says 10.00 EUR was paid.
@@ -394,10 +394,10 @@ func TestRefundsWeighedAgainstThePayment(t *testing.T) {
 			_, err := b.svc.Accept(b.ctx, ev)
 			require.NoError(t, err)
 		}
-		require.Empty(t, b.rows(t, "pi_w1", db.ActionRevoke), "40% refunded, counted once: nothing taken back")
+		require.Empty(t, b.rows(t, "pi_w1", state.Revoke), "40% refunded, counted once: nothing taken back")
 		_, err := b.svc.Accept(b.ctx, refundEUR("evt_re2", "pi_w1", "re_2", 600))
 		require.NoError(t, err)
-		require.Equal(t, map[state.State]int{state.Pending: 1}, b.rows(t, "pi_w1", db.ActionRevoke), "the rest refunded: taken back once")
+		require.Equal(t, map[state.State]int{state.Pending: 1}, b.rows(t, "pi_w1", state.Revoke), "the rest refunded: taken back once")
 		require.Equal(t, state.Fulfilled, b.db.Fulfilment(t, id).State)
 		require.Equal(t, 3, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE reverses = 'pi_w1' AND reversal = 'full refund'`))
 		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE refund_of IS NOT NULL`), "nothing left undecided")
@@ -431,7 +431,7 @@ func TestRefundsWeighedAgainstThePayment(t *testing.T) {
 		b.settleEvent(t, paidEUR("evt_paid_any", "pi_w4"))
 		_, err := b.svc.Accept(b.ctx, refundEUR("evt_part_any", "pi_w4", "re_1", 100))
 		require.NoError(t, err)
-		require.Equal(t, map[state.State]int{state.Pending: 1}, b.rows(t, "pi_w4", db.ActionRevoke))
+		require.Equal(t, map[state.State]int{state.Pending: 1}, b.rows(t, "pi_w4", state.Revoke))
 		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE refund_of IS NOT NULL`))
 	})
 
@@ -460,7 +460,7 @@ func TestRefundsWeighedAgainstThePayment(t *testing.T) {
 		}, 10*time.Second, 5*time.Millisecond, "the second half waits for the payment's lock")
 		require.NoError(t, tx.Commit(b.ctx))
 		require.NoError(t, <-done)
-		require.Equal(t, map[state.State]int{state.Pending: 1}, b.rows(t, "pi_halves", db.ActionRevoke), "the two halves make the whole")
+		require.Equal(t, map[state.State]int{state.Pending: 1}, b.rows(t, "pi_halves", state.Revoke), "the two halves make the whole")
 	})
 }
 

@@ -50,6 +50,9 @@ const (
 // Implementations must be safe for concurrent use.
 type Enqueuer interface {
 	EnqueueDispatchTx(ctx context.Context, tx pgx.Tx, fulfilmentIDs ...string) error
+	// DispatchJobs says how the jobs it inserts are named, so the sweep
+	// can tell a fulfilment with a live job from a stranded one.
+	DispatchJobs() db.DispatchJobs
 }
 
 // Config configures a Service.

@@ -64,7 +64,7 @@ func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (Sw
 		if cancelled, revoking, err = s.sweepTakeBack(ctx, tx, actor); err != nil {
 			return err
 		}
-		if requeued, err = db.StrandedPending(ctx, tx, s.cfg.ConnectorTimeout+RecordMargin, strandedBatch); err != nil {
+		if requeued, err = db.StrandedPending(ctx, tx, s.cfg.Enqueuer.DispatchJobs(), s.cfg.ConnectorTimeout+RecordMargin, strandedBatch); err != nil {
 			return err
 		}
 		for _, id := range requeued {

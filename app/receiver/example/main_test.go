@@ -111,7 +111,7 @@ func TestExampleRevokesOnce(t *testing.T) {
 		EventType: "checkout.session.completed", Payload: json.RawMessage(`{"id":"evt_2"}`)}
 	require.Equal(t, state.Done, c.Fulfil(context.Background(), grantReq).Outcome)
 	revoke := connector.Request{Key: "gk1_example0000000000000000000000000003", Provider: "stripe", PaymentID: "pi_2", EventID: "evt_refund_2",
-		EventType: "charge.refunded", Action: connector.ActionRevoke, Payload: json.RawMessage(`{"id":"evt_refund_2"}`)}
+		EventType: "charge.refunded", Action: state.Revoke, Payload: json.RawMessage(`{"id":"evt_refund_2"}`)}
 	var wg sync.WaitGroup
 	for i := range 6 {
 		wg.Go(func() {
