@@ -93,22 +93,49 @@ func (f *opsFlags) register(fs *flag.FlagSet, names []string) {
 	}
 }
 
-// opsCommands are the operator subcommands: their arguments, their flags
-// and a line of what they do.
-var opsCommands = map[string]struct {
+// opsCall is one operator subcommand's run: its positional arguments and
+// flags, the API client, and where it prints.
+type opsCall struct {
+	ctx    context.Context
+	group  string
+	pos    []string
+	f      *opsFlags
+	client *opsClient
+	out    *opsOutput
+	stdout io.Writer
+}
+
+// opsCommand is an operator subcommand: its arguments, a line of what it
+// does, its flags, whether the arguments given fit, and what it does.
+type opsCommand struct {
 	args, doc string
 	flags     []string
-}{
-	"fulfilments list":  {"", "list fulfilments, oldest first", []string{"state", "filters", "payment", "event", "limit", "cursor", "json"}},
-	"fulfilments show":  {"ID", "a fulfilment, its event, its transitions with evidence, its lookups", []string{"json"}},
-	"fulfilments retry": {"ID... | --listed", "a new dispatch for each failed fulfilment whose payment nothing else holds", []string{"listed", "filters", "json"}},
-	"reconcile list":    {"", "the parked fulfilments, oldest first", []string{"filters", "limit", "cursor", "json"}},
-	"reconcile recheck": {"ID... | --listed", "look parked fulfilments up at the receiver now, whatever their backoff", []string{"listed", "filters", "json"}},
-	"reconcile resolve": {"ID", "settle a parked fulfilment: --attempt, --to and --reason required", []string{"attempt", "to", "reason", "evidence", "json"}},
-	"reconcile reopen":  {"ID", "a cancelled fulfilment back to needs_reconciliation: --attempt, --reason and --evidence required", []string{"attempt", "reason", "evidence", "json"}},
-	"events list":       {"", "events, newest first, without payloads", []string{"filters", "limit", "cursor", "json"}},
-	"events show":       {"PROVIDER EVENT_ID", "an event's exact signed bytes, deliveries, first and last seen, fulfilments", []string{"json"}},
-	"events replay":     {"PROVIDER EVENT_ID", "run a stored event through the dedup path again", []string{"json"}},
+	fits      func(c opsCall) bool
+	run       func(c opsCall) error
+}
+
+// nArgs fits a call with exactly n positional arguments.
+func nArgs(n int) func(opsCall) bool { return func(c opsCall) bool { return len(c.pos) == n } }
+
+// idsOrListed fits a call with ids, or --listed, not both.
+func idsOrListed(c opsCall) bool { return (len(c.pos) > 0) != c.f.listed }
+
+// opsCommands are the operator subcommands, by "group verb".
+var opsCommands = map[string]opsCommand{
+	"fulfilments list": {"", "list fulfilments, oldest first", []string{"state", "filters", "payment", "event", "limit", "cursor", "json"}, nArgs(0), listFulfilments},
+	"fulfilments show": {"ID", "a fulfilment, its event, its transitions with evidence, its lookups", []string{"json"}, nArgs(1), showFulfilment},
+	"fulfilments retry": {"ID... | --listed", "a new dispatch for each failed fulfilment whose payment nothing else holds", []string{"listed", "filters", "json"}, idsOrListed,
+		bulk("failed", "/api/v1/fulfilments/retry")},
+	"reconcile list": {"", "the parked fulfilments, oldest first", []string{"filters", "limit", "cursor", "json"}, nArgs(0), listFulfilments},
+	"reconcile recheck": {"ID... | --listed", "look parked fulfilments up at the receiver now, whatever their backoff", []string{"listed", "filters", "json"}, idsOrListed,
+		bulk("needs_reconciliation", "/api/v1/fulfilments/recheck")},
+	"reconcile resolve": {"ID", "settle a parked fulfilment: --attempt, --to and --reason required", []string{"attempt", "to", "reason", "evidence", "json"},
+		func(c opsCall) bool { return len(c.pos) == 1 && c.f.to != "" }, resolve},
+	"reconcile reopen": {"ID", "a cancelled fulfilment back to needs_reconciliation: --attempt, --reason and --evidence required", []string{"attempt", "reason", "evidence", "json"},
+		nArgs(1), reopen},
+	"events list":   {"", "events, newest first, without payloads", []string{"filters", "limit", "cursor", "json"}, nArgs(0), listEvents},
+	"events show":   {"PROVIDER EVENT_ID", "an event's exact signed bytes, deliveries, first and last seen, fulfilments", []string{"json"}, nArgs(2), showEvent},
+	"events replay": {"PROVIDER EVENT_ID", "run a stored event through the dedup path again", []string{"json"}, nArgs(2), replay},
 }
 
 // runOps runs one operator command.
@@ -140,119 +167,118 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 	if err != nil {
 		return usageExit(err)
 	}
-	client, err := newOpsClient(getenv)
-	if err != nil {
+	c := opsCall{ctx: ctx, group: group, pos: pos, f: &f, out: &opsOutput{stdout: stdout, json: f.json}, stdout: stdout}
+	if !cmd.fits(c) {
+		fs.Usage()
+		return ExitUsage
+	}
+	if c.client, err = newOpsClient(getenv); err != nil {
 		return fail(stderr, ExitUsage, err)
 	}
-	out := &opsOutput{stdout: stdout, json: f.json}
-	var raw []byte
-	switch group + " " + verb {
-	case "fulfilments list", "reconcile list":
-		if len(pos) != 0 {
-			break
-		}
-		if group == "reconcile" {
-			f.state = "needs_reconciliation"
-		}
-		q := listQuery(f.filters, map[string]string{"state": f.state, "payment_id": f.payment, "event_id": f.event, "cursor": f.cursor}, f.limit)
-		var list web.FulfilmentList
-		if raw, err = client.do(ctx, http.MethodGet, "/api/v1/fulfilments?"+q.Encode(), nil, &list); err == nil {
-			out.print(raw, func(w io.Writer) { printFulfilments(w, list, group == "reconcile") })
-		}
-		return exitFor(err, stderr)
-	case "fulfilments show":
-		if len(pos) != 1 {
-			break
-		}
-		var d web.FulfilmentDetail
-		if raw, err = client.do(ctx, http.MethodGet, "/api/v1/fulfilments/"+url.PathEscape(pos[0]), nil, &d); err == nil {
-			out.print(raw, func(w io.Writer) { printDetail(w, d) })
-		}
-		return exitFor(err, stderr)
-	case "reconcile resolve":
-		if len(pos) != 1 || f.to == "" {
-			break
-		}
-		var res web.ResolveAnswer
-		req := web.ResolveRequest{Resolution: f.to, Attempt: f.attempt, Reason: f.reason, Evidence: f.evidence}
-		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/fulfilments/"+url.PathEscape(pos[0])+"/resolve", req, &res); err == nil {
-			out.print(raw, func(w io.Writer) { printMoved(w, res.Fulfilment) })
-		}
-		return exitFor(err, stderr)
-	case "reconcile reopen":
-		if len(pos) != 1 {
-			break
-		}
-		var res web.ResolveAnswer
-		req := web.ReopenRequest{Attempt: f.attempt, Reason: f.reason, Evidence: f.evidence}
-		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/fulfilments/"+url.PathEscape(pos[0])+"/reopen", req, &res); err == nil {
-			out.print(raw, func(w io.Writer) { printMoved(w, res.Fulfilment) })
-		}
-		return exitFor(err, stderr)
-	case "fulfilments retry", "reconcile recheck":
-		if len(pos) == 0 && !f.listed || len(pos) > 0 && f.listed {
-			break
-		}
-		of, path := "failed", "/api/v1/fulfilments/retry"
-		if verb == "recheck" {
-			of, path = "needs_reconciliation", "/api/v1/fulfilments/recheck"
-		}
-		ids := pos
-		if f.listed {
+	return exitFor(cmd.run(c), stderr)
+}
+
+func listFulfilments(c opsCall) error {
+	reconcile := c.group == "reconcile"
+	if reconcile {
+		c.f.state = "needs_reconciliation"
+	}
+	q := listQuery(c.f.filters, map[string]string{"state": c.f.state, "payment_id": c.f.payment, "event_id": c.f.event, "cursor": c.f.cursor}, c.f.limit)
+	var list web.FulfilmentList
+	raw, err := c.client.do(c.ctx, http.MethodGet, "/api/v1/fulfilments?"+q.Encode(), nil, &list)
+	if err == nil {
+		c.out.print(raw, func(w io.Writer) { printFulfilments(w, list, reconcile) })
+	}
+	return err
+}
+
+func showFulfilment(c opsCall) error {
+	var d web.FulfilmentDetail
+	raw, err := c.client.do(c.ctx, http.MethodGet, "/api/v1/fulfilments/"+url.PathEscape(c.pos[0]), nil, &d)
+	if err == nil {
+		c.out.print(raw, func(w io.Writer) { printDetail(w, d) })
+	}
+	return err
+}
+
+func resolve(c opsCall) error {
+	var res web.ResolveAnswer
+	req := web.ResolveRequest{Resolution: c.f.to, Attempt: c.f.attempt, Reason: c.f.reason, Evidence: c.f.evidence}
+	raw, err := c.client.do(c.ctx, http.MethodPost, "/api/v1/fulfilments/"+url.PathEscape(c.pos[0])+"/resolve", req, &res)
+	if err == nil {
+		c.out.print(raw, func(w io.Writer) { printMoved(w, res.Fulfilment) })
+	}
+	return err
+}
+
+func reopen(c opsCall) error {
+	var res web.ResolveAnswer
+	req := web.ReopenRequest{Attempt: c.f.attempt, Reason: c.f.reason, Evidence: c.f.evidence}
+	raw, err := c.client.do(c.ctx, http.MethodPost, "/api/v1/fulfilments/"+url.PathEscape(c.pos[0])+"/reopen", req, &res)
+	if err == nil {
+		c.out.print(raw, func(w io.Writer) { printMoved(w, res.Fulfilment) })
+	}
+	return err
+}
+
+// bulk posts the ids given, or with --listed the first page of fulfilments
+// in state of that the filters list, to path.
+func bulk(of, path string) func(c opsCall) error {
+	return func(c opsCall) error {
+		ids := c.pos
+		if c.f.listed {
 			var list web.FulfilmentList
-			if _, err = client.do(ctx, http.MethodGet, "/api/v1/fulfilments?"+listQuery(f.filters, map[string]string{"state": of}, 100).Encode(), nil, &list); err != nil {
-				return exitFor(err, stderr)
+			if _, err := c.client.do(c.ctx, http.MethodGet, "/api/v1/fulfilments?"+listQuery(c.f.filters, map[string]string{"state": of}, 100).Encode(), nil, &list); err != nil {
+				return err
 			}
 			for _, f := range list.Fulfilments {
 				ids = append(ids, f.ID)
 			}
 			if len(ids) == 0 {
-				fmt.Fprintf(stdout, "no %s fulfilment matches\n", of)
-				return ExitOK
+				fmt.Fprintf(c.stdout, "no %s fulfilment matches\n", of)
+				return nil
 			}
 		}
 		var a web.BulkAnswer
-		if raw, err = client.do(ctx, http.MethodPost, path, web.BulkRequest{IDs: ids}, &a); err == nil {
-			out.print(raw, func(w io.Writer) { printBulk(w, a) })
+		raw, err := c.client.do(c.ctx, http.MethodPost, path, web.BulkRequest{IDs: ids}, &a)
+		if err == nil {
+			c.out.print(raw, func(w io.Writer) { printBulk(w, a) })
 		}
-		return exitFor(err, stderr)
-	case "events list":
-		if len(pos) != 0 {
-			break
-		}
-		var list web.EventList
-		if raw, err = client.do(ctx, http.MethodGet, "/api/v1/events?"+listQuery(f.filters, map[string]string{"cursor": f.cursor}, f.limit).Encode(), nil, &list); err == nil {
-			out.print(raw, func(w io.Writer) { printEvents(w, list) })
-		}
-		return exitFor(err, stderr)
-	case "events show":
-		if len(pos) != 2 {
-			break
-		}
-		var d web.EventDetail
-		if raw, err = client.do(ctx, http.MethodGet, "/api/v1/events/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1]), nil, &d); err == nil {
-			out.print(raw, func(w io.Writer) { printEvent(w, d) })
-		}
-		return exitFor(err, stderr)
-	case "events replay":
-		if len(pos) != 2 {
-			break
-		}
-		var a web.ReplayAnswer
-		if raw, err = client.do(ctx, http.MethodPost, "/api/v1/events/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1])+"/replay", web.ReplayRequest{}, &a); err == nil {
-			out.print(raw, func(w io.Writer) {
-				fmt.Fprintf(w, "%s", strings.ReplaceAll(a.Result, "_", " "))
-				if a.FulfilmentID != "" {
-					fmt.Fprintf(w, ": %s", a.FulfilmentID)
-				}
-				fmt.Fprintln(w)
-			})
-		}
-		return exitFor(err, stderr)
+		return err
 	}
-	fs.SetOutput(stderr)
-	fs.Usage()
-	return ExitUsage
+}
+
+func listEvents(c opsCall) error {
+	var list web.EventList
+	raw, err := c.client.do(c.ctx, http.MethodGet, "/api/v1/events?"+listQuery(c.f.filters, map[string]string{"cursor": c.f.cursor}, c.f.limit).Encode(), nil, &list)
+	if err == nil {
+		c.out.print(raw, func(w io.Writer) { printEvents(w, list) })
+	}
+	return err
+}
+
+func showEvent(c opsCall) error {
+	var d web.EventDetail
+	raw, err := c.client.do(c.ctx, http.MethodGet, "/api/v1/events/"+url.PathEscape(c.pos[0])+"/"+url.PathEscape(c.pos[1]), nil, &d)
+	if err == nil {
+		c.out.print(raw, func(w io.Writer) { printEvent(w, d) })
+	}
+	return err
+}
+
+func replay(c opsCall) error {
+	var a web.ReplayAnswer
+	raw, err := c.client.do(c.ctx, http.MethodPost, "/api/v1/events/"+url.PathEscape(c.pos[0])+"/"+url.PathEscape(c.pos[1])+"/replay", web.ReplayRequest{}, &a)
+	if err == nil {
+		c.out.print(raw, func(w io.Writer) {
+			fmt.Fprintf(w, "%s", strings.ReplaceAll(a.Result, "_", " "))
+			if a.FulfilmentID != "" {
+				fmt.Fprintf(w, ": %s", a.FulfilmentID)
+			}
+			fmt.Fprintln(w)
+		})
+	}
+	return err
 }
 
 // listQuery is a listing's query: the filter flags, then more, then the
