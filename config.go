@@ -221,129 +221,167 @@ const DevAdminToken = "dev-admin-token"
 
 // ConfigFromEnv reads the configuration from getenv (os.Getenv in main).
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	var errs []error
-	dur := func(name string, def time.Duration) time.Duration {
-		v := getenv(name)
-		if v == "" {
-			return def
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			errs = append(errs, fmt.Errorf("%s: want a positive duration such as 30s, got %q", name, v))
-			return def
-		}
-		return d
+	r := &envReader{getenv: getenv}
+	cfg := r.config()
+	r.payloadRetention(&cfg)
+	r.revokeOn(&cfg)
+	if getenv("GUARDIAN_PPROF_ADDR") != "" {
+		r.errs = append(r.errs, errors.New("GUARDIAN_PPROF_ADDR is gone: set GUARDIAN_PPROF=true to serve pprof on the operations listener, GUARDIAN_METRICS_ADDR"))
 	}
-	integer := func(name string, def int64) int64 {
-		v := getenv(name)
-		if v == "" {
-			return def
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			errs = append(errs, fmt.Errorf("%s: want a positive integer, got %q", name, v))
-			return def
-		}
-		return n
+	cfg.defaults(getenv)
+	if err := cfg.Validate(); err != nil {
+		r.errs = append(r.errs, err)
 	}
-	boolean := func(name string, def bool) bool {
-		v := getenv(name)
-		if v == "" {
-			return def
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: want true or false, got %q", name, v))
-			return def
-		}
-		return b
-	}
+	return cfg, errors.Join(r.errs...)
+}
 
-	cfg := Config{
-		DatabaseURL:          cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL),
-		DBPooler:             db.Pooler(cmp.Or(getenv("GUARDIAN_DB_POOLER"), string(db.NoPooler))),
-		Addr:                 cmp.Or(getenv("GUARDIAN_ADDR"), web.DefaultAddr),
-		RedisURL:             getenv("REDIS_URL"),
-		RedisPrefix:          cmp.Or(getenv("GUARDIAN_REDIS_PREFIX"), "idem:"),
-		StripeSecrets:        List(getenv("GUARDIAN_STRIPE_SECRETS"), ","),
-		StandardSecrets:      List(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"),
-		StripeFulfilTypes:    List(getenv("GUARDIAN_STRIPE_FULFIL_TYPES"), ","),
-		StandardFulfilTypes:  List(getenv("GUARDIAN_STANDARD_FULFIL_TYPES"), ","),
-		StandardPaymentPath:  getenv("GUARDIAN_STANDARD_PAYMENT_PATH"),
-		StandardRefundTypes:  List(getenv("GUARDIAN_STANDARD_REFUND_TYPES"), ","),
-		PaddleSecrets:        List(getenv("GUARDIAN_PADDLE_SECRETS"), ","),
-		PaddleFulfilRenewals: boolean("GUARDIAN_PADDLE_FULFIL_RENEWALS", false),
-		ShopifySecrets:       List(getenv("GUARDIAN_SHOPIFY_SECRETS"), ","),
-		ShopifyShops:         List(getenv("GUARDIAN_SHOPIFY_SHOPS"), ","),
-		LemonSqueezySecrets:  List(getenv("GUARDIAN_LEMONSQUEEZY_SECRETS"), ","),
-		AdyenHMACKeys:        List(getenv("GUARDIAN_ADYEN_HMAC_KEYS"), ","),
-		PayPalWebhookIDs:     List(getenv("GUARDIAN_PAYPAL_WEBHOOK_IDS"), ","),
-		AdyenCapture:         cmp.Or(getenv("GUARDIAN_ADYEN_CAPTURE"), provider.AdyenCaptureAutomatic),
-		StripeAPIKey:         getenv("GUARDIAN_STRIPE_API_KEY"),
-		StripeAPIURL:         getenv("GUARDIAN_STRIPE_API_URL"),
-		Mode:                 provider.Mode(getenv("GUARDIAN_MODE")),
+// envReader reads typed settings from the environment, gathering every
+// error so that all are named at once.
+type envReader struct {
+	getenv func(string) string
+	errs   []error
+}
+
+// dur reads a positive duration, def when unset.
+func (r *envReader) dur(name string, def time.Duration) time.Duration {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		r.errs = append(r.errs, fmt.Errorf("%s: want a positive duration such as 30s, got %q", name, v))
+		return def
+	}
+	return d
+}
+
+// integer reads a positive integer, def when unset.
+func (r *envReader) integer(name string, def int64) int64 {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		r.errs = append(r.errs, fmt.Errorf("%s: want a positive integer, got %q", name, v))
+		return def
+	}
+	return n
+}
+
+// boolean reads true or false, def when unset.
+func (r *envReader) boolean(name string, def bool) bool {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("%s: want true or false, got %q", name, v))
+		return def
+	}
+	return b
+}
+
+// config reads every setting that is one variable with a default.
+func (r *envReader) config() Config {
+	return Config{
+		DatabaseURL:          cmp.Or(r.getenv("DATABASE_URL"), DefaultDatabaseURL),
+		DBPooler:             db.Pooler(cmp.Or(r.getenv("GUARDIAN_DB_POOLER"), string(db.NoPooler))),
+		Addr:                 cmp.Or(r.getenv("GUARDIAN_ADDR"), web.DefaultAddr),
+		RedisURL:             r.getenv("REDIS_URL"),
+		RedisPrefix:          cmp.Or(r.getenv("GUARDIAN_REDIS_PREFIX"), "idem:"),
+		StripeSecrets:        List(r.getenv("GUARDIAN_STRIPE_SECRETS"), ","),
+		StandardSecrets:      List(r.getenv("GUARDIAN_STANDARD_SECRETS"), " ,"),
+		StripeFulfilTypes:    List(r.getenv("GUARDIAN_STRIPE_FULFIL_TYPES"), ","),
+		StandardFulfilTypes:  List(r.getenv("GUARDIAN_STANDARD_FULFIL_TYPES"), ","),
+		StandardPaymentPath:  r.getenv("GUARDIAN_STANDARD_PAYMENT_PATH"),
+		StandardRefundTypes:  List(r.getenv("GUARDIAN_STANDARD_REFUND_TYPES"), ","),
+		PaddleSecrets:        List(r.getenv("GUARDIAN_PADDLE_SECRETS"), ","),
+		PaddleFulfilRenewals: r.boolean("GUARDIAN_PADDLE_FULFIL_RENEWALS", false),
+		ShopifySecrets:       List(r.getenv("GUARDIAN_SHOPIFY_SECRETS"), ","),
+		ShopifyShops:         List(r.getenv("GUARDIAN_SHOPIFY_SHOPS"), ","),
+		LemonSqueezySecrets:  List(r.getenv("GUARDIAN_LEMONSQUEEZY_SECRETS"), ","),
+		AdyenHMACKeys:        List(r.getenv("GUARDIAN_ADYEN_HMAC_KEYS"), ","),
+		PayPalWebhookIDs:     List(r.getenv("GUARDIAN_PAYPAL_WEBHOOK_IDS"), ","),
+		AdyenCapture:         cmp.Or(r.getenv("GUARDIAN_ADYEN_CAPTURE"), provider.AdyenCaptureAutomatic),
+		StripeAPIKey:         r.getenv("GUARDIAN_STRIPE_API_KEY"),
+		StripeAPIURL:         r.getenv("GUARDIAN_STRIPE_API_URL"),
+		Mode:                 provider.Mode(r.getenv("GUARDIAN_MODE")),
 		RevokeOn:             fulfilment.DefaultReversalPolicy,
 		PayloadRetention:     DefaultPayloadRetention,
-		JobRetention:         dur("GUARDIAN_JOB_RETENTION", jobs.DefaultJobRetention),
-		PaddleAPIKey:         getenv("GUARDIAN_PADDLE_API_KEY"),
-		PaddleAPIURL:         getenv("GUARDIAN_PADDLE_API_URL"),
-		PayPalClientID:       getenv("GUARDIAN_PAYPAL_CLIENT_ID"),
-		PayPalClientSecret:   getenv("GUARDIAN_PAYPAL_CLIENT_SECRET"),
-		PayPalAPIURL:         getenv("GUARDIAN_PAYPAL_API_URL"),
+		JobRetention:         r.dur("GUARDIAN_JOB_RETENTION", jobs.DefaultJobRetention),
+		PaddleAPIKey:         r.getenv("GUARDIAN_PADDLE_API_KEY"),
+		PaddleAPIURL:         r.getenv("GUARDIAN_PADDLE_API_URL"),
+		PayPalClientID:       r.getenv("GUARDIAN_PAYPAL_CLIENT_ID"),
+		PayPalClientSecret:   r.getenv("GUARDIAN_PAYPAL_CLIENT_SECRET"),
+		PayPalAPIURL:         r.getenv("GUARDIAN_PAYPAL_API_URL"),
 		// GUARDIAN_STRIPE_BACKFILL_INTERVAL is its older name.
-		BackfillInterval:   dur("GUARDIAN_BACKFILL_INTERVAL", dur("GUARDIAN_STRIPE_BACKFILL_INTERVAL", backfill.DefaultInterval)),
-		Tolerance:          dur("GUARDIAN_TIMESTAMP_TOLERANCE", provider.DefaultTolerance),
-		MaxBodyBytes:       integer("GUARDIAN_MAX_BODY_BYTES", web.DefaultMaxBodyBytes),
-		ConnectorURL:       getenv("GUARDIAN_CONNECTOR_URL"),
-		ConnectorSecret:    getenv("GUARDIAN_CONNECTOR_SECRET"),
-		ConnectorTimeout:   dur("GUARDIAN_CONNECTOR_TIMEOUT", fulfilment.DefaultConnectorTimeout),
-		DispatchLease:      dur("GUARDIAN_DISPATCH_LEASE", fulfilment.DefaultDispatchLease),
-		SweepInterval:      dur("GUARDIAN_SWEEP_INTERVAL", jobs.DefaultSweepInterval),
-		DispatchWorkers:    int(integer("GUARDIAN_DISPATCH_WORKERS", jobs.DefaultDispatchWorkers)),
-		Workers:            boolean("GUARDIAN_WORKERS", true),
-		Batch:              int(integer("GUARDIAN_BATCH", fulfilment.DefaultBatch)),
-		BatchWriters:       int(integer("GUARDIAN_BATCH_WRITERS", fulfilment.DefaultBatchWriters)),
-		ConnectorLookupURL: getenv("GUARDIAN_CONNECTOR_LOOKUP_URL"),
-		ReconcileInterval:  dur("GUARDIAN_RECONCILE_INTERVAL", jobs.DefaultReconcileInterval),
-		ReconcileGrace:     dur("GUARDIAN_RECONCILE_GRACE", fulfilment.DefaultReconcileGrace),
-		API:                boolean("GUARDIAN_API", true),
-		AdminTokens:        List(getenv("GUARDIAN_ADMIN_TOKEN"), ","),
-		SessionTTL:         dur("GUARDIAN_SESSION_TTL", web.DefaultSessionTTL),
-		TokenStore:         cmp.Or(getenv("GUARDIAN_TOKEN_STORE"), "postgres"),
-		Migrate:            boolean("GUARDIAN_MIGRATE", true),
-		Dev:                boolean("GUARDIAN_DEV", false),
-		LogLevel:           cmp.Or(getenv("GUARDIAN_LOG_LEVEL"), "info"),
-		Tracing:            getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
-		MetricsAddr:        cmp.Or(getenv("GUARDIAN_METRICS_ADDR"), DefaultMetricsAddr),
-		MetricsRefresh:     dur("GUARDIAN_METRICS_REFRESH", metrics.DefaultTableRefresh),
-		Pprof:              boolean("GUARDIAN_PPROF", false),
-		PprofRemote:        boolean("GUARDIAN_PPROF_ALLOW_REMOTE", false),
-		PublicURL:          getenv("GUARDIAN_PUBLIC_URL"),
-		TrustedProxies:     List(getenv("GUARDIAN_TRUSTED_PROXIES"), ", "),
-		ServiceName:        cmp.Or(getenv("OTEL_SERVICE_NAME"), "guardian"),
+		BackfillInterval:   r.dur("GUARDIAN_BACKFILL_INTERVAL", r.dur("GUARDIAN_STRIPE_BACKFILL_INTERVAL", backfill.DefaultInterval)),
+		Tolerance:          r.dur("GUARDIAN_TIMESTAMP_TOLERANCE", provider.DefaultTolerance),
+		MaxBodyBytes:       r.integer("GUARDIAN_MAX_BODY_BYTES", web.DefaultMaxBodyBytes),
+		ConnectorURL:       r.getenv("GUARDIAN_CONNECTOR_URL"),
+		ConnectorSecret:    r.getenv("GUARDIAN_CONNECTOR_SECRET"),
+		ConnectorTimeout:   r.dur("GUARDIAN_CONNECTOR_TIMEOUT", fulfilment.DefaultConnectorTimeout),
+		DispatchLease:      r.dur("GUARDIAN_DISPATCH_LEASE", fulfilment.DefaultDispatchLease),
+		SweepInterval:      r.dur("GUARDIAN_SWEEP_INTERVAL", jobs.DefaultSweepInterval),
+		DispatchWorkers:    int(r.integer("GUARDIAN_DISPATCH_WORKERS", jobs.DefaultDispatchWorkers)),
+		Workers:            r.boolean("GUARDIAN_WORKERS", true),
+		Batch:              int(r.integer("GUARDIAN_BATCH", fulfilment.DefaultBatch)),
+		BatchWriters:       int(r.integer("GUARDIAN_BATCH_WRITERS", fulfilment.DefaultBatchWriters)),
+		ConnectorLookupURL: r.getenv("GUARDIAN_CONNECTOR_LOOKUP_URL"),
+		ReconcileInterval:  r.dur("GUARDIAN_RECONCILE_INTERVAL", jobs.DefaultReconcileInterval),
+		ReconcileGrace:     r.dur("GUARDIAN_RECONCILE_GRACE", fulfilment.DefaultReconcileGrace),
+		API:                r.boolean("GUARDIAN_API", true),
+		AdminTokens:        List(r.getenv("GUARDIAN_ADMIN_TOKEN"), ","),
+		SessionTTL:         r.dur("GUARDIAN_SESSION_TTL", web.DefaultSessionTTL),
+		TokenStore:         cmp.Or(r.getenv("GUARDIAN_TOKEN_STORE"), "postgres"),
+		Migrate:            r.boolean("GUARDIAN_MIGRATE", true),
+		Dev:                r.boolean("GUARDIAN_DEV", false),
+		LogLevel:           cmp.Or(r.getenv("GUARDIAN_LOG_LEVEL"), "info"),
+		Tracing:            r.getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || r.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
+		MetricsAddr:        cmp.Or(r.getenv("GUARDIAN_METRICS_ADDR"), DefaultMetricsAddr),
+		MetricsRefresh:     r.dur("GUARDIAN_METRICS_REFRESH", metrics.DefaultTableRefresh),
+		Pprof:              r.boolean("GUARDIAN_PPROF", false),
+		PprofRemote:        r.boolean("GUARDIAN_PPROF_ALLOW_REMOTE", false),
+		PublicURL:          r.getenv("GUARDIAN_PUBLIC_URL"),
+		TrustedProxies:     List(r.getenv("GUARDIAN_TRUSTED_PROXIES"), ", "),
+		ServiceName:        cmp.Or(r.getenv("OTEL_SERVICE_NAME"), "guardian"),
 	}
-	switch v := getenv("GUARDIAN_PAYLOAD_RETENTION"); v {
+}
+
+// payloadRetention reads GUARDIAN_PAYLOAD_RETENTION: a duration of at
+// least MinPayloadRetention, or off.
+func (r *envReader) payloadRetention(cfg *Config) {
+	switch v := r.getenv("GUARDIAN_PAYLOAD_RETENTION"); v {
 	case "":
 	case "off":
 		cfg.PayloadRetention = 0
 	default:
 		if d, err := time.ParseDuration(v); err != nil || d < MinPayloadRetention {
-			errs = append(errs, fmt.Errorf("GUARDIAN_PAYLOAD_RETENTION: want a duration of at least %s (the providers retry for three days), or off; got %q", MinPayloadRetention, v))
+			r.errs = append(r.errs, fmt.Errorf("GUARDIAN_PAYLOAD_RETENTION: want a duration of at least %s (the providers retry for three days), or off; got %q", MinPayloadRetention, v))
 		} else {
 			cfg.PayloadRetention = d
 		}
 	}
-	if v := getenv("GUARDIAN_REVOKE_ON"); v != "" {
+}
+
+// revokeOn reads GUARDIAN_REVOKE_ON, the reversal policy.
+func (r *envReader) revokeOn(cfg *Config) {
+	if v := r.getenv("GUARDIAN_REVOKE_ON"); v != "" {
 		p, err := fulfilment.ParseReversalPolicy(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("GUARDIAN_REVOKE_ON: %w", err))
+			r.errs = append(r.errs, fmt.Errorf("GUARDIAN_REVOKE_ON: %w", err))
 		} else {
 			cfg.RevokeOn = p
 		}
 	}
-	if getenv("GUARDIAN_PPROF_ADDR") != "" {
-		errs = append(errs, errors.New("GUARDIAN_PPROF_ADDR is gone: set GUARDIAN_PPROF=true to serve pprof on the operations listener, GUARDIAN_METRICS_ADDR"))
-	}
+}
+
+// defaults fills what depends on other settings: the log format and the
+// mode, and the development profile's address, secrets and token.
+func (cfg *Config) defaults(getenv func(string) string) {
 	cfg.LogFormat = getenv("GUARDIAN_LOG_FORMAT")
 	if cfg.LogFormat == "" {
 		cfg.LogFormat = "json"
@@ -357,24 +395,21 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			cfg.Mode = provider.ModeTest
 		}
 	}
-	if cfg.Dev {
-		if getenv("GUARDIAN_ADDR") == "" {
-			cfg.Addr = DevAddr
-		}
-		if len(cfg.StripeSecrets) == 0 {
-			cfg.StripeSecrets = []string{provider.DevStripeSecret}
-		}
-		if len(cfg.StandardSecrets) == 0 {
-			cfg.StandardSecrets = []string{provider.DevStandardSecret}
-		}
-		if len(cfg.AdminTokens) == 0 {
-			cfg.AdminTokens = []string{DevAdminToken}
-		}
+	if !cfg.Dev {
+		return
 	}
-	if err := cfg.Validate(); err != nil {
-		errs = append(errs, err)
+	if getenv("GUARDIAN_ADDR") == "" {
+		cfg.Addr = DevAddr
 	}
-	return cfg, errors.Join(errs...)
+	if len(cfg.StripeSecrets) == 0 {
+		cfg.StripeSecrets = []string{provider.DevStripeSecret}
+	}
+	if len(cfg.StandardSecrets) == 0 {
+		cfg.StandardSecrets = []string{provider.DevStandardSecret}
+	}
+	if len(cfg.AdminTokens) == 0 {
+		cfg.AdminTokens = []string{DevAdminToken}
+	}
 }
 
 // Validate reports every problem that must stop the server from starting.
