@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	mathrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -57,183 +58,218 @@ type Result struct {
 // GUARDIAN_STRIPE_SECRETS or the development secret) and prints what it
 // measured. It returns the process exit code: 0, or 2 for bad flags.
 func Main(ctx context.Context, args []string, defaultURL, defaultMetricsURL string, getenv func(string) string, stdout, stderr io.Writer) int {
+	o, code := parseOptions(args, defaultURL, defaultMetricsURL, getenv, stderr)
+	if code >= 0 {
+		return code
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.concurrency * 2, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}, Timeout: 30 * time.Second}
+	startFulfilled, _ := ScrapeFulfilled(ctx, client, o.metricsURL)
+	start := time.Now()
+	res := o.send(ctx, client)
+	if o.wait > 0 {
+		o.waitFulfilled(client, startFulfilled, start, &res)
+	}
+	if o.json {
+		_ = json.NewEncoder(stdout).Encode(res)
+		return exitOK
+	}
+	o.print(stdout, res)
+	return exitOK
+}
+
+// options are a run's flags, parsed.
+type options struct {
+	base, metricsURL, secret, run string
+	concurrency                   int
+	duration, wait                time.Duration
+	dupShare, fulfilShare, rate   float64
+	json                          bool
+	seed, maxNew                  int64
+}
+
+// parseOptions reads the flags; code is the exit code when the run ends
+// here (help, a bad flag), -1 when it goes on.
+func parseOptions(args []string, defaultURL, defaultMetricsURL string, getenv func(string) string, stderr io.Writer) (o options, code int) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	base := fs.String("url", cmp.Or(getenv("GUARDIAN_URL"), defaultURL), "Guardian's base URL")
-	metricsURL := fs.String("metrics-url", cmp.Or(getenv("GUARDIAN_METRICS_URL"), defaultMetricsURL), "Guardian's operations listener, where /metrics is served (to count fulfilments)")
-	concurrency := fs.Int("concurrency", 32, "requests in flight")
-	duration := fs.Duration("duration", 10*time.Second, "how long to send")
-	dupShare := fs.Float64("duplicates", 0.3, "share of deliveries that repeat an event already sent (0-1)")
-	fulfilShare := fs.Float64("fulfilling", 1.0, "share of new events whose type fulfils a payment (0-1)")
-	rate := fs.Float64("rate", 0, "deliveries per second to aim at (0: as fast as answers come)")
-	wait := fs.Duration("wait-fulfil", 60*time.Second, "how long to wait for fulfilments to finish (0: do not measure)")
-	asJSON := fs.Bool("json", false, "print the result as JSON")
-	prefix := fs.String("prefix", "", "the run's name, from which its event ids derive (default: random per run)")
-	seed := fs.Int64("seed", 0, "events already sent under --prefix, which duplicates may repeat")
-	maxNew := fs.Int64("max", 0, "stop after this many new events (0: no limit)")
+	fs.StringVar(&o.base, "url", cmp.Or(getenv("GUARDIAN_URL"), defaultURL), "Guardian's base URL")
+	fs.StringVar(&o.metricsURL, "metrics-url", cmp.Or(getenv("GUARDIAN_METRICS_URL"), defaultMetricsURL), "Guardian's operations listener, where /metrics is served (to count fulfilments)")
+	fs.IntVar(&o.concurrency, "concurrency", 32, "requests in flight")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to send")
+	fs.Float64Var(&o.dupShare, "duplicates", 0.3, "share of deliveries that repeat an event already sent (0-1)")
+	fs.Float64Var(&o.fulfilShare, "fulfilling", 1.0, "share of new events whose type fulfils a payment (0-1)")
+	fs.Float64Var(&o.rate, "rate", 0, "deliveries per second to aim at (0: as fast as answers come)")
+	fs.DurationVar(&o.wait, "wait-fulfil", 60*time.Second, "how long to wait for fulfilments to finish (0: do not measure)")
+	fs.BoolVar(&o.json, "json", false, "print the result as JSON")
+	fs.StringVar(&o.run, "prefix", "", "the run's name, from which its event ids derive (default: random per run)")
+	fs.Int64Var(&o.seed, "seed", 0, "events already sent under --prefix, which duplicates may repeat")
+	fs.Int64Var(&o.maxNew, "max", 0, "stop after this many new events (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
+			return o, exitOK
 		}
-		return exitUsage
+		return o, exitUsage
 	}
-	if *concurrency < 1 || *dupShare < 0 || *dupShare > 1 || *fulfilShare < 0 || *fulfilShare > 1 {
+	if o.concurrency < 1 || o.dupShare < 0 || o.dupShare > 1 || o.fulfilShare < 0 || o.fulfilShare > 1 {
 		fmt.Fprintln(stderr, "guardian bench: concurrency ≥ 1, shares between 0 and 1")
-		return exitUsage
+		return o, exitUsage
 	}
-	secret, _, _ := strings.Cut(cmp.Or(strings.TrimSpace(getenv("GUARDIAN_STRIPE_SECRETS")), provider.DevStripeSecret), ",")
-	run := *prefix
-	if run == "" {
-		run = strings.ToLower(rand.Text()[:8])
+	o.secret, _, _ = strings.Cut(cmp.Or(strings.TrimSpace(getenv("GUARDIAN_STRIPE_SECRETS")), provider.DevStripeSecret), ",")
+	if o.run == "" {
+		o.run = strings.ToLower(rand.Text()[:8])
 	}
-	target := strings.TrimRight(*base, "/") + "/webhooks/stripe"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *concurrency * 2, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}, Timeout: 30 * time.Second}
+	return o, -1
+}
 
-	startFulfilled, _ := ScrapeFulfilled(ctx, client, *metricsURL)
+// tally is what the senders saw, gathered.
+type tally struct {
+	mu        sync.Mutex
+	latencies []time.Duration
+	statuses  map[string]int
+	errs      int
+	newFulfil atomic.Int64
+}
 
-	var (
-		seq       atomic.Int64 // events sent under this prefix so far
-		newFulfil atomic.Int64
-		mu        sync.Mutex
-		latencies []time.Duration
-		statuses  = map[string]int{}
-		errs      int
-	)
-	seq.Store(*seed)
-	ctx, cancel := context.WithTimeout(ctx, *duration)
+// send runs the senders for the run's duration and returns what they saw.
+func (o options) send(ctx context.Context, client *http.Client) Result {
+	target := strings.TrimRight(o.base, "/") + "/webhooks/stripe"
+	var seq atomic.Int64 // events sent under this prefix so far
+	seq.Store(o.seed)
+	t := &tally{statuses: map[string]int{}}
+	ctx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	var tick <-chan time.Time
-	if *rate > 0 {
-		t := time.NewTicker(time.Duration(float64(time.Second) / *rate))
-		defer t.Stop()
-		tick = t.C
+	if o.rate > 0 {
+		tk := time.NewTicker(time.Duration(float64(time.Second) / o.rate))
+		defer tk.Stop()
+		tick = tk.C
 	}
 	start := time.Now()
 	var wg sync.WaitGroup
-	for w := range *concurrency {
-		wg.Go(func() {
-			rng := mathrand.New(mathrand.NewPCG(uint64(w)+1, uint64(time.Now().UnixNano())))
-			var local []time.Duration
-			localStatus := map[string]int{}
-			localErr := 0
-		send:
-			for ctx.Err() == nil {
-				if tick != nil {
-					select {
-					case <-tick:
-					case <-ctx.Done():
-						continue
-					}
-				}
-				n := seq.Load()
-				var id int64
-				if n > 0 && rng.Float64() < *dupShare {
-					id = rng.Int64N(n) + 1 // an event already sent (or being sent)
-				} else {
-					id = seq.Add(1)
-					if *maxNew > 0 && id > *seed+*maxNew {
-						break send
-					}
-				}
-				fulfils := float64(id%1000)/1000 < *fulfilShare
-				body := benchEvent(run, id, fulfils)
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
-				if err != nil {
-					continue
-				}
-				req.Header = provider.SignStripe(body, secret, time.Now())
-				t0 := time.Now()
-				resp, err := client.Do(req)
-				if err != nil {
-					if ctx.Err() == nil {
-						localErr++
-					}
-					continue
-				}
-				var answer struct {
-					Status string `json:"status"`
-				}
-				_ = json.NewDecoder(resp.Body).Decode(&answer)
-				resp.Body.Close()
-				local = append(local, time.Since(t0))
-				key := fmt.Sprint(resp.StatusCode)
-				if answer.Status != "" {
-					key += " " + answer.Status
-				}
-				localStatus[key]++
-				if answer.Status == "accepted" && fulfils {
-					newFulfil.Add(1)
-				}
-			}
-			mu.Lock()
-			latencies = append(latencies, local...)
-			for k, v := range localStatus {
-				statuses[k] += v
-			}
-			errs += localErr
-			mu.Unlock()
-		})
+	for w := range o.concurrency {
+		wg.Go(func() { o.sender(ctx, client, target, uint64(w), tick, &seq, t) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 
-	res := Result{Deliveries: len(latencies), Seconds: elapsed.Seconds(), Statuses: statuses, Errors: errs, NewFulfilling: int(newFulfil.Load())}
+	res := Result{Deliveries: len(t.latencies), Seconds: elapsed.Seconds(), Statuses: t.statuses, Errors: t.errs, NewFulfilling: int(t.newFulfil.Load())}
 	res.PerSecond = float64(res.Deliveries) / elapsed.Seconds()
-	slices.Sort(latencies)
+	slices.Sort(t.latencies)
 	pct := func(p float64) float64 {
-		if len(latencies) == 0 {
+		if len(t.latencies) == 0 {
 			return 0
 		}
-		return float64(latencies[min(len(latencies)-1, int(p*float64(len(latencies))))].Microseconds()) / 1000
+		return float64(t.latencies[min(len(t.latencies)-1, int(p*float64(len(t.latencies))))].Microseconds()) / 1000
 	}
 	res.P50ms, res.P95ms, res.P99ms = pct(.50), pct(.95), pct(.99)
+	return res
+}
 
-	if *wait > 0 {
-		bg := context.Background()
-		deadline := time.Now().Add(*wait)
-		last, lastAt := startFulfilled, start
-		for time.Now().Before(deadline) {
-			cur, err := ScrapeFulfilled(bg, client, *metricsURL)
-			if err != nil {
+// sender is one sender: new events and repeats of sent ones, until ctx
+// ends or the run's new events are all sent.
+func (o options) sender(ctx context.Context, client *http.Client, target string, w uint64, tick <-chan time.Time, seq *atomic.Int64, t *tally) {
+	rng := mathrand.New(mathrand.NewPCG(w+1, uint64(time.Now().UnixNano())))
+	var local []time.Duration
+	localStatus := map[string]int{}
+	localErr := 0
+	for ctx.Err() == nil {
+		if tick != nil {
+			select {
+			case <-tick:
+			case <-ctx.Done():
+				continue
+			}
+		}
+		n := seq.Load()
+		var id int64
+		if n > 0 && rng.Float64() < o.dupShare {
+			id = rng.Int64N(n) + 1 // an event already sent (or being sent)
+		} else {
+			id = seq.Add(1)
+			if o.maxNew > 0 && id > o.seed+o.maxNew {
 				break
 			}
-			if cur > last {
-				last, lastAt = cur, time.Now()
-			}
-			if cur-startFulfilled >= float64(res.NewFulfilling) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond) // polling a remote counter
 		}
-		res.Fulfilled = last - startFulfilled
-		res.FulfilSeconds = lastAt.Sub(start).Seconds()
-		if res.FulfilSeconds > 0 {
-			res.FulfilPerSecond = res.Fulfilled / res.FulfilSeconds
+		fulfils := float64(id%1000)/1000 < o.fulfilShare
+		body := benchEvent(o.run, id, fulfils)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+		if err != nil {
+			continue
+		}
+		req.Header = provider.SignStripe(body, o.secret, time.Now())
+		t0 := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			if ctx.Err() == nil {
+				localErr++
+			}
+			continue
+		}
+		var answer struct {
+			Status string `json:"status"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&answer)
+		resp.Body.Close()
+		local = append(local, time.Since(t0))
+		key := fmt.Sprint(resp.StatusCode)
+		if answer.Status != "" {
+			key += " " + answer.Status
+		}
+		localStatus[key]++
+		if answer.Status == "accepted" && fulfils {
+			t.newFulfil.Add(1)
 		}
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.latencies = append(t.latencies, local...)
+	for k, v := range localStatus {
+		t.statuses[k] += v
+	}
+	t.errs += localErr
+}
 
-	if *asJSON {
-		_ = json.NewEncoder(stdout).Encode(res)
-		return exitOK
+// waitFulfilled waits, up to the run's wait, until Guardian's metrics count
+// the run's new fulfilling events fulfilled, and records how fast.
+func (o options) waitFulfilled(client *http.Client, startFulfilled float64, start time.Time, res *Result) {
+	bg := context.Background()
+	deadline := time.Now().Add(o.wait)
+	last, lastAt := startFulfilled, start
+	for time.Now().Before(deadline) {
+		cur, err := ScrapeFulfilled(bg, client, o.metricsURL)
+		if err != nil {
+			break
+		}
+		if cur > last {
+			last, lastAt = cur, time.Now()
+		}
+		if cur-startFulfilled >= float64(res.NewFulfilling) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling a remote counter
 	}
+	res.Fulfilled = last - startFulfilled
+	res.FulfilSeconds = lastAt.Sub(start).Seconds()
+	if res.FulfilSeconds > 0 {
+		res.FulfilPerSecond = res.Fulfilled / res.FulfilSeconds
+	}
+}
+
+// print writes the result for a person.
+func (o options) print(stdout io.Writer, res Result) {
 	fmt.Fprintf(stdout, "deliveries   %d in %.1fs: %.0f/s (concurrency %d, %.0f%% duplicates, %.0f%% fulfilling)\n",
-		res.Deliveries, res.Seconds, res.PerSecond, *concurrency, *dupShare*100, *fulfilShare*100)
+		res.Deliveries, res.Seconds, res.PerSecond, o.concurrency, o.dupShare*100, o.fulfilShare*100)
 	fmt.Fprintf(stdout, "latency      p50 %.2f ms  p95 %.2f ms  p99 %.2f ms\n", res.P50ms, res.P95ms, res.P99ms)
-	keys := make([]string, 0, len(statuses))
-	for k := range statuses {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(res.Statuses))
 	for _, k := range keys {
-		fmt.Fprintf(stdout, "status       %-20s %d\n", k, statuses[k])
+		fmt.Fprintf(stdout, "status       %-20s %d\n", k, res.Statuses[k])
 	}
-	if errs > 0 {
-		fmt.Fprintf(stdout, "errors       %d transport errors\n", errs)
+	if res.Errors > 0 {
+		fmt.Fprintf(stdout, "errors       %d transport errors\n", res.Errors)
 	}
-	if *wait > 0 {
+	if o.wait > 0 {
 		fmt.Fprintf(stdout, "fulfilled    %.0f of %d new fulfilling events in %.1fs: %.0f/s end to end\n", res.Fulfilled, res.NewFulfilling, res.FulfilSeconds, res.FulfilPerSecond)
 	}
-	return exitOK
 }
 
 // benchEvent is the id-th event of a run. Its ids look like a provider's:
