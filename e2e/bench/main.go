@@ -145,80 +145,108 @@ func main() {
 		return
 	}
 
-	// 1. New-event intake vs pgbench.
-	var pg, intake, fulfil []float64
-	var peak benchResult
-	var rss float64
+	figures := measureAll(ctx, bin, dbURL, conn.URL, pool)
+	figures.print()
+	printCurve(figures.curve)
+	printFlood(measureFlood(bin, dbURL, conn.URL))
+}
+
+// figures are the full run's measurements, each a list of runs.
+type figures struct {
+	pg, intake, accept, fulfil, cpuPerPayment []float64
+	p99s, p50s, pgP99s                        []float64
+	dupRedis, dupPG, redisCeil, disp, bare    []float64
+	peak, half                                benchResult
+	rss                                       float64
+	nodesLine                                 string
+	curve                                     []point
+}
+
+// measureAll runs every comparison of the full run in turn.
+func measureAll(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) *figures {
+	f := &figures{}
+	f.measureIntake(bin, dbURL, connURL)
+	f.measurePipeline(bin, dbURL, connURL)
+	f.measureTail(bin, dbURL, connURL)
+	f.measureDuplicates(bin, dbURL, connURL)
 	for range *runs {
-		pg = append(pg, pgbench(dbURL))
-		g := startGuardian(bin, dbURL, conn.URL, map[string]string{"GUARDIAN_WORKERS": "false"})
+		f.disp = append(f.disp, dispatch(ctx, bin, dbURL, connURL, pool))
+		f.bare = append(f.bare, bareRiver(ctx, pool))
+	}
+	f.nodesLine = compareNodes(bin, dbURL, connURL)
+	f.curve = measureCurve(bin, dbURL, connURL)
+	return f
+}
+
+// measureIntake: new-event intake against pgbench's one transaction per
+// event.
+func (f *figures) measureIntake(bin, dbURL, connURL string) {
+	for range *runs {
+		f.pg = append(f.pg, pgbench(dbURL))
+		g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
 		r := bench(bin, g, 0, 1, 0, false)
-		intake = append(intake, r.PerSecond)
-		if r.PerSecond > peak.PerSecond {
-			peak = r
+		f.intake = append(f.intake, r.PerSecond)
+		if r.PerSecond > f.peak.PerSecond {
+			f.peak = r
 		}
-		rss = max(rss, g.peakRSS())
+		f.rss = max(f.rss, g.peakRSS())
 		g.stop()
 	}
-	// 2. The whole pipeline in one process: acceptance, end-to-end
-	// fulfilment, and the CPU each fulfilled payment cost Guardian and its
-	// Postgres (backends, WAL writer, checkpointer).
-	var accept, cpuPerPayment []float64
+}
+
+// measurePipeline: the whole pipeline in one process: acceptance,
+// end-to-end fulfilment, and the CPU each fulfilled payment cost Guardian
+// and its Postgres (backends, WAL writer, checkpointer).
+func (f *figures) measurePipeline(bin, dbURL, connURL string) {
 	for range *runs {
-		g := startGuardian(bin, dbURL, conn.URL, nil)
+		g := startGuardian(bin, dbURL, connURL, nil)
 		cpu0, pg0 := cpuOf(g.cmd.Process.Pid), postgresCPU()
 		r := bench(bin, g, 0, 1, 0, true)
 		cpu := cpuOf(g.cmd.Process.Pid) - cpu0 + postgresCPU() - pg0
-		fulfil = append(fulfil, r.FulfilPerSecond)
-		accept = append(accept, r.PerSecond)
+		f.fulfil = append(f.fulfil, r.FulfilPerSecond)
+		f.accept = append(f.accept, r.PerSecond)
 		if r.Fulfilled > 0 {
-			cpuPerPayment = append(cpuPerPayment, float64(cpu.Microseconds())/1000/r.Fulfilled)
+			f.cpuPerPayment = append(f.cpuPerPayment, float64(cpu.Microseconds())/1000/r.Fulfilled)
 		}
-		rss = max(rss, g.peakRSS())
+		f.rss = max(f.rss, g.peakRSS())
 		g.stop()
 	}
-	// 3. p99 at half the peak rate, on a warmed-up process (pool filled,
-	// statements prepared), several times: this machine's tail is noisy.
-	g := startGuardian(bin, dbURL, conn.URL, map[string]string{"GUARDIAN_WORKERS": "false"})
+}
+
+// measureTail: p99 at half the peak rate, on a warmed-up process (pool
+// filled, statements prepared), several times: this machine's tail is
+// noisy; and pgbench's at the same rate.
+func (f *figures) measureTail(bin, dbURL, connURL string) {
+	g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
 	benchC(bin, g, *concurrency, 0, 1, 0, false)
-	var p99s, p50s, pgP99s []float64
-	var half benchResult
 	for range *runs {
-		half = bench(bin, g, 0, 1, peak.PerSecond/2, false)
-		p99s = append(p99s, half.P99ms)
-		p50s = append(p50s, half.P50ms)
+		f.half = bench(bin, g, 0, 1, f.peak.PerSecond/2, false)
+		f.p99s = append(f.p99s, f.half.P99ms)
+		f.p50s = append(f.p50s, f.half.P50ms)
 	}
 	g.stop()
 	for range *runs {
-		pgP99s = append(pgP99s, pgbenchP99(dbURL, peak.PerSecond/2))
+		f.pgP99s = append(f.pgP99s, pgbenchP99(dbURL, f.peak.PerSecond/2))
 	}
+}
 
-	// 4. Duplicates: Redis filter vs redis-benchmark; without Redis vs with.
-	var dupRedis, dupPG, redisCeil []float64
+// measureDuplicates: duplicates through the Redis filter against
+// redis-benchmark, and without Redis against with.
+func (f *figures) measureDuplicates(bin, dbURL, connURL string) {
 	for range *runs {
-		gr := startGuardian(bin, dbURL, conn.URL, map[string]string{"REDIS_URL": *redisURL, "GUARDIAN_REDIS_PREFIX": "bench:" + strconv.Itoa(os.Getpid()) + ":", "GUARDIAN_WORKERS": "false"})
-		dupRedis = append(dupRedis, duplicates(bin, gr))
+		gr := startGuardian(bin, dbURL, connURL, map[string]string{"REDIS_URL": *redisURL, "GUARDIAN_REDIS_PREFIX": "bench:" + strconv.Itoa(os.Getpid()) + ":", "GUARDIAN_WORKERS": "false"})
+		f.dupRedis = append(f.dupRedis, duplicates(bin, gr))
 		gr.stop()
-		gp := startGuardian(bin, dbURL, conn.URL, map[string]string{"GUARDIAN_WORKERS": "false"})
-		dupPG = append(dupPG, duplicates(bin, gp))
+		gp := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
+		f.dupPG = append(f.dupPG, duplicates(bin, gp))
 		gp.stop()
-		redisCeil = append(redisCeil, redisBenchmark())
+		f.redisCeil = append(f.redisCeil, redisBenchmark())
 	}
 	cleanRedis()
+}
 
-	// 5. Dispatch vs bare River.
-	var disp, bare []float64
-	for range *runs {
-		disp = append(disp, dispatch(ctx, bin, dbURL, conn.URL, pool))
-		bare = append(bare, bareRiver(ctx, pool))
-	}
-
-	// 6. Three processes on one database against one.
-	nodesLine := compareNodes(bin, dbURL, conn.URL)
-
-	// 7. Throughput and p99 against concurrency, drawn.
-	curve := measureCurve(bin, dbURL, conn.URL)
-
+// print writes the full run's table, each figure against its target.
+func (f *figures) print() {
 	s := func(xs []float64) stats { return summarize(xs) }
 	ratio := func(a, b []float64) float64 { return s(a).median / s(b).median }
 	verdict := func(ok bool) string {
@@ -229,23 +257,21 @@ func main() {
 	}
 	fmt.Println()
 	fmt.Printf("intake, new events        guardian %s  pgbench one tx per event %s  ratio %.2f  (targets ≥ 5000/s: %s; ≥ 3x pgbench: %s)\n",
-		s(intake), s(pg), ratio(intake, pg), verdict(s(intake).median >= 5000), verdict(ratio(intake, pg) >= 3))
-	fmt.Printf("whole pipeline, accepted  %s  (target ≥ 3000/s: %s)\n", s(accept), verdict(s(accept).median >= 3000))
-	fmt.Printf("end-to-end fulfilment     %s  (target ≥ 2500/s: %s)\n", s(fulfil), verdict(s(fulfil).median >= 2500))
-	if len(cpuPerPayment) > 0 {
-		fmt.Printf("CPU per fulfilled payment %.2f ms, Guardian and its Postgres (min %.2f, max %.2f)  (target ≤ 0.8 ms: %s)\n",
-			s(cpuPerPayment).median, s(cpuPerPayment).min, s(cpuPerPayment).max, verdict(s(cpuPerPayment).median <= 0.8))
+		s(f.intake), s(f.pg), ratio(f.intake, f.pg), verdict(s(f.intake).median >= 5000), verdict(ratio(f.intake, f.pg) >= 3))
+	fmt.Printf("whole pipeline, accepted  %s  (target ≥ 3000/s: %s)\n", s(f.accept), verdict(s(f.accept).median >= 3000))
+	fmt.Printf("end-to-end fulfilment     %s  (target ≥ 2500/s: %s)\n", s(f.fulfil), verdict(s(f.fulfil).median >= 2500))
+	if len(f.cpuPerPayment) > 0 {
+		c := s(f.cpuPerPayment)
+		fmt.Printf("CPU per fulfilled payment %.2f ms, Guardian and its Postgres (min %.2f, max %.2f)  (target ≤ 0.8 ms: %s)\n", c.median, c.min, c.max, verdict(c.median <= 0.8))
 	}
-	fmt.Printf("dispatch                  guardian %s  bare River %s  ratio %.2f  (target ≥ 1.0: %s)\n", s(disp), s(bare), ratio(disp, bare), verdict(ratio(disp, bare) >= 1))
-	p99, pgP99 := summarize(p99s), summarize(pgP99s)
+	fmt.Printf("dispatch                  guardian %s  bare River %s  ratio %.2f  (target ≥ 1.0: %s)\n", s(f.disp), s(f.bare), ratio(f.disp, f.bare), verdict(ratio(f.disp, f.bare) >= 1))
+	p99, pgP99 := s(f.p99s), s(f.pgP99s)
 	fmt.Printf("p99 at half peak (%.0f/s) guardian %.2f ms (min %.2f, max %.2f; p50 %.2f)  pgbench same rate %.2f ms (min %.2f, max %.2f)  (target < 10 ms: %s)\n",
-		half.PerSecond, p99.median, p99.min, p99.max, summarize(p50s).median, pgP99.median, pgP99.min, pgP99.max, verdict(p99.median < 10))
-	fmt.Printf("duplicates via Redis      guardian %s  redis-benchmark EXISTS %s  ratio %.2f  (target ≥ 0.3: %s)\n", s(dupRedis), s(redisCeil), ratio(dupRedis, redisCeil), verdict(ratio(dupRedis, redisCeil) >= .3))
-	fmt.Printf("duplicates, Redis vs none with %s  without %s  ratio %.2f\n", s(dupRedis), s(dupPG), ratio(dupRedis, dupPG))
-	fmt.Printf("peak resident memory      %.0f MiB  (target < 150 MiB: %s)\n", rss, verdict(rss < 150))
-	fmt.Println(nodesLine)
-	printCurve(curve)
-	printFlood(measureFlood(bin, dbURL, conn.URL))
+		f.half.PerSecond, p99.median, p99.min, p99.max, s(f.p50s).median, pgP99.median, pgP99.min, pgP99.max, verdict(p99.median < 10))
+	fmt.Printf("duplicates via Redis      guardian %s  redis-benchmark EXISTS %s  ratio %.2f  (target ≥ 0.3: %s)\n", s(f.dupRedis), s(f.redisCeil), ratio(f.dupRedis, f.redisCeil), verdict(ratio(f.dupRedis, f.redisCeil) >= .3))
+	fmt.Printf("duplicates, Redis vs none with %s  without %s  ratio %.2f\n", s(f.dupRedis), s(f.dupPG), ratio(f.dupRedis, f.dupPG))
+	fmt.Printf("peak resident memory      %.0f MiB  (target < 150 MiB: %s)\n", f.rss, verdict(f.rss < 150))
+	fmt.Println(f.nodesLine)
 }
 
 // measureCurve measures intake at concurrency 1 to 256 on one warmed-up
