@@ -576,47 +576,7 @@ func (c *Config) validateExposure() []error {
 			errs = append(errs, fmt.Errorf("GUARDIAN_DEV=1 refuses GUARDIAN_ADDR %q: the development profile listens on loopback only (say %s)", c.Addr, DevAddr))
 		}
 	} else {
-		public := map[string]bool{provider.DevStripeSecret: true, provider.DevStandardSecret: true, DevAdminToken: true}
-		for _, v := range []struct {
-			name   string
-			values []string
-		}{
-			{"GUARDIAN_STRIPE_SECRETS", c.StripeSecrets}, {"GUARDIAN_STANDARD_SECRETS", c.StandardSecrets},
-			{"GUARDIAN_ADMIN_TOKEN", c.AdminTokens}, {"GUARDIAN_CONNECTOR_SECRET", []string{c.ConnectorSecret}},
-		} {
-			if slices.ContainsFunc(v.values, func(s string) bool { return public[s] }) {
-				errs = append(errs, fmt.Errorf("%s holds a public development constant: it is published in Guardian's source; generate a secret of your own", v.name))
-			}
-		}
-		for _, f := range []struct {
-			name   string
-			values []string
-			check  func(string) error
-		}{
-			{"GUARDIAN_STRIPE_SECRETS", c.StripeSecrets, provider.StripeSecret},
-			{"GUARDIAN_PADDLE_SECRETS", c.PaddleSecrets, provider.PaddleSecret},
-			{"GUARDIAN_SHOPIFY_SECRETS", c.ShopifySecrets, provider.ShopifySecret},
-			{"GUARDIAN_LEMONSQUEEZY_SECRETS", c.LemonSqueezySecrets, provider.LemonSqueezySecret},
-			{"GUARDIAN_ADYEN_HMAC_KEYS", c.AdyenHMACKeys, provider.AdyenHMACKey},
-		} {
-			for i, v := range f.values {
-				if err := f.check(v); err != nil {
-					errs = append(errs, fmt.Errorf("%s: secret %d is %w", f.name, i+1, err))
-					break
-				}
-			}
-		}
-		for i, v := range c.StandardSecrets {
-			if err := provider.StrongStandardSecret(v); err != nil {
-				errs = append(errs, fmt.Errorf("GUARDIAN_STANDARD_SECRETS: secret %d %w", i+1, secretProblem(err)))
-				break
-			}
-		}
-		if c.ConnectorSecret != "" {
-			if err := provider.StrongStandardSecret(c.ConnectorSecret); err != nil {
-				errs = append(errs, fmt.Errorf("GUARDIAN_CONNECTOR_SECRET %w", secretProblem(err)))
-			}
-		}
+		errs = append(errs, c.secretProblems()...)
 	}
 	if c.MetricsAddr != "off" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
@@ -665,6 +625,54 @@ func (c *Config) validateExposure() []error {
 	}
 	if _, err := web.ParseTrustedProxies(c.TrustedProxies); err != nil {
 		errs = append(errs, fmt.Errorf("GUARDIAN_TRUSTED_PROXIES: %w", err))
+	}
+	return errs
+}
+
+// secretProblems names the secrets outside the development profile that
+// are published development constants or not in their provider's format.
+func (c *Config) secretProblems() []error {
+	var errs []error
+	public := map[string]bool{provider.DevStripeSecret: true, provider.DevStandardSecret: true, DevAdminToken: true}
+	for _, v := range []struct {
+		name   string
+		values []string
+	}{
+		{"GUARDIAN_STRIPE_SECRETS", c.StripeSecrets}, {"GUARDIAN_STANDARD_SECRETS", c.StandardSecrets},
+		{"GUARDIAN_ADMIN_TOKEN", c.AdminTokens}, {"GUARDIAN_CONNECTOR_SECRET", []string{c.ConnectorSecret}},
+	} {
+		if slices.ContainsFunc(v.values, func(s string) bool { return public[s] }) {
+			errs = append(errs, fmt.Errorf("%s holds a public development constant: it is published in Guardian's source; generate a secret of your own", v.name))
+		}
+	}
+	for _, f := range []struct {
+		name   string
+		values []string
+		check  func(string) error
+	}{
+		{"GUARDIAN_STRIPE_SECRETS", c.StripeSecrets, provider.StripeSecret},
+		{"GUARDIAN_PADDLE_SECRETS", c.PaddleSecrets, provider.PaddleSecret},
+		{"GUARDIAN_SHOPIFY_SECRETS", c.ShopifySecrets, provider.ShopifySecret},
+		{"GUARDIAN_LEMONSQUEEZY_SECRETS", c.LemonSqueezySecrets, provider.LemonSqueezySecret},
+		{"GUARDIAN_ADYEN_HMAC_KEYS", c.AdyenHMACKeys, provider.AdyenHMACKey},
+	} {
+		for i, v := range f.values {
+			if err := f.check(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: secret %d is %w", f.name, i+1, err))
+				break
+			}
+		}
+	}
+	for i, v := range c.StandardSecrets {
+		if err := provider.StrongStandardSecret(v); err != nil {
+			errs = append(errs, fmt.Errorf("GUARDIAN_STANDARD_SECRETS: secret %d %w", i+1, secretProblem(err)))
+			break
+		}
+	}
+	if c.ConnectorSecret != "" {
+		if err := provider.StrongStandardSecret(c.ConnectorSecret); err != nil {
+			errs = append(errs, fmt.Errorf("GUARDIAN_CONNECTOR_SECRET %w", secretProblem(err)))
+		}
 	}
 	return errs
 }

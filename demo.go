@@ -31,40 +31,12 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	stripeSecret := first(List(getenv("GUARDIAN_STRIPE_SECRETS"), ","), provider.DevStripeSecret)
 	standardSecret := first(List(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"), provider.DevStandardSecret)
-
 	run := randomID()
-	pi := "pi_demo_" + run
-	pay := "pay_demo_" + run
-	now := time.Now()
-	checkout := fmt.Sprintf(`{"id":"evt_demo_cs_%s","object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_demo_%s","object":"checkout.session","mode":"payment","payment_status":"paid","payment_intent":%q}}}`, run, run, pi)
-	// The same purchase's other event: the session's delayed-payment
-	// success names the same payment intent, so it fulfils nothing more.
-	// (payment_intent.succeeded does not fulfil by default: docs/design.md.)
-	intent := fmt.Sprintf(`{"id":"evt_demo_async_%s","object":"event","type":"checkout.session.async_payment_succeeded","data":{"object":{"id":"cs_demo_%s","object":"checkout.session","mode":"payment","payment_status":"paid","payment_intent":%q}}}`, run, run, pi)
-	customer := fmt.Sprintf(`{"id":"evt_demo_cus_%s","object":"event","type":"customer.created","data":{"object":{"id":"cus_demo_%s"}}}`, run, run)
-	standard := fmt.Sprintf(`{"type":"payment.succeeded","data":{"payment_id":%q,"amount":4200}}`, pay)
-	standardHeaders, err := provider.SignStandard("msg_demo_"+run, []byte(standard), standardSecret, now)
+	pi, pay := "pi_demo_"+run, "pay_demo_"+run
+	deliveries, err := demoDeliveries(run, pi, pay, stripeSecret, standardSecret)
 	if err != nil {
 		fmt.Fprintf(stderr, "guardian demo: standard secret: %v\n", err)
 		return ExitUsage
-	}
-
-	type delivery struct {
-		what   string
-		path   string
-		body   string
-		header http.Header
-	}
-	deliveries := []delivery{
-		{"stripe checkout.session.completed", "stripe", checkout, provider.SignStripe([]byte(checkout), stripeSecret, now)},
-		{"  same event again (provider retry)", "stripe", checkout, provider.SignStripe([]byte(checkout), stripeSecret, now)},
-		{"  and again", "stripe", checkout, provider.SignStripe([]byte(checkout), stripeSecret, now)},
-		{"stripe async_payment_succeeded, same payment", "stripe", intent, provider.SignStripe([]byte(intent), stripeSecret, now)},
-		{"stripe customer.created (does not fulfil)", "stripe", customer, provider.SignStripe([]byte(customer), stripeSecret, now)},
-		{"standard payment.succeeded", "standard", standard, standardHeaders},
-		{"  same message again", "standard", standard, standardHeaders},
-		{"forged: signed with the wrong secret", "stripe", intent, provider.SignStripe([]byte(intent), "whsec_forged", now)},
-		{"replayed: signed 10 minutes ago", "stripe", intent, provider.SignStripe([]byte(intent), stripeSecret, now.Add(-10*time.Minute))},
 	}
 
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -86,43 +58,88 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	defer pool.Close()
 	fmt.Fprintf(stdout, "\nFulfilments (waiting for dispatch):\n")
-	deadline := time.Now().Add(15 * time.Second)
+	rows, err := demoSettled(ctx, pool, []db.Payment{{Provider: "stripe", PaymentID: pi}, {Provider: "standard", PaymentID: pay}}, 15*time.Second)
+	if err != nil {
+		fmt.Fprintf(stderr, "guardian demo: %v\n", err)
+		return ExitFailure
+	}
+	tw = table(stdout)
+	fmt.Fprintf(tw, "PAYMENT\tFULFILMENT\tSTATE\tATTEMPT\n")
+	fulfilled := 0
+	for _, f := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", f.PaymentID, f.ID, f.State, f.Attempt)
+		if f.State == state.Fulfilled {
+			fulfilled++
+		}
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(stdout, "\n%d deliveries, 2 payments, %d fulfilments, %d fulfilled.\n", len(deliveries), len(rows), fulfilled)
+	if fulfilled != 2 || len(rows) != 2 {
+		return ExitFailure
+	}
+	return demoRefund(ctx, client, pool, *base, stripeSecret, run, pi, stdout, stderr)
+}
+
+// demoDelivery is one delivery the demo sends, and what it shows.
+type demoDelivery struct {
+	what, path, body string
+	header           http.Header
+}
+
+// demoDeliveries are the demo's deliveries for one run: a Stripe purchase
+// delivered three times and by a second event of the same purchase, an
+// event that fulfils nothing, a Standard Webhooks payment twice, a forgery
+// and a replay.
+func demoDeliveries(run, pi, pay, stripeSecret, standardSecret string) ([]demoDelivery, error) {
+	now := time.Now()
+	checkout := fmt.Sprintf(`{"id":"evt_demo_cs_%s","object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_demo_%s","object":"checkout.session","mode":"payment","payment_status":"paid","payment_intent":%q}}}`, run, run, pi)
+	// The same purchase's other event: the session's delayed-payment
+	// success names the same payment intent, so it fulfils nothing more.
+	// (payment_intent.succeeded does not fulfil by default: docs/design.md.)
+	intent := fmt.Sprintf(`{"id":"evt_demo_async_%s","object":"event","type":"checkout.session.async_payment_succeeded","data":{"object":{"id":"cs_demo_%s","object":"checkout.session","mode":"payment","payment_status":"paid","payment_intent":%q}}}`, run, run, pi)
+	customer := fmt.Sprintf(`{"id":"evt_demo_cus_%s","object":"event","type":"customer.created","data":{"object":{"id":"cus_demo_%s"}}}`, run, run)
+	standard := fmt.Sprintf(`{"type":"payment.succeeded","data":{"payment_id":%q,"amount":4200}}`, pay)
+	standardHeaders, err := provider.SignStandard("msg_demo_"+run, []byte(standard), standardSecret, now)
+	if err != nil {
+		return nil, err
+	}
+	return []demoDelivery{
+		{"stripe checkout.session.completed", "stripe", checkout, provider.SignStripe([]byte(checkout), stripeSecret, now)},
+		{"  same event again (provider retry)", "stripe", checkout, provider.SignStripe([]byte(checkout), stripeSecret, now)},
+		{"  and again", "stripe", checkout, provider.SignStripe([]byte(checkout), stripeSecret, now)},
+		{"stripe async_payment_succeeded, same payment", "stripe", intent, provider.SignStripe([]byte(intent), stripeSecret, now)},
+		{"stripe customer.created (does not fulfil)", "stripe", customer, provider.SignStripe([]byte(customer), stripeSecret, now)},
+		{"standard payment.succeeded", "standard", standard, standardHeaders},
+		{"  same message again", "standard", standard, standardHeaders},
+		{"forged: signed with the wrong secret", "stripe", intent, provider.SignStripe([]byte(intent), "whsec_forged", now)},
+		{"replayed: signed 10 minutes ago", "stripe", intent, provider.SignStripe([]byte(intent), stripeSecret, now.Add(-10*time.Minute))},
+	}, nil
+}
+
+// demoSettled waits, up to wait, until every payment has a fulfilment and
+// none is pending or dispatching, and returns the payments' fulfilments as
+// they are then.
+func demoSettled(ctx context.Context, pool *pgxpool.Pool, payments []db.Payment, wait time.Duration) ([]db.Fulfilment, error) {
+	deadline := time.Now().Add(wait)
 	for {
 		var rows []db.Fulfilment
-		for _, p := range []struct{ provider, payment string }{{"stripe", pi}, {"standard", pay}} {
-			fs, err := db.FulfilmentsByPayment(ctx, pool, p.provider, p.payment)
+		for _, p := range payments {
+			fs, err := db.FulfilmentsByPayment(ctx, pool, p.Provider, p.PaymentID)
 			if err != nil {
-				fmt.Fprintf(stderr, "guardian demo: %v\n", err)
-				return ExitFailure
+				return nil, err
 			}
 			rows = append(rows, fs...)
 		}
-		settled := len(rows) == 2
+		settled := len(rows) == len(payments)
 		for _, f := range rows {
-			settled = settled && (f.State != "pending" && f.State != "dispatching")
+			settled = settled && f.State != state.Pending && f.State != state.Dispatching
 		}
 		if settled || time.Now().After(deadline) {
-			tw := table(stdout)
-			fmt.Fprintf(tw, "PAYMENT\tFULFILMENT\tSTATE\tATTEMPT\n")
-			for _, f := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", f.PaymentID, f.ID, f.State, f.Attempt)
-			}
-			_ = tw.Flush()
-			fulfilled := 0
-			for _, f := range rows {
-				if f.State == "fulfilled" {
-					fulfilled++
-				}
-			}
-			fmt.Fprintf(stdout, "\n%d deliveries, 2 payments, %d fulfilments, %d fulfilled.\n", len(deliveries), len(rows), fulfilled)
-			if fulfilled != 2 || len(rows) != 2 {
-				return ExitFailure
-			}
-			return demoRefund(ctx, client, pool, *base, stripeSecret, run, pi, stdout, stderr)
+			return rows, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ExitFailure
+			return nil, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
