@@ -191,11 +191,17 @@ func (r *run) refused(name string, a answer, key string) Step {
 		s.Verdict = fmt.Sprintf("answered %d: a receiver refuses an unauthenticated request with 401 or 403, which Guardian retries and alerts on", a.status)
 		return s
 	}
+	return r.recordedNothing(s, key)
+}
+
+// recordedNothing passes a step whose request was refused when a lookup
+// then finds nothing recorded for its key.
+func (r *run) recordedNothing(s Step, key string) Step {
 	if got, why := r.lookup(key); got != NotPerformed && why == "" {
 		s.Verdict = "refused, but the lookup then said " + got.String() + ": a refused request must record nothing"
 		return s
 	}
-	s.OK, s.Verdict = true, fmt.Sprintf("refused with %d", a.status)
+	s.OK, s.Verdict = true, fmt.Sprintf("refused with %d", s.Status)
 	return s
 }
 
@@ -230,12 +236,7 @@ func (r *run) testUnderRealKey() Step {
 		s.Verdict = fmt.Sprintf("answered %d: refuse a test event under a real key with 400", a.status)
 		return s
 	}
-	if got, why := r.lookup(key); got != NotPerformed && why == "" {
-		s.Verdict = "refused, but the lookup then said " + got.String() + ": a refused request must record nothing"
-		return s
-	}
-	s.OK, s.Verdict = true, fmt.Sprintf("refused with %d", a.status)
-	return s
+	return r.recordedNothing(s, key)
 }
 
 func (r *run) unknownKey() Step {

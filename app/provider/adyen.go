@@ -131,7 +131,7 @@ func (a *Adyen) VerifyBatch(_ http.Header, body []byte, _ time.Time) ([]Event, e
 		if err != nil || len(sig) != sha256.Size {
 			return fmt.Errorf("%w: notificationItems[%d] has no readable additionalData.hmacSignature", ErrSignature, i)
 		}
-		if !hmacSigned(a.keys, []byte(f.signingString()), sig) {
+		if !hmacSigned(a.keys, [][]byte{sig}, []byte(f.signingString())) {
 			return fmt.Errorf("%w: notificationItems[%d]", ErrSignature, i)
 		}
 		id := f.eventCode + ":" + f.pspReference + ":" + f.success

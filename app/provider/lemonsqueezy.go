@@ -69,7 +69,7 @@ func (l *LemonSqueezy) Verify(header http.Header, body []byte, _ time.Time) (Eve
 	if err != nil || len(sig) != sha256.Size {
 		return Event{}, fmt.Errorf("%w: missing or unreadable X-Signature header", ErrSignature)
 	}
-	if !hmacSigned(l.secrets, body, sig) {
+	if !hmacSigned(l.secrets, [][]byte{sig}, body) {
 		return Event{}, ErrSignature
 	}
 	env, err := parseObject(body)

@@ -2,7 +2,6 @@ package provider
 
 import (
 	"cmp"
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -80,7 +79,7 @@ func (p *Paddle) Verify(header http.Header, body []byte, now time.Time) (Event, 
 	if !ok {
 		return Event{}, fmt.Errorf("%w: missing or unreadable Paddle-Signature header", ErrSignature)
 	}
-	if !p.signed(ts, body, sigs) {
+	if !hmacSigned(p.secrets, sigs, []byte(ts), []byte{':'}, body) {
 		return Event{}, ErrSignature
 	}
 	sec, _ := strconv.ParseInt(ts, 10, 64)
@@ -157,23 +156,6 @@ func (p *Paddle) mapEnvelope(ev Event, env map[string]any) Event {
 		ev.Paid = minorMoney(totals["grand_total"], data["currency_code"])
 	}
 	return ev
-}
-
-// signed reports whether any secret produced any of sigs over ts and body.
-func (p *Paddle) signed(ts string, body []byte, sigs [][]byte) bool {
-	for _, secret := range p.secrets {
-		mac := hmac.New(sha256.New, secret)
-		mac.Write([]byte(ts))
-		mac.Write([]byte{':'})
-		mac.Write(body)
-		want := mac.Sum(nil)
-		for _, sig := range sigs {
-			if hmac.Equal(sig, want) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // paddleSignature reads "ts=...;h1=...[;h1=...]": exactly one ts, of digits,

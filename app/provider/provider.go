@@ -190,15 +190,22 @@ func orDefault(list, def []string) []string {
 	return list
 }
 
-// hmacSigned reports whether any of secrets produced sig, an HMAC-SHA256
-// of data (the body alone in Shopify's scheme and Lemon Squeezy's, an
-// item's signed fields in Adyen's), in constant time for each secret.
-func hmacSigned(secrets [][]byte, data, sig []byte) bool {
+// hmacSigned reports whether any of secrets produced any of sigs, each an
+// HMAC-SHA256 of parts written in order (the body alone in Shopify's scheme
+// and Lemon Squeezy's; an item's signed fields in Adyen's; "ts:body" in
+// Paddle's; "id.ts.body" in Standard Webhooks'), in constant time for each.
+// The parts are hashed where they lie, never copied together.
+func hmacSigned(secrets, sigs [][]byte, parts ...[]byte) bool {
 	for _, secret := range secrets {
 		mac := hmac.New(sha256.New, secret)
-		mac.Write(data)
-		if hmac.Equal(sig, mac.Sum(nil)) {
-			return true
+		for _, p := range parts {
+			mac.Write(p)
+		}
+		want := mac.Sum(nil)
+		for _, sig := range sigs {
+			if hmac.Equal(sig, want) {
+				return true
+			}
 		}
 	}
 	return false

@@ -90,7 +90,7 @@ func (s *Shopify) Verify(header http.Header, body []byte, _ time.Time) (Event, e
 	if err != nil || len(sig) != sha256.Size {
 		return Event{}, fmt.Errorf("%w: missing or unreadable X-Shopify-Hmac-Sha256 header", ErrSignature)
 	}
-	if !hmacSigned(s.secrets, body, sig) {
+	if !hmacSigned(s.secrets, [][]byte{sig}, body) {
 		return Event{}, ErrSignature
 	}
 
