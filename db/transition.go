@@ -171,6 +171,10 @@ type ClaimParams struct {
 	// Timeout is the claimant's connector timeout: the claim's deadline is
 	// the database's now plus Timeout, stored on the row.
 	Timeout time.Duration
+	// Claimant identifies the work item across its retries (a River job),
+	// stored on the row: a dispatch that finds the row dispatching under
+	// its own claimant parks it, and leaves another's live claim (Claim).
+	Claimant string
 	// Token is the claiming call's own token, stored on the row
 	// (Fulfilment.ClaimToken): the call that finds it there knows the claim
 	// is its own.
@@ -197,21 +201,21 @@ func ClaimForDispatch(ctx context.Context, q DBTX, p ClaimParams) (DispatchInput
 // statement, as ClaimForDispatch claims one, and returns those it moved by
 // id; one missing was not pending. The ids must be distinct.
 func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (map[string]DispatchInput, error) {
-	ids, actors, evidence, tokens := make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims))
+	ids, actors, evidence, tokens, claimants := make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims))
 	timeouts := make([]float64, len(claims))
 	for i, c := range claims {
 		ev, err := json.Marshal(c.Evidence)
 		if err != nil {
 			return nil, wrap("marshal evidence", err)
 		}
-		ids[i], actors[i], evidence[i], timeouts[i], tokens[i] = c.ID, c.Actor, string(ev), c.Timeout.Seconds(), c.Token
+		ids[i], actors[i], evidence[i], timeouts[i], tokens[i], claimants[i] = c.ID, c.Actor, string(ev), c.Timeout.Seconds(), c.Token, c.Claimant
 	}
 	rows, err := q.Query(ctx, `
 		WITH u AS (
-			SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::float8[], $5::text[]) AS u(id, actor, evidence, timeout, token)
+			SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::float8[], $5::text[], $6::text[]) AS u(id, actor, evidence, timeout, token, claimant)
 		), moved AS (
 			UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now(),
-				deadline = now() + make_interval(secs => u.timeout), claim_token = NULLIF(u.token, '')
+				deadline = now() + make_interval(secs => u.timeout), claim_token = NULLIF(u.token, ''), claimant = NULLIF(u.claimant, '')
 			FROM u WHERE f.id = u.id AND f.id = ANY ($1::uuid[]) AND f.state = 'pending'
 			  -- A payment taken back is never fulfilled: its pending row is
 			  -- not claimed (db.CancelReversedPending cancels it).
@@ -223,7 +227,7 @@ func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (ma
 			SELECT m.id, 'pending', 'dispatching', m.attempt, u.actor, 'dispatch claimed', u.evidence FROM moved m JOIN u ON u.id = m.id
 		)
 		SELECT `+prefixed("m.", fulfilmentColumns)+`, e.event_id, e.event_type, e.body
-		FROM moved m JOIN webhook_event e ON e.id = m.event_pk`, ids, actors, evidence, timeouts, tokens)
+		FROM moved m JOIN webhook_event e ON e.id = m.event_pk`, ids, actors, evidence, timeouts, tokens, claimants)
 	if err != nil {
 		return nil, wrap("claim for dispatch", err)
 	}
@@ -254,15 +258,13 @@ type ClaimOf struct {
 	Live bool
 }
 
-// Claim reads who claimed a fulfilment's current attempt, from the claim's
-// transition, and whether its call could still be in flight: the row's own
-// deadline decides, not the reader's configuration.
+// Claim reads who claimed a fulfilment's current attempt (the row's
+// claimant, migration 00035) and whether its call could still be in
+// flight: the row's own deadline decides, not the reader's configuration.
 func Claim(ctx context.Context, q DBTX, id string, margin, fallback time.Duration) (ClaimOf, error) {
 	var c ClaimOf
 	err := q.QueryRow(ctx, `
-		SELECT coalesce((SELECT t.evidence ->> 'claimant' FROM fulfilment_transition t
-		                 WHERE t.fulfilment_id = f.id AND t.to_state = 'dispatching' AND t.attempt = f.attempt
-		                 ORDER BY t.id DESC LIMIT 1), ''),
+		SELECT coalesce(f.claimant, ''),
 		       coalesce(CASE WHEN f.deadline IS NOT NULL THEN f.deadline + make_interval(secs => $2) > now()
 		                     ELSE f.dispatched_at > now() - make_interval(secs => $3) END, false)
 		FROM fulfilment f WHERE f.id = $1`, id, margin.Seconds(), fallback.Seconds()).Scan(&c.Claimant, &c.Live)

@@ -82,7 +82,7 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 	// this call, it proves the claim is one this call made and has not
 	// called out on.
 	token := rand.Text()
-	in, err := s.claim(ctx, db.ClaimParams{ID: id, Actor: req.Actor, Evidence: evidence, Timeout: s.cfg.ConnectorTimeout, Token: token})
+	in, err := s.claim(ctx, db.ClaimParams{ID: id, Actor: req.Actor, Evidence: evidence, Timeout: s.cfg.ConnectorTimeout, Token: token, Claimant: req.Claimant})
 	if errors.Is(err, db.ErrConflict) {
 		return s.unclaimable(ctx, log, req, token)
 	}
