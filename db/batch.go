@@ -3,6 +3,8 @@ package db
 import (
 	"context"
 	"errors"
+
+	"github.com/guardian-pay/guardian/app/state"
 )
 
 // errBatchLost means an event of a batch was neither inserted nor found:
@@ -125,20 +127,41 @@ type BatchFulfilment struct {
 	Actor   string
 }
 
-// InsertFulfilments creates, in one statement, a pending fulfilment with its
-// first transition for each item whose payment has none that holds it
+// Birth says how InsertFulfilments makes its rows. The domain decides
+// both states and reasons; db writes them.
+type Birth struct {
+	// Reason is the first transition's reason of a row born pending.
+	Reason string
+	// Reversed is the state a fulfilment of a payment already taken back
+	// is born in (state.NeedsReconciliation: whether the receiver acted
+	// under the payment's key is a fact to ask), with ReversedReason as
+	// its first transition's reason; "" makes none.
+	Reversed       state.State
+	ReversedReason string
+}
+
+// Born is a fulfilment InsertFulfilments made: its id and the state it was
+// born in (a pending one needs a dispatch job in the same transaction).
+type Born struct {
+	ID    string
+	State state.State
+}
+
+// InsertFulfilments creates, in one statement, a fulfilment with its first
+// transition for each item whose payment has none that holds it
 // (invariant 1, the fulfilment_one_per_payment index; of two items of one
-// payment the first wins). The provider and payment are copied from the
-// event row, so every fulfilment of an event carries its payment, and one
-// live fulfilment per payment means one per event too. Rows go in in
-// (provider, payment_id) order, so concurrent batches take the payment index
-// in one order and cannot deadlock. It returns the created fulfilments' ids
-// by event.
+// payment the first wins): pending, or for a payment already taken back
+// (a stored event reverses it) what birth.Reversed says. The provider and
+// payment are copied from the event row, so every fulfilment of an event
+// carries its payment, and one live fulfilment per payment means one per
+// event too. Rows go in in (provider, payment_id) order, so concurrent
+// batches take the payment index in one order and cannot deadlock. It
+// returns the created fulfilments by event.
 //
 // Each row's Idempotency-Key derives from its payment and the number of the
 // payment's failed (declined) fulfilments, so the same payment names the
 // same key in a restored database or a second deployment.
-func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, reason string) (map[int64]string, error) {
+func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, birth Birth) (map[int64]Born, error) {
 	n := len(items)
 	pks, actors := make([]int64, n), make([]string, n)
 	for i, it := range items {
@@ -148,13 +171,16 @@ func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, rea
 		WITH u AS (
 			SELECT * FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(event_pk, actor, ord)
 		), created AS (
-			INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key)
+			INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key, state)
 			SELECT e.id, e.provider, e.payment_id, guardian_idempotency_key(e.provider, e.payment_id,
-				(SELECT count(*) FROM fulfilment p WHERE p.provider = e.provider AND p.payment_id = e.payment_id AND p.state = 'failed' AND p.action = 'fulfil'))
+				(SELECT count(*) FROM fulfilment p WHERE p.provider = e.provider AND p.payment_id = e.payment_id AND p.state = 'failed' AND p.action = 'fulfil')),
+				CASE WHEN EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id)
+				     THEN $4 ELSE 'pending' END
 			FROM u JOIN webhook_event e ON e.id = u.event_pk
 			WHERE e.id = ANY($1) AND e.payment_id IS NOT NULL
-				-- A payment already taken back is never fulfilled.
-				AND NOT EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id)
+				-- A payment already taken back is born as the domain says,
+				-- or not at all.
+				AND ($4 <> '' OR NOT EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id))
 				-- Nor is one from a body pruned after the payload retention
 				-- (the lock waits out a prune in progress, then reads its
 				-- result: db.Store.PruneEventBodies).
@@ -162,25 +188,26 @@ func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, rea
 			ORDER BY e.provider, e.payment_id, u.ord
 			FOR KEY SHARE OF e
 			ON CONFLICT (provider, payment_id, action) WHERE state <> 'failed' DO NOTHING
-			RETURNING id, event_pk
+			RETURNING id, event_pk, state
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
-			SELECT created.id, NULL, 'pending', 0, u.actor, $3 FROM created JOIN u USING (event_pk)
+			SELECT created.id, NULL, created.state, 0, u.actor, CASE WHEN created.state = 'pending' THEN $3 ELSE $5 END
+			FROM created JOIN u USING (event_pk)
 		)
-		SELECT id, event_pk FROM created`,
-		pks, actors, reason)
+		SELECT id, event_pk, state FROM created`,
+		pks, actors, birth.Reason, string(birth.Reversed), birth.ReversedReason)
 	if err != nil {
 		return nil, wrap("insert fulfilments", err)
 	}
 	defer rows.Close()
-	out := map[int64]string{}
+	out := map[int64]Born{}
 	for rows.Next() {
-		var id string
+		var b Born
 		var pk int64
-		if err := rows.Scan(&id, &pk); err != nil {
+		if err := rows.Scan(&b.ID, &pk, &b.State); err != nil {
 			return nil, wrap("insert fulfilments", err)
 		}
-		out[pk] = id
+		out[pk] = b
 	}
 	return out, wrap("insert fulfilments", rows.Err())
 }

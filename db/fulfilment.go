@@ -59,17 +59,18 @@ func (f *Fulfilment) fields() []any {
 }
 
 // InsertFulfilment records a pending fulfilment for a newly stored event,
-// with its first transition. When the payment already has a live fulfilment
-// (any state but failed) nothing is written and inserted is
+// with its first transition: InsertFulfilments for one event, making none
+// for a payment already taken back. When the payment already has a live
+// fulfilment (any state but failed) nothing is written and inserted is
 // false: invariant 1, enforced by the fulfilment_one_per_payment index
 // (cancelled holds its payment, failed frees it).
 func InsertFulfilment(ctx context.Context, q DBTX, eventPK int64, actor, reason string) (id string, inserted bool, err error) {
-	created, err := InsertFulfilments(ctx, q, []BatchFulfilment{{EventPK: eventPK, Actor: actor}}, reason)
+	created, err := InsertFulfilments(ctx, q, []BatchFulfilment{{EventPK: eventPK, Actor: actor}}, Birth{Reason: reason})
 	if err != nil {
 		return "", false, err
 	}
-	id, inserted = created[eventPK]
-	return id, inserted, nil
+	b, inserted := created[eventPK]
+	return b.ID, inserted, nil
 }
 
 // GetFulfilment returns one fulfilment by id.

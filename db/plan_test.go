@@ -83,14 +83,14 @@ func TestLookupsUseIndexes(t *testing.T) {
 		},
 		"take back one payment (intake's reversal)": func() error {
 			payment := []db.Payment{{Provider: "stripe", PaymentID: "pi_" + known[len("evt_"):]}}
-			if _, err := db.CancelReversedPending(ctx, tx, "test", payment); err != nil {
+			if _, err := db.MoveReversedPending(ctx, tx, "test", payment, state.Cancelled, db.ReversedBeforeDispatch); err != nil {
 				return err
 			}
 			_, err := db.CreateRevocations(ctx, tx, "test", payment)
 			return err
 		},
 		"take back every reversed payment (the sweep)": func() error {
-			if _, err := db.CancelReversedPending(ctx, tx, "test", nil); err != nil {
+			if _, err := db.MoveReversedPending(ctx, tx, "test", nil, state.Cancelled, db.ReversedBeforeDispatch); err != nil {
 				return err
 			}
 			_, err := db.CreateRevocations(ctx, tx, "test", nil)
@@ -168,7 +168,7 @@ func TestIntakeReadsDoNotGrowWithHistory(t *testing.T) {
 	events, err := db.InsertEvents(ctx, tx, []db.BatchEvent{{EventParams: db.EventParams{Provider: "stripe", EventID: "evt_new",
 		Type: "checkout.session.completed", PaymentID: "pi_new", Payload: []byte(`{}`)}, Deliveries: 1}})
 	require.NoError(t, err)
-	created, err := db.InsertFulfilments(ctx, tx, []db.BatchFulfilment{{EventPK: events[0].ID, Actor: "test"}}, "test")
+	created, err := db.InsertFulfilments(ctx, tx, []db.BatchFulfilment{{EventPK: events[0].ID, Actor: "test"}}, db.Birth{Reason: "test"})
 	require.NoError(t, err)
 	require.Len(t, created, 1)
 	require.Less(t, rowsRead(t, tx)-before, 50, "rows read to take in one new payment beside 5,000 reversals and declined keys")

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/guardian-pay/guardian/app/state"
 )
 
 // Payment names one payment of one provider.
@@ -26,18 +28,25 @@ func paymentArrays(payments []Payment) (providers, ids []string) {
 	return providers, ids
 }
 
+// Reversed reports whether a stored event takes the payment back.
+func Reversed(ctx context.Context, q DBTX, p Payment) (bool, error) {
+	var reversed bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_event WHERE provider = $1 AND reverses = $2)`, p.Provider, p.PaymentID).Scan(&reversed)
+	return reversed, wrap("read reversal", err)
+}
+
 // ReversedBeforeDispatch is the reason a pending fulfilment is cancelled
 // when its payment was taken back before it went out.
 const ReversedBeforeDispatch = "payment reversed before it went out: never sent"
 
-// CancelReversedPending cancels every pending fulfilment (action fulfil)
-// whose payment a stored event reverses, of the given payments (nil: of
-// every payment), logging each move with the reversing event. Nothing was
-// sent for a pending row, so nothing is taken back; cancelled keeps the
-// payment, so no later event fulfils it. Rows are locked in (provider,
-// payment_id) order, the order every writer of a payment's rows takes. It
-// returns the cancelled rows' ids.
-func CancelReversedPending(ctx context.Context, q DBTX, actor string, payments []Payment) ([]string, error) {
+// MoveReversedPending moves every pending fulfilment (action fulfil) whose
+// payment a stored event reverses, of the given payments (nil: of every
+// payment), to the state the domain names (cancelled, or
+// needs_reconciliation to ask the receiver), with its reason, logging each
+// move with the reversing event. Rows are locked in (provider, payment_id)
+// order, the order every writer of a payment's rows takes. It returns the
+// moved rows' ids.
+func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []Payment, to state.State, reason string) ([]string, error) {
 	providers, ids := paymentArrays(payments)
 	rows, err := q.Query(ctx, `
 		WITH due AS (
@@ -50,18 +59,18 @@ func CancelReversedPending(ctx context.Context, q DBTX, actor string, payments [
 			ORDER BY f.provider, f.payment_id
 			FOR UPDATE OF f
 		), moved AS (
-			UPDATE fulfilment f SET state = 'cancelled' FROM due WHERE f.id = due.id AND f.state = 'pending'
+			UPDATE fulfilment f SET state = $5 FROM due WHERE f.id = due.id AND f.state = 'pending'
 			RETURNING f.id, f.attempt, due.reversed_by
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
-			SELECT id, 'pending', 'cancelled', attempt, $3, $4, jsonb_build_object('reversed_by', reversed_by) FROM moved
+			SELECT id, 'pending', $5, attempt, $3, $4, jsonb_build_object('reversed_by', reversed_by) FROM moved
 		)
-		SELECT id FROM moved`, providers, ids, actor, ReversedBeforeDispatch)
+		SELECT id FROM moved`, providers, ids, actor, reason, string(to))
 	if err != nil {
-		return nil, wrap("cancel reversed pending", err)
+		return nil, wrap("move reversed pending", err)
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	return out, wrap("cancel reversed pending", err)
+	return out, wrap("move reversed pending", err)
 }
 
 // RevocationCreated is the first transition's reason of a revocation.

@@ -218,7 +218,7 @@ func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (ma
 				deadline = now() + make_interval(secs => u.timeout), claim_token = NULLIF(u.token, ''), claimant = NULLIF(u.claimant, '')
 			FROM u WHERE f.id = u.id AND f.id = ANY ($1::uuid[]) AND f.state = 'pending'
 			  -- A payment taken back is never fulfilled: its pending row is
-			  -- not claimed (db.CancelReversedPending cancels it).
+			  -- not claimed (db.MoveReversedPending stops it).
 			  AND (f.action = 'revoke' OR NOT EXISTS (
 				SELECT 1 FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id))
 			RETURNING `+prefixed("f.", fulfilmentColumns)+`

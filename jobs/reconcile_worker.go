@@ -48,7 +48,7 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 		sum, err := w.service.Reconcile(ctx, w.actor)
 		if sum.Checked > 0 {
 			w.logger.InfoContext(ctx, "reconcile: round done", "checked", sum.Checked, "fulfilled", sum.Fulfilled,
-				"redispatched", sum.Redispatched, "undecided", sum.Undecided)
+				"redispatched", sum.Redispatched, "failed", sum.Failed, "cancelled", sum.Cancelled, "undecided", sum.Undecided)
 		}
 		return err
 	})

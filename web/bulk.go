@@ -26,7 +26,7 @@ type BulkAnswer struct {
 
 // BulkItem is one fulfilment's result. Result is, for a retry, retried,
 // payment_held, not_failed or not_found; for a re-check, fulfilled,
-// redispatched, failed, in_progress, cannot_tell, moved, within_grace,
+// redispatched, cancelled, failed, in_progress, cannot_tell, moved, within_grace,
 // not_parked, not_reached or not_found; for either, error when that
 // fulfilment's change could not be written (nothing changed for it; the
 // others' results stand).

@@ -513,7 +513,7 @@ func TestDashboardBulkCapsThePage(t *testing.T) {
 	for i, e := range stored {
 		items[i] = db.BatchFulfilment{EventPK: e.ID, Actor: "test"}
 	}
-	_, err = db.InsertFulfilments(b.ctx, b.db.Pool, items, "test")
+	_, err = db.InsertFulfilments(b.ctx, b.db.Pool, items, db.Birth{Reason: "test"})
 	require.NoError(t, err)
 	_, err = b.db.Pool.Exec(b.ctx, `UPDATE fulfilment SET state = 'dispatching', attempt = 1`)
 	require.NoError(t, err)

@@ -101,6 +101,7 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 		r.Verdict = BulkNotFound
 		return r, nil
 	}
+	born := state.Pending
 	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
 		f, err := db.GetFulfilment(ctx, tx, id)
 		if err != nil {
@@ -118,7 +119,9 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 				err = s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, r.FulfilmentID)
 			}
 		} else {
-			r.FulfilmentID, err = s.create(ctx, tx, f.EventPK, "operator "+operator, "retry of failed fulfilment "+id)
+			var b db.Born
+			b, err = s.create(ctx, tx, f.EventPK, "operator "+operator, "retry of failed fulfilment "+id)
+			r.FulfilmentID, born = b.ID, b.State
 		}
 		r.Verdict = RetryPaymentHeld
 		if r.FulfilmentID != "" {
@@ -133,7 +136,7 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 		return BulkResult{ID: id}, fmt.Errorf("retry %s: %w", id, err)
 	}
 	if r.Verdict == RetryCreated {
-		s.cfg.Metrics.Transition("", state.Pending, 1)
+		s.cfg.Metrics.Transition("", born, 1)
 		s.cfg.Logger.InfoContext(ctx, "failed fulfilment retried by operator", "fulfilment_id", id,
 			"new_fulfilment_id", r.FulfilmentID, "operator", operator)
 	}

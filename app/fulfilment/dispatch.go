@@ -122,14 +122,15 @@ func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, req Dispatc
 	}
 	if cur.State == state.Pending && cur.Action == state.Fulfil {
 		// Pending, yet not claimed: its payment was taken back.
-		cancelled, err := db.CancelReversedPending(ctx, s.cfg.Store.Pool(), req.Actor, []db.Payment{{Provider: cur.Provider, PaymentID: cur.PaymentID}})
+		to, reason := s.reversedPending()
+		stopped, err := db.MoveReversedPending(ctx, s.cfg.Store.Pool(), req.Actor, []db.Payment{{Provider: cur.Provider, PaymentID: cur.PaymentID}}, to, reason)
 		if err != nil {
 			return DispatchResult{}, err
 		}
-		if len(cancelled) > 0 {
-			s.cfg.Metrics.Transition(state.Pending, state.Cancelled, len(cancelled))
-			log.InfoContext(ctx, "dispatch: payment reversed before its fulfilment went out; cancelled", "payment_id", cur.PaymentID)
-			return DispatchResult{State: state.Cancelled}, nil
+		if len(stopped) > 0 {
+			s.cfg.Metrics.Transition(state.Pending, to, len(stopped))
+			log.InfoContext(ctx, "dispatch: payment reversed before its fulfilment went out; not sent", "payment_id", cur.PaymentID, "state", to)
+			return DispatchResult{State: to}, nil
 		}
 	}
 	if cur.State != state.Dispatching {

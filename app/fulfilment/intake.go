@@ -45,8 +45,11 @@ func (o IntakeOutcome) String() string {
 // AcceptResult reports what Accept did.
 type AcceptResult struct {
 	Outcome IntakeOutcome
-	// FulfilmentID is set when this delivery created a fulfilment.
-	FulfilmentID string
+	// FulfilmentID is set when this delivery created a fulfilment, and
+	// FulfilmentState is the state it was born in: pending, or
+	// needs_reconciliation for a payment already taken back (see born).
+	FulfilmentID    string
+	FulfilmentState state.State
 }
 
 // Accept records a verified event exactly once. It returns only after the
@@ -91,6 +94,10 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 	}
 
 	switch {
+	case res.FulfilmentState == state.NeedsReconciliation:
+		s.cfg.Metrics.Transition("", res.FulfilmentState, 1)
+		s.cfg.Logger.WarnContext(ctx, "event stored for a payment already taken back: its fulfilment is parked until a lookup says whether the receiver acted",
+			"provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "fulfilment_id", res.FulfilmentID, "event_type", ev.Type)
 	case res.FulfilmentID != "":
 		s.cfg.Metrics.Transition("", state.Pending, 1)
 		s.cfg.Logger.InfoContext(ctx, "event stored, fulfilment created", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "fulfilment_id", res.FulfilmentID, "event_type", ev.Type)
@@ -136,15 +143,50 @@ func (s *Service) recordOne(ctx context.Context, ev provider.Event) (AcceptResul
 // db.InsertFulfilment): then it returns "" and writes nothing. Replay and
 // retry make a fulfilment here; intake's batches make theirs in
 // recordBatchTx, revocations are made by takeBack.
-func (s *Service) create(ctx context.Context, tx pgx.Tx, eventPK int64, actor, reason string) (string, error) {
-	id, created, err := db.InsertFulfilment(ctx, tx, eventPK, actor, reason)
-	if err != nil || !created {
-		return "", err
+func (s *Service) create(ctx context.Context, tx pgx.Tx, eventPK int64, actor, reason string) (db.Born, error) {
+	created, err := s.born(ctx, tx, []db.BatchFulfilment{{EventPK: eventPK, Actor: actor}}, reason)
+	return created[eventPK], err
+}
+
+// askReversed is the first transition's reason of a fulfilment born parked:
+// its payment was taken back before Guardian recorded anything sent for it.
+const askReversed = "payment reversed before Guardian recorded a fulfilment: whether the receiver acted under the payment's key " +
+	"(a restored database forgets what it sent) is asked by lookup; done is taken back, not done is cancelled"
+
+// born makes the fulfilments of items in tx (db.InsertFulfilments) and a
+// dispatch job for each born pending; it returns every one made, by event.
+//
+// A payment already taken back has nothing sent for it as far as
+// Guardian's rows know, but its rows may be younger than what its receiver
+// did: a database restored from before the fulfilment went out forgets
+// it, and the provider's redelivery may bring the reversal first. Keys
+// derive from the payment, so with a lookup Guardian asks instead of
+// guessing: such a fulfilment is born needs_reconciliation, never
+// dispatched, and the reconciler's answer settles it (done: fulfilled and
+// taken back; not done: cancelled). Without a lookup there is nobody to
+// ask, and none is made: rows decide, as docs/operations.md says of a
+// restore.
+func (s *Service) born(ctx context.Context, tx pgx.Tx, items []db.BatchFulfilment, reason string) (map[int64]db.Born, error) {
+	birth := db.Birth{Reason: reason}
+	if s.cfg.Looker != nil {
+		birth.Reversed, birth.ReversedReason = state.NeedsReconciliation, askReversed
 	}
-	if err := s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, id); err != nil {
-		return "", fmt.Errorf("enqueue dispatch: %w", err)
+	created, err := db.InsertFulfilments(ctx, tx, items, birth)
+	if err != nil {
+		return nil, err
 	}
-	return id, nil
+	var dispatch []string
+	for _, b := range created {
+		if b.State == state.Pending {
+			dispatch = append(dispatch, b.ID)
+		}
+	}
+	if len(dispatch) > 0 {
+		if err := s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, dispatch...); err != nil {
+			return nil, fmt.Errorf("enqueue dispatch: %w", err)
+		}
+	}
+	return created, nil
 }
 
 // ReplayResult says what a replay did.
@@ -187,6 +229,7 @@ func (s *Service) remap(ctx context.Context, tx pgx.Tx, ev db.Event) (db.Event, 
 // It returns db.ErrNotFound for an unknown event.
 func (s *Service) Replay(ctx context.Context, providerName, eventID, operator string) (ReplayResult, error) {
 	var res ReplayResult
+	var born state.State
 	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
 		ev, err := db.GetEvent(ctx, tx, providerName, eventID)
 		if err != nil {
@@ -204,14 +247,15 @@ func (s *Service) Replay(ctx context.Context, providerName, eventID, operator st
 		if !res.Fulfils {
 			return nil
 		}
-		res.FulfilmentID, err = s.create(ctx, tx, ev.ID, "operator "+operator, "replay of stored event")
+		b, err := s.create(ctx, tx, ev.ID, "operator "+operator, "replay of stored event")
+		res.FulfilmentID, born = b.ID, b.State
 		return err
 	})
 	if err != nil {
 		return ReplayResult{}, fmt.Errorf("replay event: %w", err)
 	}
 	if res.FulfilmentID != "" {
-		s.cfg.Metrics.Transition("", state.Pending, 1)
+		s.cfg.Metrics.Transition("", born, 1)
 	}
 	s.cfg.Logger.InfoContext(ctx, "event replayed", "provider", providerName, "event_id", eventID, "operator", operator, "fulfilment_id", res.FulfilmentID)
 	return res, nil
@@ -324,18 +368,9 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 			creates = append(creates, db.BatchFulfilment{EventPK: stored[i].ID, Actor: cmp.Or(first.ev.Origin, "intake")})
 		}
 	}
-	created := map[int64]string{}
+	created := map[int64]db.Born{}
 	if len(creates) > 0 {
-		if created, err = db.InsertFulfilments(ctx, tx, creates, createdReason); err != nil {
-			return err
-		}
-	}
-	if len(created) > 0 {
-		ids := make([]string, 0, len(created))
-		for _, id := range created {
-			ids = append(ids, id)
-		}
-		if err := s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, ids...); err != nil {
+		if created, err = s.born(ctx, tx, creates, createdReason); err != nil {
 			return err
 		}
 	}
@@ -357,7 +392,8 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		for j, c := range groups[k] {
 			c.res, c.err = AcceptResult{Outcome: DuplicatePostgres}, nil
 			if j == 0 && stored[i].Inserted {
-				c.res = AcceptResult{Outcome: NewEvent, FulfilmentID: created[stored[i].ID]}
+				b := created[stored[i].ID]
+				c.res = AcceptResult{Outcome: NewEvent, FulfilmentID: b.ID, FulfilmentState: b.State}
 			}
 		}
 	}

@@ -15,7 +15,7 @@ import (
 
 // ReconcileResult counts what one Reconcile round did.
 type ReconcileResult struct {
-	Checked, Fulfilled, Redispatched, Failed, Undecided int
+	Checked, Fulfilled, Redispatched, Failed, Cancelled, Undecided int
 }
 
 // reconcileBatch caps the rows one round looks up.
@@ -58,6 +58,8 @@ func (s *Service) Reconcile(ctx context.Context, actor string) (ReconcileResult,
 			sum.Redispatched++
 		case CheckFailed:
 			sum.Failed++
+		case CheckCancelled:
+			sum.Cancelled++
 		case CheckUndecided, CheckInProgress:
 			sum.Undecided++
 		}
@@ -75,11 +77,14 @@ func (s *Service) lookupFits(ctx context.Context) bool {
 // check looks up one parked fulfilment and applies the answer, with actor
 // in its check row and in any transition it makes:
 //
-//   - done: fulfilled.
+//   - done: fulfilled; a fulfilment of a payment taken back meanwhile gets
+//     its revocation in the same transaction.
 //   - not done: pending again with a new dispatch, under the same key and
 //     body; but failed when the parked attempt was refused (a 4xx without
 //     the receiver's signed word): the receiver refused the request and
-//     says nothing was done, and the same bytes would be refused again.
+//     says nothing was done, and the same bytes would be refused again;
+//     and cancelled when the payment was taken back: nothing went out,
+//     which the receiver now says and not only Guardian's rows.
 //   - declined: failed; the payment is free for its next key.
 //   - in progress: recorded; the row stays parked and is asked again after
 //     the grace.
@@ -120,7 +125,13 @@ func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Ver
 	}
 	switch answer {
 	case connector.Performed:
-		err := move(state.Fulfilled, "connector lookup: done", nil)
+		err := move(state.Fulfilled, "connector lookup: done", func(tx pgx.Tx) error {
+			if f.Action != state.Fulfil {
+				return nil
+			}
+			_, _, err := s.takeBack(ctx, tx, actor, []db.Payment{{Provider: f.Provider, PaymentID: f.PaymentID}}, time.Time{})
+			return err
+		})
 		return s.settled(ctx, log, err, state.Fulfilled, CheckFulfilled)
 	case connector.Declined:
 		err := move(state.Failed, "connector lookup: the receiver declined the key", nil)
@@ -133,6 +144,16 @@ func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Ver
 		if refused {
 			err := move(state.Failed, "connector lookup: not done, after the receiver refused the request", nil)
 			return s.settled(ctx, log, err, state.Failed, CheckFailed)
+		}
+		if f.Action == state.Fulfil {
+			reversed, err := db.Reversed(ctx, s.cfg.Store.Pool(), db.Payment{Provider: f.Provider, PaymentID: f.PaymentID})
+			if err != nil {
+				return "", err
+			}
+			if reversed {
+				err := move(state.Cancelled, notDoneReversed, nil)
+				return s.settled(ctx, log, err, state.Cancelled, CheckCancelled)
+			}
 		}
 		err = move(state.Pending, "connector lookup: not done; dispatching again under the same key", func(tx pgx.Tx) error {
 			return s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, f.ID)
@@ -155,6 +176,10 @@ func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Ver
 		return CheckUndecided, nil
 	}
 }
+
+// notDoneReversed is the reason a parked fulfilment of a payment taken back
+// is cancelled when its receiver says its key was not done.
+const notDoneReversed = "connector lookup: not done, and the payment was taken back: never sent, and never will be"
 
 // settled logs a resolution's result; a conflict (someone resolved it
 // first) is not an error.

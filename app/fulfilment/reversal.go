@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -84,15 +85,22 @@ func (s *Service) reverses(ev provider.Event) string {
 	return ""
 }
 
+// askReversedPending is the reason a pending fulfilment of a payment taken
+// back is parked rather than cancelled.
+const askReversedPending = "payment reversed before it went out, by Guardian's rows: whether the receiver acted under the payment's key " +
+	"(a restored database forgets what it sent) is asked by lookup; done is taken back, not done is cancelled"
+
 // takeBack applies reversals to the given payments in tx: a pending
-// fulfilment is cancelled before it goes out, a fulfilled one gets its
-// revocation and that a dispatch job. A fulfilment in flight or parked is
-// left to its facts: once it settles fulfilled, the sweep takes it back.
-// Payments nil is the sweep's catch-all: every reversed payment's pending
-// rows, and revocations for the payments settled fulfilled since
-// settledSince (every payment when it is zero). It returns what it moved.
-func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payments []db.Payment, settledSince time.Time) (cancelled, revoking []string, err error) {
-	if cancelled, err = db.CancelReversedPending(ctx, tx, actor, payments); err != nil {
+// fulfilment does not go out (reversedPending says where it goes), a
+// fulfilled one gets its revocation and that a dispatch job. A fulfilment
+// in flight or parked is left to its facts: once it settles fulfilled, the
+// sweep takes it back. Payments nil is the sweep's catch-all: every
+// reversed payment's pending rows, and revocations for the payments settled
+// fulfilled since settledSince (every payment when it is zero). It returns
+// what it moved.
+func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payments []db.Payment, settledSince time.Time) (stopped, revoking []string, err error) {
+	to, reason := s.reversedPending()
+	if stopped, err = db.MoveReversedPending(ctx, tx, actor, payments, to, reason); err != nil {
 		return nil, nil, err
 	}
 	if payments == nil && !settledSince.IsZero() {
@@ -108,7 +116,20 @@ func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payment
 			return nil, nil, fmt.Errorf("enqueue revocations: %w", err)
 		}
 	}
-	return cancelled, revoking, nil
+	return stopped, revoking, nil
+}
+
+// reversedPending is where a pending fulfilment of a payment taken back
+// goes. Guardian's rows say nothing went out, but a database restored from
+// before the call forgets that it did: with a lookup the fulfilment is
+// parked and its key asked (done: fulfilled and taken back; not done:
+// cancelled; Reconcile); without one there is nobody to ask, and the rows
+// decide: cancelled, never sent.
+func (s *Service) reversedPending() (state.State, string) {
+	if s.cfg.Looker != nil {
+		return state.NeedsReconciliation, askReversedPending
+	}
+	return state.Cancelled, db.ReversedBeforeDispatch
 }
 
 // The sweep's catch-all for revocations reads only the payments settled

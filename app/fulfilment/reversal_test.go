@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
 	"github.com/guardian-pay/guardian/app/provider"
@@ -202,6 +203,85 @@ func TestTakeBack(t *testing.T) {
 		require.Empty(t, res.FulfilmentID)
 		b.sweep(t)
 		require.Empty(t, b.rec.Calls())
+	})
+
+	// A database restored from before a payment's fulfilment went out has
+	// forgotten it, and the provider's redeliveries may bring the reversal
+	// first, or the payment event before the fulfilment's job runs again:
+	// Guardian's rows alone would say nothing went out. Keys derive from
+	// the payment, so the receiver is asked.
+	t.Run("AReversalBeforeAnythingWentOutAsksTheReceiver", func(t *testing.T) {
+		t.Parallel()
+		type answerCase struct {
+			answer  connector.Answer
+			want    state.State
+			revoked bool
+		}
+		var cases []struct {
+			answerCase
+			reversalFirst bool
+		}
+		for _, first := range []bool{true, false} {
+			for _, ac := range []answerCase{
+				{connector.Performed, state.Fulfilled, true},     // acted before the restore: taken back
+				{connector.NotPerformed, state.Cancelled, false}, // never sent: nothing to take
+				{connector.CannotTell, state.NeedsReconciliation, false},
+			} {
+				cases = append(cases, struct {
+					answerCase
+					reversalFirst bool
+				}{ac, first})
+			}
+		}
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s/reversal_first=%v", tc.answer, tc.reversalFirst), func(t *testing.T) {
+				t.Parallel()
+				var asked []string
+				b := setup(t, func(c *fulfilment.Config) {
+					c.ReconcileGrace = c.ConnectorTimeout
+					c.Looker = connectortest.LookerFunc(func(_ context.Context, key string) (connector.Answer, map[string]any, error) {
+						asked = append(asked, key)
+						return tc.answer, nil, nil
+					})
+				})
+				var fid string
+				if tc.reversalFirst {
+					_, err := b.svc.Accept(b.ctx, reversal("evt_lost", "pi_r", disputeLost))
+					require.NoError(t, err)
+					res, err := b.svc.Accept(b.ctx, providertest.Payment("evt_pay", "pi_r"))
+					require.NoError(t, err)
+					require.Equal(t, state.NeedsReconciliation, res.FulfilmentState)
+					require.Zero(t, b.enqueuer.count(res.FulfilmentID), "never dispatched")
+					fid = res.FulfilmentID
+				} else {
+					fid = b.pay(t, "evt_pay", "pi_r") // pending, its job not yet run
+					_, err := b.svc.Accept(b.ctx, reversal("evt_lost", "pi_r", disputeLost))
+					require.NoError(t, err)
+					res, err := b.dispatch(t, fid)
+					require.NoError(t, err)
+					require.False(t, res.Called, "its job finds it taken back")
+				}
+				f := b.db.Fulfilment(t, fid)
+				require.Equal(t, state.NeedsReconciliation, f.State, "parked, to be asked")
+				require.Zero(t, f.Attempt)
+
+				b.db.Backdate(t, f.ID, time.Now().Add(-time.Minute))
+				_, err := b.svc.Reconcile(b.ctx, "test reconciler")
+				require.NoError(t, err)
+				key, err := db.IdempotencyKey(b.ctx, b.db.Pool, "stripe", "pi_r", 0)
+				require.NoError(t, err)
+				require.Equal(t, []string{key}, asked, "the payment's own key is asked")
+				require.Equal(t, tc.want, b.db.Fulfilment(t, f.ID).State)
+				require.Empty(t, b.rec.Calls(), "the fulfilment is never sent")
+				if !tc.revoked {
+					require.Empty(t, b.rows(t, "pi_r", state.Revoke))
+					return
+				}
+				rv := b.revocation(t, "pi_r")
+				require.Equal(t, state.Pending, rv.State)
+				require.Equal(t, 1, b.enqueuer.count(rv.ID), "the revocation is dispatched")
+			})
+		}
 	})
 
 	t.Run("APartialRefundUnderTheDefaultPolicyLeavesThePayment", func(t *testing.T) {

@@ -19,7 +19,9 @@ type SweepResult struct {
 	// got a new one.
 	Requeued int
 	// Cancelled and Revoking count reversed payments' pending fulfilments
-	// cancelled, and revocations created for fulfilled ones.
+	// stopped (cancelled, or parked to ask the receiver when a lookup is
+	// configured: reversedPending), and revocations created for fulfilled
+	// ones.
 	Cancelled, Revoking int
 }
 
@@ -80,10 +82,11 @@ func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (Sw
 	for _, id := range requeued {
 		s.cfg.Logger.WarnContext(ctx, "sweep: pending fulfilment had no live dispatch job; enqueued one", "fulfilment_id", id)
 	}
-	s.cfg.Metrics.Transition(state.Pending, state.Cancelled, len(cancelled))
+	to, _ := s.reversedPending()
+	s.cfg.Metrics.Transition(state.Pending, to, len(cancelled))
 	s.cfg.Metrics.Transition("", state.Pending, len(revoking))
 	for _, id := range cancelled {
-		s.cfg.Logger.InfoContext(ctx, "sweep: payment reversed before its fulfilment went out; cancelled", "fulfilment_id", id)
+		s.cfg.Logger.InfoContext(ctx, "sweep: payment reversed before its fulfilment went out; not sent", "fulfilment_id", id, "state", to)
 	}
 	for _, id := range revoking {
 		s.cfg.Logger.InfoContext(ctx, "sweep: fulfilled payment reversed; revocation created", "fulfilment_id", id)

@@ -16,6 +16,9 @@ const (
 	// for a key it had refused; the fulfilment is failed and its payment
 	// free for its next key.
 	CheckFailed Verdict = "failed"
+	// CheckCancelled: the connector said not done for a fulfilment whose
+	// payment was taken back; the fulfilment is cancelled, never sent.
+	CheckCancelled Verdict = "cancelled"
 	// CheckInProgress: the receiver is still processing the key; the answer
 	// is recorded and the fulfilment stays parked until a later lookup.
 	CheckInProgress Verdict = "in_progress"

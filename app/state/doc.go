@@ -13,8 +13,9 @@
 //	   |                      +--> failed                 (the receiver declined the key, signed)
 //	   +-- only with proof that nothing happened: never connected, or refused
 //	       before the receiver's logic (not delivered)
-//	pending --> cancelled                                               (the payment was reversed
-//	                                                                      before it went out)
+//	pending --> cancelled | needs_reconciliation                        (the payment was reversed
+//	                                                                      before it went out: with a
+//	                                                                      lookup, its key is asked)
 //	needs_reconciliation --> fulfilled | pending | failed | cancelled   (by facts: a lookup,
 //	                                                                      a late answer, an operator)
 //	cancelled --> needs_reconciliation                                  (an audited reopening)

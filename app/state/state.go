@@ -57,6 +57,7 @@ type Transition struct {
 var Transitions = []Transition{
 	{Pending, Dispatching},
 	{Pending, Cancelled},
+	{Pending, NeedsReconciliation},
 	{Dispatching, Fulfilled},
 	{Dispatching, NeedsReconciliation},
 	{Dispatching, Failed},

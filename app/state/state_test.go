@@ -11,6 +11,7 @@ func TestAllowed(t *testing.T) {
 	may := map[string]bool{
 		"pending->dispatching":              true, // claim
 		"pending->cancelled":                true, // reversed before it went out
+		"pending->needs_reconciliation":     true, // reversed before it went out, by the rows: asked
 		"dispatching->fulfilled":            true, // connector said done
 		"dispatching->needs_reconciliation": true, // outcome unknown
 		"dispatching->failed":               true, // the receiver declined the key, signed

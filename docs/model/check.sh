@@ -79,7 +79,7 @@ holes)
 	for fix in FIXKEY FIX409 FIXSIGNED; do
 		hole "dispatch (keyed receiver) without $fix" $KEYED $fix=0
 	done
-	for fix in FIXRCLAIM FIXRDONE FIXRONCE FIXRCANCEL; do
+	for fix in FIXRCLAIM FIXRDONE FIXRONCE FIXRCANCEL FIXRASK; do
 		build reversal.pml -DSAFETY -DNOCLAIM $fix=0
 		if run "reversal without $fix" -m100000 >/dev/null; then
 			echo "reversal without $fix: spin found nothing, but the rule is there to close a hole" >&2
@@ -116,7 +116,7 @@ trail)
 	build "$model" -DSAFETY -DNOCLAIM "${defs[@]}"
 	./pan -m400000 >/dev/null 2>&1 || true
 	dflags=(); for d in "${defs[@]}"; do dflags+=("-D$d"); done
-	spin "${dflags[@]}" -t -p "$model" | grep -E 'proc +[0-9]+ \((provider|worker|sweep|reconciler|operator|chaos|clock|receiver|payment|reversal|fulfiller|revoker)' \
+	spin "${dflags[@]}" -t -p "$model" | grep -E 'proc +[0-9]+ \((provider|worker|sweep|reconciler|operator|chaos|clock|receiver|payment|reversal|fulfiller|revoker|restore)' \
 		| grep -vE '\[(\(1\)|else|skip)\]|\[(r|a|out|n|k|body|i) = ' | sed -E 's/^ *[0-9]+:\s+proc +[0-9]+ //; s/ \(state [0-9]+\)//'
 	spin "${dflags[@]}" -t "$model" | grep -E 'assertion violated|spin: trail ends' || true
 	;;

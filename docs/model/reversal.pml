@@ -18,6 +18,15 @@
  * a reversed payment). Intake of the payment event and of the reversal may
  * interleave with everything: they are separate transactions, each atomic.
  *
+ * A restore (RESTORE, on by default) rolls the database back once to before
+ * the payment's rows existed: the fulfilment row and the reversal are
+ * forgotten, what the receiver did is not, and the provider may deliver
+ * both again in any order. The restore point is before any revocation was
+ * made (a revocation's key derives from the payment, so the receiver would
+ * dedupe a second one: guardian.pml's keyed receiver shows that), before
+ * any key was declined (one key is in play), and not while a call is in flight (guardian.pml's restore covers a call that
+ * answers into a restored database).
+ *
  * Safety, asserted where it could break: the payment is taken back at most
  * once; never a revocation of a payment whose fulfilment the receiver did
  * not perform; never a fulfilment sent after the reversal was recorded. At
@@ -34,6 +43,12 @@
 #endif
 #ifndef FIXRCANCEL
 #define FIXRCANCEL 1 /* a pending fulfilment of a reversed payment is cancelled, not left */
+#endif
+#ifndef FIXRASK
+#define FIXRASK 1 /* what Guardian's rows say never went out for a reversed payment is asked, not decided: born parked, or parked from pending */
+#endif
+#ifndef RESTORE
+#define RESTORE 1
 #endif
 #ifndef FIXRONCE
 #define FIXRONCE 1 /* one revocation per payment, ever (the index, and no second after one) */
@@ -52,6 +67,11 @@
 #define FAILED 5
 #define CANCELLED 6
 
+/* where a pending fulfilment of a reversed payment goes: parked, to ask its
+ * key (a restore may have forgotten that it went out), or without FIXRASK
+ * cancelled on the rows' word */
+#define REVERSEDPENDING (FIXRASK -> PARKED : CANCELLED)
+
 byte fst;             /* the fulfilment */
 bool facted;          /* the receiver performed it */
 byte vst[2];          /* revocations (a second only without FIXRONCE) */
@@ -60,6 +80,8 @@ byte nrev;            /* revocations created */
 byte revokes;         /* revocations the receiver performed */
 bool reversed;        /* the reversal is recorded */
 bool sentAfterReversal;
+bool restored;
+bool declined;        /* a key was declined: the restore point is before it */
 byte faults;
 
 /* a revocation of the payment, in the creating transaction: for a
@@ -76,26 +98,48 @@ inline createRevocation() {
 }
 inline cancelPending() {
 	if
-	:: FIXRCANCEL && reversed && fst == PENDING -> fst = CANCELLED
+	:: FIXRCANCEL && reversed && fst == PENDING -> fst = REVERSEDPENDING
 	:: else -> skip
 	fi
 }
 
 /* The payment event: the fulfilment, if the payment has none that holds
- * it (a replay runs the same transaction). Intake also makes none for a
- * payment already reversed; the model leaves that out, to show the claim's
- * guard alone keeps the rule whatever order the commits take. */
+ * it (a replay runs the same transaction). For a payment already reversed
+ * its rows may be younger than what the receiver did (a restore), so the
+ * fulfilment is born parked and its key asked (FIXRASK); without the rule
+ * intake makes none, as Guardian once did. A payment not (yet) reversed
+ * gets a pending row; so may one whose reversal commits beside the intake,
+ * and the claim's guard alone keeps the rule whatever order the commits
+ * take. Delivered three times: before and after a
+ * restore. */
+byte pays;            /* deliveries of the payment event */
 active proctype payment() {
-	byte n = 0;
 end:
 	do
-	:: n < 2 -> atomic {
+	:: pays < 3 -> atomic {
 		if
-		:: fst == NONE || fst == FAILED -> fst = PENDING
+		:: (fst == NONE || fst == FAILED) && reversed && FIXRASK -> fst = PARKED
+		:: (fst == NONE || fst == FAILED) && reversed && !FIXRASK -> skip
+		:: (fst == NONE || fst == FAILED) && !reversed -> fst = PENDING
+		/* a transaction whose snapshot missed the reversal committing
+		 * beside it: only the claim's guard stands in the way */
+		:: (fst == NONE || fst == FAILED) && reversed -> fst = PENDING
 		:: else -> skip
-		fi; n++ }
-	:: n == 2 -> break
+		fi; pays++ }
 	od
+}
+
+/* The restore: once, the database goes back to before the payment's rows
+ * and its reversal; the receiver keeps what it did. What the database lost
+ * comes again: the payment event at least once more (the provider's
+ * redelivery, or the backfill from its events API); a payment whose event
+ * never comes again is one Guardian cannot know of. */
+active proctype restore() {
+	if
+	:: atomic { RESTORE && nrev == 0 && !declined && fst != DISPATCHING -> fst = NONE; reversed = false; restored = true;
+		if :: pays == 3 -> pays = 2 :: else -> skip fi }
+	:: skip
+	fi
 }
 
 /* The reversal (the policy takes the payment back for it), delivered
@@ -105,8 +149,8 @@ active proctype reversal() {
 	byte n = 0;
 end:
 	do
-	:: n < 2 -> atomic { reversed = true; cancelPending(); createRevocation(); n++ }
-	:: n == 2 -> break
+	:: n < 3 -> atomic { reversed = true; cancelPending(); createRevocation(); n++ }
+	:: n == 3 -> break
 	od
 }
 
@@ -115,13 +159,15 @@ end:
 active proctype fulfiller() {
 end:
 	do
-	:: atomic { FIXRCLAIM && FIXRCANCEL && reversed && fst == PENDING -> fst = CANCELLED }
+	:: atomic { FIXRCLAIM && FIXRCANCEL && reversed && fst == PENDING -> fst = REVERSEDPENDING }
 	:: atomic { fst == PENDING && (!FIXRCLAIM || !reversed) -> fst = DISPATCHING;
 		sentAfterReversal = sentAfterReversal || reversed; assert(!sentAfterReversal) }
 		atomic {
 			if
 			:: facted = true; fst = FULFILLED
-			:: faults < MAXFAULTS -> faults++; fst = FAILED             /* declined: nothing done */
+			/* declined: nothing done (after a restore, a receiver that
+			 * acted keeps its answer for the key: done, never declined) */
+			:: faults < MAXFAULTS && !(restored && facted) -> faults++; declined = true; fst = FAILED
 			:: faults < MAXFAULTS -> faults++; fst = PARKED             /* unknown: not done */
 			:: faults < MAXFAULTS -> faults++; facted = true; fst = PARKED /* unknown: done */
 			fi }
@@ -150,11 +196,17 @@ end:
 	od
 }
 
-/* Lookups settle parked rows by the fact: done, or not done (sent again). */
+/* Lookups settle parked rows by the fact: done (and taken back if the
+ * payment is reversed), or not done: sent again, or cancelled for a
+ * reversed payment. */
 active proctype reconciler() {
 end:
 	do
-	:: atomic { fst == PARKED -> if :: facted -> fst = FULFILLED :: else -> fst = PENDING fi }
+	:: atomic { fst == PARKED -> if
+		:: facted -> fst = FULFILLED; createRevocation()
+		:: !facted && reversed -> fst = CANCELLED
+		:: !facted && !reversed -> fst = PENDING
+		fi }
 	:: atomic { vst[0] == PARKED -> if :: vacted[0] -> vst[0] = FULFILLED :: else -> vst[0] = PENDING fi }
 	:: atomic { vst[1] == PARKED -> if :: vacted[1] -> vst[1] = FULFILLED :: else -> vst[1] = PENDING fi }
 	od

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -293,7 +294,7 @@ func measureTakeBack(ctx context.Context, pool *pgxpool.Pool) (round, full stats
 			tx, err := pool.Begin(ctx)
 			check(err)
 			start := time.Now()
-			_, err = db.CancelReversedPending(ctx, tx, "bench", nil)
+			_, err = db.MoveReversedPending(ctx, tx, "bench", nil, state.Cancelled, db.ReversedBeforeDispatch)
 			check(err)
 			check(revocations(tx))
 			ms = append(ms, float64(time.Since(start).Microseconds())/1000)
