@@ -41,9 +41,14 @@ type Fulfilment struct {
 	// claim (ClaimParams.Token); nil before the first claim, and for claims
 	// made before tokens were stored (migration 00034).
 	ClaimToken *string
+	// CallOutcome is the outcome of the current attempt's call as
+	// recorded (TransitionParams.Outcome, migration 00037); nil before a
+	// call's outcome is recorded for the attempt, as when the sweep or a
+	// retried job parked it without one.
+	CallOutcome *state.Outcome
 }
 
-const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at, idempotency_key, deadline, action, claim_token`
+const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at, idempotency_key, deadline, action, claim_token, call_outcome`
 
 // scanFulfilment reads fulfilmentColumns, then any columns after them into
 // extra.
@@ -55,7 +60,7 @@ func scanFulfilment(row pgx.Row, extra ...any) (Fulfilment, error) {
 
 // fields are the scan targets of fulfilmentColumns, in order.
 func (f *Fulfilment) fields() []any {
-	return []any{&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt, &f.Key, &f.Deadline, &f.Action, &f.ClaimToken}
+	return []any{&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt, &f.Key, &f.Deadline, &f.Action, &f.ClaimToken, &f.CallOutcome}
 }
 
 // InsertFulfilment records a pending fulfilment for a newly stored event,

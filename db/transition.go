@@ -36,6 +36,9 @@ type TransitionParams struct {
 	Actor    string
 	Reason   string
 	Evidence any // marshalled to JSON; nil means {}
+	// Outcome, when set, is the call's outcome this move records
+	// (fulfilment.call_outcome); nil leaves the column as it is.
+	Outcome *state.Outcome
 }
 
 // Transit moves one fulfilment from p.From to p.To if, and only if, it is
@@ -67,7 +70,7 @@ func Transit(ctx context.Context, q DBTX, p TransitionParams) (Fulfilment, error
 // array condition makes it an index scan whatever the statistics say.
 func TransitMany(ctx context.Context, q DBTX, ps []TransitionParams) (map[string]Fulfilment, error) {
 	n := len(ps)
-	ids, froms, tos, actors, reasons, evidence := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ids, froms, tos, actors, reasons, evidence, outcomes := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	attempts := make([]int32, n)
 	for i, p := range ps {
 		ev := []byte("{}")
@@ -78,13 +81,16 @@ func TransitMany(ctx context.Context, q DBTX, ps []TransitionParams) (map[string
 			}
 		}
 		ids[i], froms[i], tos[i], attempts[i], actors[i], reasons[i], evidence[i] = p.ID, string(p.From), string(p.To), int32(p.Attempt), p.Actor, p.Reason, string(ev)
+		if p.Outcome != nil {
+			outcomes[i] = p.Outcome.String()
+		}
 	}
 	rows, err := q.Query(ctx, `
 		WITH u AS (
-			SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::jsonb[])
-				AS u(id, from_state, to_state, attempt, actor, reason, evidence)
+			SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::jsonb[], $8::text[])
+				AS u(id, from_state, to_state, attempt, actor, reason, evidence, outcome)
 		), moved AS (
-			UPDATE fulfilment f SET state = u.to_state
+			UPDATE fulfilment f SET state = u.to_state, call_outcome = coalesce(NULLIF(u.outcome, ''), f.call_outcome)
 			FROM u WHERE f.id = u.id AND f.id = ANY ($1::uuid[]) AND f.state = u.from_state AND (u.attempt = 0 OR f.attempt = u.attempt)
 			RETURNING `+prefixed("f.", fulfilmentColumns)+`
 		), logged AS (
@@ -92,7 +98,7 @@ func TransitMany(ctx context.Context, q DBTX, ps []TransitionParams) (map[string
 			SELECT m.id, u.from_state, u.to_state, m.attempt, u.actor, u.reason, u.evidence FROM moved m JOIN u ON u.id = m.id
 		)
 		SELECT `+fulfilmentColumns+` FROM moved`,
-		ids, froms, tos, attempts, actors, reasons, evidence)
+		ids, froms, tos, attempts, actors, reasons, evidence, outcomes)
 	if err != nil {
 		return nil, wrap("transit", err)
 	}
@@ -215,7 +221,8 @@ func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (ma
 			SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::float8[], $5::text[], $6::text[]) AS u(id, actor, evidence, timeout, token, claimant)
 		), moved AS (
 			UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now(),
-				deadline = now() + make_interval(secs => u.timeout), claim_token = NULLIF(u.token, ''), claimant = NULLIF(u.claimant, '')
+				deadline = now() + make_interval(secs => u.timeout), claim_token = NULLIF(u.token, ''), claimant = NULLIF(u.claimant, ''),
+				call_outcome = NULL
 			FROM u WHERE f.id = u.id AND f.id = ANY ($1::uuid[]) AND f.state = 'pending'
 			  -- A payment taken back is never fulfilled: its pending row is
 			  -- not claimed (db.MoveReversedPending stops it).
@@ -321,16 +328,4 @@ func StrandedPending(ctx context.Context, q DBTX, jobs DispatchJobs, after time.
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return ids, wrap("find stranded pending", err)
-}
-
-// ParkedByRefusal reports whether a parked fulfilment was parked at attempt
-// because the receiver refused the request without its signed word (the
-// outcome "refused" in the parking transition's evidence).
-func ParkedByRefusal(ctx context.Context, q DBTX, id string, attempt int) (bool, error) {
-	var refused bool
-	err := q.QueryRow(ctx, `
-		SELECT coalesce((SELECT t.evidence ->> 'outcome' = 'refused' FROM fulfilment_transition t
-		                 WHERE t.fulfilment_id = $1 AND t.attempt = $2 AND t.to_state = 'needs_reconciliation'
-		                 ORDER BY t.id DESC LIMIT 1), false)`, id, attempt).Scan(&refused)
-	return refused, wrap("read parking", err)
 }

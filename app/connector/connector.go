@@ -44,8 +44,16 @@ const ActionRevoke = string(state.Revoke)
 // Result is what one call established, by fact.
 type Result struct {
 	Outcome state.Outcome
-	// Evidence is recorded in the transition log: status codes, error
-	// classes, a short excerpt of the answer, timings. Never a secret.
+	// Status is the receiver's HTTP status; 0 when no answer came.
+	Status int
+	// Error names why the call did not end in an answer, one of
+	// ErrorClasses or a short reason ("deadline passed before sending");
+	// "" when an answer came.
+	Error string
+	// Evidence is recorded in the transition log for people: status
+	// codes, error classes, a short excerpt of the answer, timings. Never
+	// a secret. Nothing decides on it: the typed fields above are the
+	// facts.
 	Evidence map[string]any
 }
 

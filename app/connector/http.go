@@ -135,7 +135,7 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 	start := time.Now()
 	body, err := EncodeRequest(r)
 	if err != nil {
-		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "encode request: " + err.Error()}}
+		return notSent("encode request: "+err.Error(), map[string]any{})
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -146,12 +146,12 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
-		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "build request: " + err.Error()}}
+		return notSent("build request: "+err.Error(), map[string]any{})
 	}
 	// Without GetBody no transport can rewind the body and send it again.
 	req.GetBody = nil
 	if err := c.sign(req, r.Key, r.Key, body); err != nil {
-		return Result{Outcome: state.NotSent, Evidence: map[string]any{"error": "sign request"}}
+		return notSent("sign request", map[string]any{})
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderAttempt, strconv.Itoa(r.Attempt))
@@ -159,19 +159,19 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 	if ctx.Err() != nil {
 		// The deadline passed before a byte left (a dispatcher that stalled
 		// after its claim): do not send late.
-		return Result{Outcome: state.NotSent, Evidence: map[string]any{"attempt": r.Attempt, "error": "deadline passed before sending", "connected": false}}
+		return notSent("deadline passed before sending", map[string]any{"attempt": r.Attempt, "connected": false})
 	}
 	resp, err := c.client.Do(req)
 	evidence := map[string]any{"attempt": r.Attempt, "duration_ms": time.Since(start).Milliseconds()}
 	if err != nil {
-		errorEvidence(evidence, err)
+		class := errorEvidence(evidence, err)
 		if !connected.Load() {
 			// No connection was ever established: not a byte of the request
 			// left this process.
 			evidence["connected"] = false
-			return Result{Outcome: state.NotSent, Evidence: evidence}
+			return notSent(class, evidence)
 		}
-		return Result{Outcome: state.Unknown, Evidence: evidence}
+		return Result{Outcome: state.Unknown, Error: class, Evidence: evidence}
 	}
 	defer resp.Body.Close()
 	answer, readErr := io.ReadAll(io.LimitReader(resp.Body, maxStatement))
@@ -180,8 +180,9 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 		evidence["body"] = string(answer[:min(len(answer), maxEvidenceBody)])
 	}
 	outcome := ClassifyStatus(resp.StatusCode)
+	var class string
 	if readErr != nil && outcome != state.Done {
-		errorEvidence(evidence, readErr)
+		class = errorEvidence(evidence, readErr)
 	}
 	if outcome == state.Refused {
 		// A refusal frees the payment only on the receiver's signed word.
@@ -195,7 +196,14 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 			evidence["statement"] = st.Status
 		}
 	}
-	return Result{Outcome: outcome, Evidence: evidence}
+	return Result{Outcome: outcome, Status: resp.StatusCode, Error: class, Evidence: evidence}
+}
+
+// notSent is the Result of a request that provably never left, and why,
+// which evidence shows as its "error".
+func notSent(why string, evidence map[string]any) Result {
+	evidence["error"] = why
+	return Result{Outcome: state.NotSent, Error: why, Evidence: evidence}
 }
 
 // HeaderAttempt carries the attempt number. It is not in the body: every
@@ -334,13 +342,16 @@ const (
 var ErrorClasses = []string{ClassTimeout, ClassCancelled, ClassConnectionClosed, ClassRefused, ClassReset, ClassDNS, ClassTLS, ClassTransport}
 
 // errorEvidence records err as its class ("error") and, for network errors,
-// the operation and cause ("detail"), without URLs or secrets.
-func errorEvidence(evidence map[string]any, err error) {
-	evidence["error"] = classifyError(err)
+// the operation and cause ("detail"), without URLs or secrets; it returns
+// the class.
+func errorEvidence(evidence map[string]any, err error) string {
+	class := classifyError(err)
+	evidence["error"] = class
 	var opErr *net.OpError
 	if errors.As(err, &opErr) {
 		evidence["detail"] = fmt.Sprintf("%s: %v", opErr.Op, opErr.Err)
 	}
+	return class
 }
 
 // classifyError names an error's class, one of ErrorClasses.

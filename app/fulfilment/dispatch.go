@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
 	"time"
 
 	"github.com/guardian-pay/guardian/app/connector"
@@ -228,18 +229,21 @@ func (s *Service) record(ctx context.Context, log *slog.Logger, claimed db.Fulfi
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RecordMargin)
 	defer cancel()
 
-	evidence := map[string]any{"outcome": res.Outcome.String()}
-	maps.Copy(evidence, res.Evidence)
+	evidence := maps.Clone(res.Evidence)
+	if evidence == nil {
+		evidence = map[string]any{}
+	}
+	evidence["outcome"] = res.Outcome.String()
 	next := state.AfterDispatch(res.Outcome)
 	err := s.transit(ctx, db.TransitionParams{
 		ID: claimed.ID, From: state.Dispatching, To: next, Attempt: claimed.Attempt,
-		Actor: actor, Reason: "connector outcome: " + res.Outcome.String(), Evidence: evidence,
+		Actor: actor, Reason: "connector outcome: " + res.Outcome.String(), Evidence: evidence, Outcome: &res.Outcome,
 	})
 	switch {
 	case errors.Is(err, db.ErrConflict) && res.Outcome == state.Done:
 		_, err = db.Transit(ctx, s.cfg.Store.Pool(), db.TransitionParams{
 			ID: claimed.ID, From: state.NeedsReconciliation, To: state.Fulfilled, Attempt: claimed.Attempt,
-			Actor: actor, Reason: "late success of the parked attempt", Evidence: evidence,
+			Actor: actor, Reason: "late success of the parked attempt", Evidence: evidence, Outcome: &res.Outcome,
 		})
 		if errors.Is(err, db.ErrConflict) {
 			log.WarnContext(ctx, "dispatch: late success found the fulfilment moved on; recorded nothing", "evidence", evidence)
@@ -264,7 +268,7 @@ func (s *Service) record(ctx context.Context, log *slog.Logger, claimed db.Fulfi
 		log.InfoContext(ctx, "dispatch: fulfilled")
 	case state.Pending:
 		log.WarnContext(ctx, "dispatch: the call did nothing ("+res.Outcome.String()+"); will retry", "evidence", evidence)
-		return next, fmt.Errorf("%w (%s): %v", ErrNotDelivered, res.Outcome, cmp.Or(evidence["error"], evidence["status"]))
+		return next, fmt.Errorf("%w (%s): %s", ErrNotDelivered, res.Outcome, cmp.Or(res.Error, strconv.Itoa(res.Status)))
 	case state.Failed:
 		log.WarnContext(ctx, "dispatch: connector rejected the fulfilment", "evidence", evidence)
 	default:
@@ -298,13 +302,10 @@ func errorClass(res connector.Result) string {
 	if res.Outcome == state.Done {
 		return ""
 	}
-	if code, ok := res.Evidence["status"].(int); ok {
-		return fmt.Sprintf("%dxx", code/100)
+	if res.Status != 0 {
+		return fmt.Sprintf("%dxx", res.Status/100)
 	}
-	if e, ok := res.Evidence["error"].(string); ok && e != "" {
-		return e
-	}
-	return res.Outcome.String()
+	return cmp.Or(res.Error, res.Outcome.String())
 }
 
 // claimCall is one dispatch's claim waiting for its batch.

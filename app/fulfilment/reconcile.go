@@ -137,11 +137,7 @@ func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Ver
 		err := move(state.Failed, "connector lookup: the receiver declined the key", nil)
 		return s.settled(ctx, log, err, state.Failed, CheckFailed)
 	case connector.NotPerformed:
-		refused, err := db.ParkedByRefusal(ctx, s.cfg.Store.Pool(), f.ID, f.Attempt)
-		if err != nil {
-			return "", err
-		}
-		if refused {
+		if f.CallOutcome != nil && *f.CallOutcome == state.Refused {
 			err := move(state.Failed, "connector lookup: not done, after the receiver refused the request", nil)
 			return s.settled(ctx, log, err, state.Failed, CheckFailed)
 		}
@@ -155,7 +151,7 @@ func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Ver
 				return s.settled(ctx, log, err, state.Cancelled, CheckCancelled)
 			}
 		}
-		err = move(state.Pending, "connector lookup: not done; dispatching again under the same key", func(tx pgx.Tx) error {
+		err := move(state.Pending, "connector lookup: not done; dispatching again under the same key", func(tx pgx.Tx) error {
 			return s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, f.ID)
 		})
 		return s.settled(ctx, log, err, state.Pending, CheckRedispatched)

@@ -1,5 +1,7 @@
 package state
 
+import "fmt"
+
 // Outcome is what is known about one connector call, by fact.
 type Outcome int
 
@@ -44,6 +46,30 @@ func (o Outcome) String() string {
 	default:
 		return "unknown"
 	}
+}
+
+// Outcomes lists every outcome.
+var Outcomes = []Outcome{Unknown, Done, NotSent, Declined, NotDelivered, Refused}
+
+// Scan reads an outcome by its name, as the database stores it
+// (fulfilment.call_outcome): it makes *Outcome a database/sql Scanner.
+func (o *Outcome) Scan(src any) error {
+	var name string
+	switch v := src.(type) {
+	case string:
+		name = v
+	case []byte:
+		name = string(v)
+	default:
+		return fmt.Errorf("outcome: cannot scan %T", src)
+	}
+	for _, c := range Outcomes {
+		if c.String() == name {
+			*o = c
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown outcome %q", name)
 }
 
 // AfterDispatch returns the state a dispatching fulfilment moves to once its
