@@ -322,7 +322,7 @@ func TestSweepStale(t *testing.T) {
 	_, err = b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = origin`)
 	require.NoError(t, err)
 
-	moved, err := db.SweepStale(b.ctx, b.tx, 5*time.Minute, 15*time.Second, "sweeper", nil)
+	moved, err := db.SweepStale(b.ctx, b.tx, 5*time.Minute, 15*time.Second, "sweeper", "lease expired", nil)
 	require.NoError(t, err)
 	require.Len(t, moved, 1)
 	require.Equal(t, old, moved[0].ID)
@@ -350,7 +350,7 @@ func TestSweepReadsTheClaimsOwnDeadline(t *testing.T) {
 	_, err = b.tx.Exec(b.ctx, `SET LOCAL session_replication_role = origin`)
 	require.NoError(t, err)
 
-	moved, err := db.SweepStale(b.ctx, b.tx, 5*time.Minute, 15*time.Second, "old process", nil)
+	moved, err := db.SweepStale(b.ctx, b.tx, 5*time.Minute, 15*time.Second, "old process", "lease expired", nil)
 	require.NoError(t, err)
 	require.Empty(t, moved, "the claim's own deadline has not passed")
 	claim, err := db.Claim(b.ctx, b.tx, slow, 15*time.Second, 30*time.Second)
@@ -358,7 +358,7 @@ func TestSweepReadsTheClaimsOwnDeadline(t *testing.T) {
 	require.True(t, claim.Live, "a reader with a 30 s window still sees the 20 min claim live")
 
 	later := time.Now().Add(11 * time.Minute)
-	moved, err = db.SweepStale(b.ctx, b.tx, 5*time.Minute, 15*time.Second, "old process", &later)
+	moved, err = db.SweepStale(b.ctx, b.tx, 5*time.Minute, 15*time.Second, "old process", "lease expired", &later)
 	require.NoError(t, err)
 	require.Len(t, moved, 1, "past its deadline and margin, the claim is parked")
 }

@@ -83,17 +83,17 @@ func TestLookupsUseIndexes(t *testing.T) {
 		},
 		"take back one payment (intake's reversal)": func() error {
 			payment := []db.Payment{{Provider: "stripe", PaymentID: "pi_" + known[len("evt_"):]}}
-			if _, err := db.MoveReversedPending(ctx, tx, "test", payment, state.Cancelled, db.ReversedBeforeDispatch); err != nil {
+			if _, err := db.MoveReversedPending(ctx, tx, "test", payment, state.Cancelled, "payment reversed before it went out: never sent"); err != nil {
 				return err
 			}
-			_, err := db.CreateRevocations(ctx, tx, "test", payment)
+			_, err := db.CreateRevocations(ctx, tx, "test", "a revocation", payment)
 			return err
 		},
 		"take back every reversed payment (the sweep)": func() error {
-			if _, err := db.MoveReversedPending(ctx, tx, "test", nil, state.Cancelled, db.ReversedBeforeDispatch); err != nil {
+			if _, err := db.MoveReversedPending(ctx, tx, "test", nil, state.Cancelled, "payment reversed before it went out: never sent"); err != nil {
 				return err
 			}
-			_, err := db.CreateRevocations(ctx, tx, "test", nil)
+			_, err := db.CreateRevocations(ctx, tx, "test", "a revocation", nil)
 			return err
 		},
 		"fulfilments by payment prefix": func() error {
@@ -186,12 +186,12 @@ func TestSweepTakeBackReadsRecentWork(t *testing.T) {
 		SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0), a, now() - interval '1 day', now() - interval '1 day'
 		FROM webhook_event, (VALUES ('fulfil'), ('revoke')) v(a)`)
 	before := rowsRead(t, tx)
-	created, err := db.CreateRevocationsSettledSince(ctx, tx, "test", time.Now().Add(-10*time.Minute))
+	created, err := db.CreateRevocationsSettledSince(ctx, tx, "test", "a revocation", time.Now().Add(-10*time.Minute))
 	require.NoError(t, err)
 	require.Empty(t, created)
 	require.Less(t, rowsRead(t, tx)-before, 50, "rows read by the windowed catch-all beside 5,000 old reversals")
 	before = rowsRead(t, tx)
-	_, err = db.CreateRevocations(ctx, tx, "test", nil)
+	_, err = db.CreateRevocations(ctx, tx, "test", "a revocation", nil)
 	require.NoError(t, err)
 	require.Greater(t, rowsRead(t, tx)-before, 5000, "the full catch-all reads every reversal: why it runs once an hour")
 }

@@ -35,10 +35,6 @@ func Reversed(ctx context.Context, q DBTX, p Payment) (bool, error) {
 	return reversed, wrap("read reversal", err)
 }
 
-// ReversedBeforeDispatch is the reason a pending fulfilment is cancelled
-// when its payment was taken back before it went out.
-const ReversedBeforeDispatch = "payment reversed before it went out: never sent"
-
 // MoveReversedPending moves every pending fulfilment (action fulfil) whose
 // payment a stored event reverses, of the given payments (nil: of every
 // payment), to the state the domain names (cancelled, or
@@ -73,9 +69,6 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 	return out, wrap("move reversed pending", err)
 }
 
-// RevocationCreated is the first transition's reason of a revocation.
-const RevocationCreated = "payment reversed after it was fulfilled: taking it back"
-
 // CreateRevocations creates a pending revocation (a fulfilment row with
 // action revoke) for each of the given payments (nil: every payment) that
 // is fulfilled, is reversed by a stored event, and has no revocation yet:
@@ -85,13 +78,13 @@ const RevocationCreated = "payment reversed after it was fulfilled: taking it ba
 // derives from the payment in the revoke namespace (guardian_revoke_key).
 // Concurrent creators meet at the fulfilment_one_per_payment index: one
 // row. It returns the created rows' ids, each of which needs a dispatch
-// job in the same transaction.
+// job in the same transaction; reason is its first transition's.
 //
 // Every payment (nil) reads every reversing event: its cost grows with the
 // history of refunds. CreateRevocationsSettledSince is the bounded form.
-func CreateRevocations(ctx context.Context, q DBTX, actor string, payments []Payment) ([]string, error) {
+func CreateRevocations(ctx context.Context, q DBTX, actor, reason string, payments []Payment) ([]string, error) {
 	providers, ids := paymentArrays(payments)
-	return createRevocations(ctx, q, actor,
+	return createRevocations(ctx, q, actor, reason,
 		`$3::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($3::text[], $4::text[]))`, providers, ids)
 }
 
@@ -100,8 +93,8 @@ func CreateRevocations(ctx context.Context, q DBTX, actor string, payments []Pay
 // reversal may have missed while they were in flight or parked. It reads
 // those fulfilments through the (state, updated_at) index, so its cost is
 // the recent work's, whatever the history.
-func CreateRevocationsSettledSince(ctx context.Context, q DBTX, actor string, since time.Time) ([]string, error) {
-	return createRevocations(ctx, q, actor, `f.updated_at >= $3`, since)
+func CreateRevocationsSettledSince(ctx context.Context, q DBTX, actor, reason string, since time.Time) ([]string, error) {
+	return createRevocations(ctx, q, actor, reason, `f.updated_at >= $3`, since)
 }
 
 // TxTime is the transaction's own clock: now(), which stamps every row the
@@ -114,7 +107,7 @@ func TxTime(ctx context.Context, q DBTX) (time.Time, error) {
 
 // createRevocations is CreateRevocations over the fulfilments scope
 // selects ($3 on: its own parameters).
-func createRevocations(ctx context.Context, q DBTX, actor, scope string, args ...any) ([]string, error) {
+func createRevocations(ctx context.Context, q DBTX, actor, reason, scope string, args ...any) ([]string, error) {
 	rows, err := q.Query(ctx, `
 		WITH due AS (
 			SELECT DISTINCT ON (f.provider, f.payment_id) f.provider, f.payment_id, r.id AS event_pk
@@ -132,7 +125,7 @@ func createRevocations(ctx context.Context, q DBTX, actor, scope string, args ..
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
 			SELECT id, NULL, 'pending', 0, $1, $2 FROM created
 		)
-		SELECT id FROM created`, append([]any{actor, RevocationCreated}, args...)...)
+		SELECT id FROM created`, append([]any{actor, reason}, args...)...)
 	if err != nil {
 		return nil, wrap("create revocations", err)
 	}

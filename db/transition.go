@@ -135,12 +135,12 @@ func Transitions(ctx context.Context, q DBTX, fulfilmentIDs ...string) ([]Transi
 
 // SweepStale moves every fulfilment that has been dispatching for longer
 // than lease, and whose claim's own deadline is more than margin past, to
-// needs_reconciliation, logging each move, and returns the
+// needs_reconciliation, logging each move with reason, and returns the
 // rows it moved. Rows are locked with SKIP LOCKED so a dispatcher finishing
 // at the same moment wins or loses cleanly, never both. The lease is
 // measured against the database's clock, the one that stamped
 // dispatched_at, unless asOf is given (tests pin the clock with it).
-func SweepStale(ctx context.Context, q DBTX, lease, margin time.Duration, actor string, asOf *time.Time) ([]Fulfilment, error) {
+func SweepStale(ctx context.Context, q DBTX, lease, margin time.Duration, actor, reason string, asOf *time.Time) ([]Fulfilment, error) {
 	rows, err := q.Query(ctx, `
 		WITH stale AS (
 			SELECT id FROM fulfilment
@@ -155,13 +155,12 @@ func SweepStale(ctx context.Context, q DBTX, lease, margin time.Duration, actor 
 			RETURNING `+prefixed("f.", fulfilmentColumns)+`
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
-			SELECT id, 'dispatching', 'needs_reconciliation', attempt, $2,
-			       'dispatch lease expired: the connector call may or may not have happened',
+			SELECT id, 'dispatching', 'needs_reconciliation', attempt, $2, $5,
 			       jsonb_build_object('lease_seconds', $1::float8, 'dispatched_at', dispatched_at)
 			FROM moved
 		)
 		SELECT `+fulfilmentColumns+` FROM moved`,
-		lease.Seconds(), actor, asOf, margin.Seconds())
+		lease.Seconds(), actor, asOf, margin.Seconds(), reason)
 	if err != nil {
 		return nil, wrap("sweep stale dispatching", err)
 	}

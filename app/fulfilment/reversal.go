@@ -85,6 +85,14 @@ func (s *Service) reverses(ev provider.Event) string {
 	return ""
 }
 
+// ReversedBeforeDispatch is the reason a pending fulfilment is cancelled
+// when its payment was taken back before it went out, without a lookup
+// to ask.
+const ReversedBeforeDispatch = "payment reversed before it went out: never sent"
+
+// RevocationCreated is the first transition's reason of a revocation.
+const RevocationCreated = "payment reversed after it was fulfilled: taking it back"
+
 // askReversedPending is the reason a pending fulfilment of a payment taken
 // back is parked rather than cancelled.
 const askReversedPending = "payment reversed before it went out, by Guardian's rows: whether the receiver acted under the payment's key " +
@@ -104,9 +112,9 @@ func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payment
 		return nil, nil, err
 	}
 	if payments == nil && !settledSince.IsZero() {
-		revoking, err = db.CreateRevocationsSettledSince(ctx, tx, actor, settledSince)
+		revoking, err = db.CreateRevocationsSettledSince(ctx, tx, actor, RevocationCreated, settledSince)
 	} else {
-		revoking, err = db.CreateRevocations(ctx, tx, actor, payments)
+		revoking, err = db.CreateRevocations(ctx, tx, actor, RevocationCreated, payments)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -129,7 +137,7 @@ func (s *Service) reversedPending() (state.State, string) {
 	if s.cfg.Looker != nil {
 		return state.NeedsReconciliation, askReversedPending
 	}
-	return state.Cancelled, db.ReversedBeforeDispatch
+	return state.Cancelled, ReversedBeforeDispatch
 }
 
 // The sweep's catch-all for revocations reads only the payments settled

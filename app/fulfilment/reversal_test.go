@@ -190,7 +190,7 @@ func TestTakeBack(t *testing.T) {
 		require.Empty(t, b.rec.Calls(), "nothing fulfilled, nothing revoked")
 		require.Empty(t, b.rows(t, "pi_2", state.Revoke))
 		ts := b.db.Transitions(t, fid)
-		require.Equal(t, db.ReversedBeforeDispatch, ts[len(ts)-1].Reason)
+		require.Equal(t, fulfilment.ReversedBeforeDispatch, ts[len(ts)-1].Reason)
 	})
 
 	t.Run("APaymentEventAfterItsReversalFulfilsNothing", func(t *testing.T) {

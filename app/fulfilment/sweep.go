@@ -11,6 +11,9 @@ import (
 	"github.com/guardian-pay/guardian/db"
 )
 
+// leaseExpired is the reason the sweep parks a claim past its lease.
+const leaseExpired = "dispatch lease expired: the connector call may or may not have happened"
+
 // SweepResult counts what one Sweep did.
 type SweepResult struct {
 	// Parked counts dispatching fulfilments whose lease ran out.
@@ -58,7 +61,7 @@ func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (Sw
 			return err
 		}
 		var err error
-		if moved, err = db.SweepStale(ctx, tx, s.cfg.DispatchLease, RecordMargin, actor, s.dbNow()); err != nil {
+		if moved, err = db.SweepStale(ctx, tx, s.cfg.DispatchLease, RecordMargin, actor, leaseExpired, s.dbNow()); err != nil {
 			return err
 		}
 		// Reversals whose fulfilment settled since (a call in flight or

@@ -294,7 +294,7 @@ func measureTakeBack(ctx context.Context, pool *pgxpool.Pool) (round, full stats
 			tx, err := pool.Begin(ctx)
 			check(err)
 			start := time.Now()
-			_, err = db.MoveReversedPending(ctx, tx, "bench", nil, state.Cancelled, db.ReversedBeforeDispatch)
+			_, err = db.MoveReversedPending(ctx, tx, "bench", nil, state.Cancelled, "payment reversed before it went out: never sent")
 			check(err)
 			check(revocations(tx))
 			ms = append(ms, float64(time.Since(start).Microseconds())/1000)
@@ -303,11 +303,11 @@ func measureTakeBack(ctx context.Context, pool *pgxpool.Pool) (round, full stats
 		return summarize(ms)
 	}
 	round = measure(func(tx pgx.Tx) error {
-		_, err := db.CreateRevocationsSettledSince(ctx, tx, "bench", time.Now().Add(-30*time.Second-5*time.Minute))
+		_, err := db.CreateRevocationsSettledSince(ctx, tx, "bench", "a revocation", time.Now().Add(-30*time.Second-5*time.Minute))
 		return err
 	})
 	full = measure(func(tx pgx.Tx) error {
-		_, err := db.CreateRevocations(ctx, tx, "bench", nil)
+		_, err := db.CreateRevocations(ctx, tx, "bench", "a revocation", nil)
 		return err
 	})
 	return round, full
