@@ -6,7 +6,7 @@
 // operator commands; the client commands talk to a running Guardian's
 // operator API over HTTP, opsclient.go, and the operators and epoch
 // commands to its database); config.go reads the configuration from the
-// environment; app.go builds the pool, migrations, providers, connector,
+// environment; wiring.go builds the pool, migrations, providers, connector,
 // filter, River client and HTTP server from it and starts and stops them in
 // order. Nothing in app/ imports web/ or jobs/: they are the edges, wired
 // here.

@@ -26,13 +26,19 @@ demo:
 racy := "./app/fulfilment ./app/filter ./app/batch ./app/tokens ./app/lock ./jobs ./app/receiver"
 
 # Every suite: unit, storage, integration and black-box, against real Postgres
-# and Redis (the packages in `racy` under the race detector), then the
-# protocol's model in spin. Installs Chromium and spin first when they are
-# missing (.ci/deps).
+# and Redis (the packages in `racy` under the race detector), the protocol's
+# model in spin, then a smoke of every other verb (`just smoke`). Installs
+# Chromium and spin first when they are missing (.ci/deps).
 test: deps model
     go vet ./...
     go test -count=1 -timeout 10m $(go list ./... | grep -v -x -F "$(go list {{racy}})")
     go test -race -count=1 -timeout 10m {{racy}}
+    just smoke
+
+# Every other verb the README names, at its shortest, on a database of its
+# own: migrate, run with demo against it, lint, bench, bench-scale.
+smoke:
+    .ci/smoke
 
 # Install what the suites need beyond Go, Postgres and Redis (Chromium, spin).
 deps:
