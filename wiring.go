@@ -6,16 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/riverqueue/river"
 	"go.opentelemetry.io/otel/trace"
@@ -61,9 +57,9 @@ type App struct {
 	stopTracing func(context.Context) error
 	metrics     *metrics.Metrics
 	registry    *prometheus.Registry
-	// ops is the operations listener: /metrics and, with Pprof, pprof.
-	ops         *http.Server
-	stopMetrics context.CancelFunc
+	// ops is the operations listener: /metrics and, with Pprof, pprof;
+	// nil when GUARDIAN_METRICS_ADDR is off.
+	ops *web.Ops
 	// migrator answers /readyz's "migrations current?" without re-reading
 	// the embedded migrations on every probe.
 	migrator *goose.Migrator
@@ -445,7 +441,7 @@ func (a *App) Start(ctx context.Context) error {
 		return err
 	}
 	if err := a.web.Start(ctx); err != nil {
-		a.stopOps()
+		a.stopOps(ctx)
 		a.stopJobs(ctx)
 		return err
 	}
@@ -457,14 +453,12 @@ func (a *App) Start(ctx context.Context) error {
 	return nil
 }
 
-// stopOps closes the operations listener and stops the gauges' refresh.
-func (a *App) stopOps() {
-	if a.ops != nil {
-		_ = a.ops.Close()
+// stopOps stops the operations listener and joins the gauges' refresh.
+func (a *App) stopOps(ctx context.Context) error {
+	if a.ops == nil {
+		return nil
 	}
-	if a.stopMetrics != nil {
-		a.stopMetrics()
-	}
+	return a.ops.Stop(ctx)
 }
 
 // redisState says whether the configured Redis answers: "ok", or what its
@@ -486,36 +480,22 @@ func (a *App) readyDetail(ctx context.Context) map[string]string {
 	return map[string]string{"redis": a.redisState(ctx)}
 }
 
-// startOps serves the operations listener and starts the table gauges'
-// refresh. The listener is never the public one (Config.Validate).
+// startOps serves the operations listener, which runs the table gauges'
+// refresh until it stops. The listener is never the public one
+// (Config.Validate).
 func (a *App) startOps(ctx context.Context) error {
 	if a.cfg.MetricsAddr == "off" {
 		return nil
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
-	if a.cfg.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	}
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", a.cfg.MetricsAddr)
+	var err error
+	a.ops, err = web.NewOps(web.OpsConfig{
+		Addr: a.cfg.MetricsAddr, Gatherer: a.registry, Pprof: a.cfg.Pprof, Logger: a.logger,
+		Background: func(ctx context.Context) { a.metrics.RunTableRefresh(ctx, a.cfg.MetricsRefresh) },
+	})
 	if err != nil {
-		return fmt.Errorf("operations listener (GUARDIAN_METRICS_ADDR): %w", err)
+		return err
 	}
-	a.ops = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
-	go func() {
-		if err := a.ops.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.logger.Error("operations listener stopped", "error", err)
-		}
-	}()
-	refreshCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.stopMetrics = cancel
-	go a.metrics.RunTableRefresh(refreshCtx, a.cfg.MetricsRefresh)
-	a.logger.Info("operations listening", "addr", ln.Addr().String(), "pprof", a.cfg.Pprof)
-	return nil
+	return a.ops.Start(ctx)
 }
 
 // anyActive reports whether any credential is unrevoked.
@@ -576,7 +556,7 @@ func (a *App) Stop(ctx context.Context) error {
 	if a.web != nil {
 		errs = append(errs, a.web.Stop(ctx))
 	}
-	a.stopOps()
+	errs = append(errs, a.stopOps(ctx))
 	if a.stopRiverUI != nil {
 		a.stopRiverUI()
 	}
