@@ -18,12 +18,16 @@
 //     pending fulfilment, under the payment's key, and its dispatch job in
 //     the same transaction. Replay runs a stored event through the same
 //     path.
-//   - Take back (reversal.go): a reversal the policy takes back for cancels
-//     the payment's pending fulfilment (pending -> cancelled) and gives a
-//     fulfilled one a revocation (a new row, action revoke, pending); one in
-//     flight or parked waits for its facts, and the sweep takes it back once
-//     it settles fulfilled. A refund that does not say whether it is whole
-//     is weighed against the payment's paid amount first.
+//   - Take back (reversal.go): a reversal the policy takes back for stops
+//     the payment's pending fulfilment (with a lookup pending ->
+//     needs_reconciliation, to ask the receiver whether it acted before a
+//     restore made the rows forget; without, pending -> cancelled) and
+//     gives a fulfilled one a revocation (a new row, action revoke,
+//     pending); one in flight or parked waits for its facts, and the sweep
+//     takes it back once it settles fulfilled. A payment event after its
+//     reversal makes its fulfilment born needs_reconciliation (with a
+//     lookup) or none. A refund that does not say whether it is whole is
+//     weighed against the payment's paid amount first.
 //   - Dispatch (dispatch.go): pending -> dispatching (claim, committed
 //     before the call, with its deadline), then by the call's outcome to
 //     fulfilled, failed (a signed decline), needs_reconciliation (unknown,
@@ -33,10 +37,12 @@
 //   - Sweep (sweep.go): dispatching past its lease and its claim's own
 //     deadline -> needs_reconciliation; a pending row with no live job gets
 //     one.
-//   - Reconcile (reconcile.go): a lookup's "done" -> fulfilled; "not done"
-//     -> pending with a new dispatch under the same key, or failed when the
-//     parked call was refused; "declined" -> failed; "in progress" and
-//     "cannot tell" leave it parked.
+//   - Reconcile (reconcile.go): a lookup's "done" -> fulfilled (and taken
+//     back at once if the payment was reversed); "not done" -> pending with
+//     a new dispatch under the same key, or failed when the parked call was
+//     refused (the row's call_outcome), or cancelled when the payment was
+//     reversed; "declined" -> failed; "in progress" and "cannot tell" leave
+//     it parked.
 //   - Recheck (bulk.go): the reconciler's lookup, asked now by an operator.
 //   - Retry (bulk.go): a failed fulfilment's event through intake again: a
 //     new fulfilment under the payment's next key.
