@@ -174,13 +174,14 @@ func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, bir
 			INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key, state)
 			SELECT e.id, e.provider, e.payment_id, guardian_idempotency_key(e.provider, e.payment_id,
 				(SELECT count(*) FROM fulfilment p WHERE p.provider = e.provider AND p.payment_id = e.payment_id AND p.state = 'failed' AND p.action = 'fulfil')),
-				CASE WHEN EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id)
-				     THEN $4 ELSE 'pending' END
+				CASE WHEN rv.reversed THEN $4 ELSE 'pending' END
 			FROM u JOIN webhook_event e ON e.id = u.event_pk
+				CROSS JOIN LATERAL (SELECT EXISTS (
+					SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id) AS reversed) rv
 			WHERE e.id = ANY($1) AND e.payment_id IS NOT NULL
 				-- A payment already taken back is born as the domain says,
 				-- or not at all.
-				AND ($4 <> '' OR NOT EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id))
+				AND ($4 <> '' OR NOT rv.reversed)
 				-- Nor is one from a body pruned after the payload retention
 				-- (the lock waits out a prune in progress, then reads its
 				-- result: db.Store.PruneEventBodies).
