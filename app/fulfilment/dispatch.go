@@ -123,8 +123,7 @@ func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, req Dispatc
 	}
 	if cur.State == state.Pending && cur.Action == state.Fulfil {
 		// Pending, yet not claimed: its payment was taken back.
-		to, reason := s.reversedPending()
-		stopped, err := db.MoveReversedPending(ctx, s.cfg.Store.Pool(), req.Actor, []db.Payment{{Provider: cur.Provider, PaymentID: cur.PaymentID}}, to, reason)
+		stopped, to, err := s.stopReversedPending(ctx, s.cfg.Store.Pool(), req.Actor, []db.Payment{{Provider: cur.Provider, PaymentID: cur.PaymentID}})
 		if err != nil {
 			return DispatchResult{}, err
 		}

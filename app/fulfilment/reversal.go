@@ -107,8 +107,7 @@ const askReversedPending = "payment reversed before it went out, by Guardian's r
 // fulfilled since settledSince (every payment when it is zero). It returns
 // what it moved.
 func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payments []db.Payment, settledSince time.Time) (stopped, revoking []string, err error) {
-	to, reason := s.reversedPending()
-	if stopped, err = db.MoveReversedPending(ctx, tx, actor, payments, to, reason); err != nil {
+	if stopped, _, err = s.stopReversedPending(ctx, tx, actor, payments); err != nil {
 		return nil, nil, err
 	}
 	if payments == nil && !settledSince.IsZero() {
@@ -125,6 +124,15 @@ func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payment
 		}
 	}
 	return stopped, revoking, nil
+}
+
+// stopReversedPending moves the pending fulfilments of the given reversed
+// payments (nil: of every reversed payment) where reversedPending says,
+// and returns them and that state.
+func (s *Service) stopReversedPending(ctx context.Context, q db.DBTX, actor string, payments []db.Payment) ([]string, state.State, error) {
+	to, reason := s.reversedPending()
+	stopped, err := db.MoveReversedPending(ctx, q, actor, payments, to, reason)
+	return stopped, to, err
 }
 
 // reversedPending is where a pending fulfilment of a payment taken back
