@@ -125,14 +125,21 @@ func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Ver
 	}
 	switch answer {
 	case connector.Performed:
+		var revoking []string
 		err := move(state.Fulfilled, "connector lookup: done", func(tx pgx.Tx) error {
 			if f.Action != state.Fulfil {
 				return nil
 			}
-			_, _, err := s.takeBack(ctx, tx, actor, []db.Payment{{Provider: f.Provider, PaymentID: f.PaymentID}}, time.Time{})
+			var err error
+			_, revoking, err = s.takeBack(ctx, tx, actor, []db.Payment{{Provider: f.Provider, PaymentID: f.PaymentID}}, time.Time{})
 			return err
 		})
-		return s.settled(ctx, log, err, state.Fulfilled, CheckFulfilled)
+		v, err := s.settled(ctx, log, err, state.Fulfilled, CheckFulfilled)
+		if v == CheckFulfilled && len(revoking) > 0 {
+			s.cfg.Metrics.Transition("", state.Pending, len(revoking))
+			log.InfoContext(ctx, "reconcile: the payment was taken back meanwhile; revocation created", "revocation_id", revoking[0])
+		}
+		return v, err
 	case connector.Declined:
 		err := move(state.Failed, "connector lookup: the receiver declined the key", nil)
 		return s.settled(ctx, log, err, state.Failed, CheckFailed)
