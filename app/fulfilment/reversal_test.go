@@ -340,54 +340,94 @@ func TestTakeBack(t *testing.T) {
 		}
 	})
 
+	// Raced, with a lookup and without: with one, a pending row the
+	// reversal stops is parked and asked, and the receiver's answer, by
+	// the fact of what it was sent, settles it.
 	t.Run("RacingEventsAndDispatchesNeverRevokeWhatWasNotDone", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		const payments = 24
-		var wg sync.WaitGroup
-		for i := range payments {
-			pi := fmt.Sprintf("pi_race_%d", i)
-			wg.Go(func() {
-				res, err := b.svc.Accept(b.ctx, providertest.Payment("evt_pay_"+pi, pi))
-				require.NoError(t, err)
-				if res.FulfilmentID != "" {
-					_, err = b.dispatch(t, res.FulfilmentID)
-					require.NoError(t, err)
-				}
-			})
-			wg.Go(func() {
-				time.Sleep(time.Duration(i%4) * time.Millisecond)
-				_, err := b.svc.Accept(b.ctx, reversal("evt_full_"+pi, pi, fullRefund))
-				require.NoError(t, err)
+		for _, lookup := range []bool{false, true} {
+			t.Run(fmt.Sprintf("lookup=%v", lookup), func(t *testing.T) {
+				t.Parallel()
+				raceReversals(t, lookup)
 			})
 		}
-		wg.Wait()
-		b.sweep(t)
-		// Every revocation goes out, as the jobs would.
-		for i := range payments {
-			pi := fmt.Sprintf("pi_race_%d", i)
-			if n := b.rows(t, pi, state.Revoke); len(n) > 0 {
-				_, err := b.dispatch(t, b.revocation(t, pi).ID)
-				require.NoError(t, err)
-			}
-		}
-		fulfilled, cancelled := 0, 0
-		for i := range payments {
-			pi := fmt.Sprintf("pi_race_%d", i)
-			f, r := b.rows(t, pi, state.Fulfil), b.rows(t, pi, state.Revoke)
-			switch {
-			case f[state.Fulfilled] == 1:
-				fulfilled++
-				require.Equal(t, map[state.State]int{state.Fulfilled: 1}, r, "%s: fulfilled, so taken back once", pi)
-				require.Equal(t, 2, b.rec.CallsForPayment(pi))
-			default:
-				cancelled++
-				require.Empty(t, r, "%s: never fulfilled, never revoked: %v", pi, f)
-				require.Zero(t, b.rec.CallsForPayment(pi))
-			}
-		}
-		t.Logf("%d payments fulfilled then taken back, %d reversed before they went out", fulfilled, cancelled)
 	})
+}
+
+// raceReversals races 24 payments' events, dispatches and full refunds:
+// each ends fulfilled and taken back once, or never sent and never
+// revoked.
+func raceReversals(t *testing.T, lookup bool) {
+	var b *testBundle
+	b = setup(t, func(c *fulfilment.Config) {
+		if !lookup {
+			return
+		}
+		c.ReconcileGrace = c.ConnectorTimeout
+		c.Looker = connectortest.LookerFunc(func(_ context.Context, key string) (connector.Answer, map[string]any, error) {
+			for _, call := range b.rec.Calls() {
+				if call.Key == key {
+					return connector.Performed, nil, nil
+				}
+			}
+			return connector.NotPerformed, nil, nil
+		})
+	})
+	const payments = 24
+	var wg sync.WaitGroup
+	for i := range payments {
+		pi := fmt.Sprintf("pi_race_%d", i)
+		wg.Go(func() {
+			res, err := b.svc.Accept(b.ctx, providertest.Payment("evt_pay_"+pi, pi))
+			require.NoError(t, err)
+			if res.FulfilmentID != "" {
+				_, err = b.dispatch(t, res.FulfilmentID)
+				require.NoError(t, err)
+			}
+		})
+		wg.Go(func() {
+			time.Sleep(time.Duration(i%4) * time.Millisecond)
+			_, err := b.svc.Accept(b.ctx, reversal("evt_full_"+pi, pi, fullRefund))
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	parked := 0
+	if lookup {
+		// What the reversals parked is asked, once past the grace.
+		parked = b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE state = 'needs_reconciliation'`)
+		_, err := b.db.Pool.Exec(b.ctx, `UPDATE fulfilment SET updated_at = now() - interval '1 minute' WHERE state = 'needs_reconciliation'`)
+		require.NoError(t, err)
+		sum, err := b.svc.Reconcile(b.ctx, "test reconciler")
+		require.NoError(t, err)
+		require.Equal(t, parked, sum.Checked)
+		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE state = 'needs_reconciliation'`), "every parked row settled by its answer")
+	}
+	b.sweep(t)
+	// Every revocation goes out, as the jobs would.
+	for i := range payments {
+		pi := fmt.Sprintf("pi_race_%d", i)
+		if n := b.rows(t, pi, state.Revoke); len(n) > 0 {
+			_, err := b.dispatch(t, b.revocation(t, pi).ID)
+			require.NoError(t, err)
+		}
+	}
+	fulfilled, cancelled := 0, 0
+	for i := range payments {
+		pi := fmt.Sprintf("pi_race_%d", i)
+		f, r := b.rows(t, pi, state.Fulfil), b.rows(t, pi, state.Revoke)
+		switch {
+		case f[state.Fulfilled] == 1:
+			fulfilled++
+			require.Equal(t, map[state.State]int{state.Fulfilled: 1}, r, "%s: fulfilled, so taken back once", pi)
+			require.Equal(t, 2, b.rec.CallsForPayment(pi))
+		default:
+			cancelled++
+			require.Empty(t, r, "%s: never fulfilled, never revoked: %v", pi, f)
+			require.Zero(t, b.rec.CallsForPayment(pi))
+		}
+	}
+	t.Logf("%d payments fulfilled then taken back, %d reversed before they went out (%d of them parked and asked)", fulfilled, cancelled, parked)
 }
 
 // TestRetryADeclinedRevocation: a revocation the receiver declined is not
