@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -52,16 +51,31 @@ func TestOps(t *testing.T) {
 
 	t.Run("StopJoinsTheBackgroundWork", func(t *testing.T) {
 		t.Parallel()
-		var running, returned atomic.Bool
-		started := make(chan struct{})
+		var returned atomic.Bool
+		cancelled, release := make(chan struct{}), make(chan struct{})
 		o := start(t, false, func(ctx context.Context) {
-			running.Store(true)
-			close(started)
 			<-ctx.Done()
-			time.Sleep(50 * time.Millisecond) // a last refresh finishing
+			close(cancelled)
+			<-release // a last refresh finishing
 			returned.Store(true)
 		})
-		<-started
+		// While the background work runs on, Stop waits for it until its
+		// own context ends, and says so.
+		stopCtx, cancelStop := context.WithCancel(context.Background())
+		stopped := make(chan error, 1)
+		go func() { stopped <- o.Stop(stopCtx) }()
+		<-cancelled
+		cancelStop()
+		require.ErrorContains(t, <-stopped, "background work still running")
+		require.False(t, returned.Load())
+		close(release)
+
+		// Once it ends, Stop has waited for it.
+		o = start(t, false, func(ctx context.Context) {
+			<-ctx.Done()
+			returned.Store(true)
+		})
+		returned.Store(false)
 		require.NoError(t, o.Stop(context.Background()))
 		require.True(t, returned.Load(), "Stop returned before the background work did")
 		require.NoError(t, o.Stop(context.Background()), "safe twice")
