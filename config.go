@@ -242,46 +242,43 @@ type envReader struct {
 	errs   []error
 }
 
-// dur reads a positive duration, def when unset.
-func (r *envReader) dur(name string, def time.Duration) time.Duration {
+// readEnv reads the variable name with parse, def when unset; a value
+// parse refuses is an error saying what is wanted.
+func readEnv[T any](r *envReader, name string, def T, want string, parse func(string) (T, bool)) T {
 	v := r.getenv(name)
 	if v == "" {
 		return def
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		r.errs = append(r.errs, fmt.Errorf("%s: want a positive duration such as 30s, got %q", name, v))
+	got, ok := parse(v)
+	if !ok {
+		r.errs = append(r.errs, fmt.Errorf("%s: want %s, got %q", name, want, v))
 		return def
 	}
-	return d
+	return got
+}
+
+// dur reads a positive duration, def when unset.
+func (r *envReader) dur(name string, def time.Duration) time.Duration {
+	return readEnv(r, name, def, "a positive duration such as 30s", func(v string) (time.Duration, bool) {
+		d, err := time.ParseDuration(v)
+		return d, err == nil && d > 0
+	})
 }
 
 // integer reads a positive integer, def when unset.
 func (r *envReader) integer(name string, def int64) int64 {
-	v := r.getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n <= 0 {
-		r.errs = append(r.errs, fmt.Errorf("%s: want a positive integer, got %q", name, v))
-		return def
-	}
-	return n
+	return readEnv(r, name, def, "a positive integer", func(v string) (int64, bool) {
+		n, err := strconv.ParseInt(v, 10, 64)
+		return n, err == nil && n > 0
+	})
 }
 
 // boolean reads true or false, def when unset.
 func (r *envReader) boolean(name string, def bool) bool {
-	v := r.getenv(name)
-	if v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		r.errs = append(r.errs, fmt.Errorf("%s: want true or false, got %q", name, v))
-		return def
-	}
-	return b
+	return readEnv(r, name, def, "true or false", func(v string) (bool, bool) {
+		b, err := strconv.ParseBool(v)
+		return b, err == nil
+	})
 }
 
 // config reads every setting that is one variable with a default.
