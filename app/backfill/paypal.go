@@ -89,6 +89,23 @@ func (p *PayPalAPI) authorization(ctx context.Context) (string, error) {
 	return "Bearer " + p.token, nil
 }
 
+// get reads path with the Authorization auth. PayPal answering 401 drops
+// that token from the cache, so the next request gets a new one: a token
+// revoked, or credentials rotated, would otherwise refuse every request
+// until the token's own expiry, hours later.
+func (p *PayPalAPI) get(ctx context.Context, auth, path string, out any) error {
+	err := p.api.do(ctx, "GET", path, auth, nil, out)
+	var aerr *apiError
+	if errors.As(err, &aerr) && aerr.status == http.StatusUnauthorized {
+		p.mu.Lock()
+		if "Bearer "+p.token == auth {
+			p.token = ""
+		}
+		p.mu.Unlock()
+	}
+	return err
+}
+
 // Event returns PayPal's own copy of a webhook event (GET
 // /v1/notifications/webhooks-events/{id}), for provider.PayPalConfig.Event.
 // PayPal answering 404 is an error of its own (no such event); one that
@@ -101,7 +118,7 @@ func (p *PayPalAPI) Event(ctx context.Context, id string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %v", provider.ErrUnavailable, err)
 	}
 	var raw json.RawMessage
-	err = p.api.do(ctx, "GET", "/v1/notifications/webhooks-events/"+url.PathEscape(id), auth, nil, &raw)
+	err = p.get(ctx, auth, "/v1/notifications/webhooks-events/"+url.PathEscape(id), &raw)
 	var aerr *apiError
 	switch {
 	case errors.As(err, &aerr) && aerr.status == http.StatusNotFound:
@@ -150,7 +167,7 @@ func (s *payPalSource) listType(ctx context.Context, from time.Time, eventType, 
 	next := "/v1/notifications/webhooks-events?" + q.Encode()
 	for next != "" {
 		var page payPalPage
-		if err := s.api.api.do(ctx, "GET", next, authorization, nil, &page); err != nil {
+		if err := s.api.get(ctx, authorization, next, &page); err != nil {
 			return err
 		}
 		for _, raw := range page.Events {

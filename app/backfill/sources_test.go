@@ -190,7 +190,13 @@ type fakePayPal struct {
 	events  []map[string]any // newest first
 	perPage int
 	tokens  atomic.Int32
+	// revoked counts the tokens revoked: the one handed out and honoured
+	// is A21-token-<revoked>.
+	revoked atomic.Int32
 }
+
+// token is the access token the fake hands out and honours now.
+func (f *fakePayPal) token() string { return fmt.Sprintf("A21-token-%d", f.revoked.Load()) }
 
 func (f *fakePayPal) add(id, capture, status string, at time.Time) {
 	f.mu.Lock()
@@ -209,9 +215,9 @@ func (f *fakePayPal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.tokens.Add(1)
-		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": "A21-token", "token_type": "Bearer", "expires_in": 32400})
+		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": f.token(), "token_type": "Bearer", "expires_in": 32400})
 	case "/v1/notifications/webhooks-events":
-		if r.Header.Get("Authorization") != "Bearer A21-token" {
+		if r.Header.Get("Authorization") != "Bearer "+f.token() {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
@@ -241,8 +247,13 @@ func (f *fakePayPal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"events": in[lo:hi], "count": hi - lo, "links": links})
 	default:
 		id, ok := strings.CutPrefix(r.URL.Path, "/v1/notifications/webhooks-events/")
-		if !ok || r.Header.Get("Authorization") != "Bearer A21-token" {
+		if !ok {
 			http.NotFound(w, r)
+			return
+		}
+		if r.Header.Get("Authorization") != "Bearer "+f.token() {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":"invalid_token","error_description":"Token signature verification failed"}`))
 			return
 		}
 		f.mu.Lock()
@@ -275,6 +286,16 @@ func TestPayPalAPIShowsAnEvent(t *testing.T) {
 		require.Contains(t, string(raw), `"CAP1"`)
 	}
 	require.EqualValues(t, 1, fake.tokens.Load(), "one token for many requests")
+	// PayPal revokes the token (credentials rotated): the request it
+	// refuses drops it, and the next one gets a new token, instead of
+	// waiting out the old one's 9 hours.
+	fake.revoked.Add(1)
+	_, err = api.Event(t.Context(), "WH-1")
+	require.ErrorIs(t, err, provider.ErrUnavailable)
+	raw, err := api.Event(t.Context(), "WH-1")
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"CAP1"`)
+	require.EqualValues(t, 2, fake.tokens.Load())
 	_, err = api.Event(t.Context(), "WH-NOBODY")
 	require.Error(t, err)
 	require.NotErrorIs(t, err, provider.ErrUnavailable, "an event PayPal does not know is not a PayPal that is down")
