@@ -13,7 +13,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -27,9 +26,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/guardian-pay/guardian/app/backfill"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/loadgen"
 	"github.com/guardian-pay/guardian/app/metrics"
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/settings"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/goose"
 )
@@ -47,7 +49,7 @@ const usage = `guardian: exactly-once fulfilment for payment webhooks
 Usage:
   guardian serve [--no-migrate] [--shutdown-timeout D]
                                     serve webhooks and dispatch fulfilments
-  guardian config check             name every problem with the configuration (exit 2 if any)
+  guardian config check|list        name every problem with the configuration (exit 2 if any), or list every setting
   guardian version                  the build's version and revision
   guardian migrate up|down|status   manage the database schema
   guardian backfill stripe|paddle|paypal [--since 72h]
@@ -94,7 +96,9 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	case "demo":
 		return runDemo(ctx, rest, getenv, stdout, stderr)
 	case "bench":
-		return loadgen.Main(ctx, rest, defaultURL, "http://"+DefaultMetricsAddr, getenv, stdout, stderr)
+		env := settings.NewEnv(getenv)
+		return loadgen.Main(ctx, rest, loadgen.Target{URL: guardianURL.Read(env), MetricsURL: metricsURL.Read(env),
+			Secret: provider.SigningSecret(env, "stripe")}, stdout, stderr)
 	case "fulfilments", "reconcile", "events":
 		return runOps(ctx, cmd, rest, getenv, stdout, stderr)
 	case "connector":
@@ -114,7 +118,7 @@ var commandUsage = map[string]string{
 	"epoch":       "usage: guardian epoch show|rotate\n  the database's epoch, which scopes Redis marks; rotate after a restore or failover (docs/operations.md)\n",
 	"operators":   operatorsUsage,
 	"backfill":    backfillUsage,
-	"config":      "usage: guardian config check\n  reads the configuration from the environment and names every problem; exit 2 if any\n",
+	"config":      "usage: guardian config check|list [--markdown]\n  check: reads the configuration from the environment and names every problem; exit 2 if any\n  list: every setting Guardian reads, its value here (a secret only as set or unset) and its default;\n  --markdown prints the README's configuration table instead\n",
 	"fulfilments": opsUsage,
 	"reconcile":   opsUsage,
 	"events":      opsUsage,
@@ -134,20 +138,31 @@ func usageExit(err error) int {
 	return ExitUsage
 }
 
-// runConfig runs `guardian config check`.
+// runConfig runs `guardian config check` and `guardian config list`.
 func runConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	if len(args) == 2 && args[0] == "check" && isHelp(args[1]) {
+	if len(args) == 2 && (args[0] == "check" || args[0] == "list") && isHelp(args[1]) {
 		fmt.Fprint(stdout, commandUsage["config"])
 		return ExitOK
 	}
-	if len(args) != 1 || args[0] != "check" {
+	switch {
+	case len(args) == 1 && args[0] == "list":
+		_ = settings.WriteList(stdout, getenv)
+		return ExitOK
+	case len(args) == 2 && args[0] == "list" && args[1] == "--markdown":
+		_ = settings.WriteMarkdown(stdout)
+		return ExitOK
+	case len(args) != 1 || args[0] != "check":
 		fmt.Fprint(stderr, commandUsage["config"])
 		return ExitUsage
 	}
-	for _, w := range UnknownVariables(os.Environ()) {
+	for _, w := range settings.Unknown(os.Environ()) {
 		fmt.Fprintln(stderr, "guardian: warning: "+w)
 	}
-	if _, err := ConfigFromEnv(getenv); err != nil {
+	cfg, err := ConfigFromEnv(getenv)
+	for _, w := range cfg.Warnings {
+		fmt.Fprintln(stderr, "guardian: warning: "+w)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "guardian: configuration refused:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return ExitUsage
 	}
@@ -221,7 +236,10 @@ func appFrom(ctx context.Context, getenv func(string) string, stderr io.Writer, 
 		fmt.Fprintf(stderr, "guardian: %v\n", err)
 		return nil, nil, ExitUsage
 	}
-	for _, w := range UnknownVariables(os.Environ()) {
+	for _, w := range settings.Unknown(os.Environ()) {
+		logger.Warn(w)
+	}
+	for _, w := range cfg.Warnings {
 		logger.Warn(w)
 	}
 	a, err := New(ctx, cfg, logger)
@@ -242,7 +260,7 @@ const backfillUsage = `usage: guardian backfill stripe|paddle|paypal [--since 72
 // runBackfill runs one backfill of a provider through the same intake as a
 // webhook (dispatch jobs it creates are worked by the serving processes).
 func runBackfill(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || backfillNeeds[args[0]] == "" {
+	if _, ok := backfill.Lookup(first(args, "")); !ok {
 		fmt.Fprint(stderr, backfillUsage)
 		return ExitUsage
 	}
@@ -353,7 +371,12 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 // openDatabase connects a command to the database the server uses:
 // DATABASE_URL, through the pooler GUARDIAN_DB_POOLER names.
 func openDatabase(ctx context.Context, getenv func(string) string) (*pgxpool.Pool, error) {
-	return db.Connect(ctx, cmp.Or(getenv("DATABASE_URL"), DefaultDatabaseURL), db.Pooler(getenv("GUARDIAN_DB_POOLER")))
+	env := settings.NewEnv(getenv)
+	url, pooler := databaseURL.Read(env), db.Pooler(dbPooler.Read(env))
+	if err := env.Err(); err != nil {
+		return nil, err
+	}
+	return db.Connect(ctx, url, pooler)
 }
 
 // fail reports err as the command's failure and returns code, for

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bytes"
-	"log/slog"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
+	"github.com/guardian-pay/guardian/app/settings"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -36,11 +38,19 @@ func TestConfigFromEnv(t *testing.T) {
 			!cfg.Migrate || cfg.Dev || cfg.LogFormat != "json" || cfg.RedisURL != "" {
 			t.Errorf("unexpected defaults: %+v", cfg)
 		}
-		if got := strings.Join(cfg.StripeSecrets, "|"); got != stripeA+"|"+stripeB {
-			t.Errorf("stripe secrets = %q", got)
+		if got := servedNames(cfg); !slices.Equal(got, []string{"standard", "stripe"}) {
+			t.Errorf("served %v, want standard and stripe alone", got)
 		}
-		if got := strings.Join(cfg.StandardSecrets, "|"); got != standardC+"|"+standardD {
-			t.Errorf("standard secrets = %q", got)
+		// Both secrets of each list verify: the lists were split and trimmed.
+		for _, secret := range []string{stripeA, stripeB} {
+			if !verifiesStripe(t, cfg, secret) {
+				t.Errorf("a delivery signed with the Stripe secret %.10s... does not verify", secret)
+			}
+		}
+		for _, secret := range []string{standardC, standardD} {
+			if !verifiesStandard(t, cfg, secret) {
+				t.Errorf("a delivery signed with the Standard secret %.10s... does not verify", secret)
+			}
 		}
 		if !cfg.API || len(cfg.AdminTokens) != 2 || cfg.ReconcileInterval != time.Minute {
 			t.Errorf("api config: %+v", cfg)
@@ -73,10 +83,54 @@ func TestConfigFromEnv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.StripeSecrets[0] != "whsec_real" || cfg.StandardSecrets[0] != provider.DevStandardSecret || cfg.LogFormat != "text" || cfg.Addr != "127.0.0.1:8080" {
+		if !verifiesStripe(t, cfg, "whsec_real") || verifiesStripe(t, cfg, provider.DevStripeSecret) || !verifiesStandard(t, cfg, provider.DevStandardSecret) ||
+			cfg.LogFormat != "text" || cfg.Addr != "127.0.0.1:8080" {
 			t.Errorf("dev profile: %+v", cfg)
 		}
 	})
+}
+
+// servedNames names the configuration's providers.
+func servedNames(cfg Config) []string {
+	var names []string
+	for _, p := range cfg.Providers {
+		names = append(names, p.Name())
+	}
+	return names
+}
+
+// served returns the configuration's provider called name.
+func served(t *testing.T, cfg Config, name string) provider.Provider {
+	t.Helper()
+	for _, p := range cfg.Providers {
+		if p.Name() == name {
+			return p
+		}
+	}
+	t.Fatalf("%s is not served", name)
+	return nil
+}
+
+// verifiesStripe reports whether the configuration's Stripe provider takes
+// a delivery signed with secret.
+func verifiesStripe(t *testing.T, cfg Config, secret string) bool {
+	body := []byte(`{"id":"evt_1","object":"event","type":"customer.created","livemode":false,"data":{"object":{}}}`)
+	now := time.Now()
+	_, err := served(t, cfg, "stripe").Verify(providertest.SignStripe(body, secret, now), body, now)
+	return err == nil || !errors.Is(err, provider.ErrSignature)
+}
+
+// verifiesStandard reports whether the configuration's Standard Webhooks
+// provider takes a delivery signed with secret.
+func verifiesStandard(t *testing.T, cfg Config, secret string) bool {
+	body := []byte(`{"type":"customer.created","data":{}}`)
+	now := time.Now()
+	h, err := providertest.SignStandard("msg_1", body, secret, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = served(t, cfg, "standard").Verify(h, body, now)
+	return err == nil || !errors.Is(err, provider.ErrSignature)
 }
 
 // Secrets of the production configurations below: long enough, and none
@@ -191,46 +245,37 @@ func TestConfigAPIOff(t *testing.T) {
 	}
 }
 
-// TestVariablesAreTheOnesRead keeps Variables equal to the GUARDIAN_* names
-// the source reads, so a new variable is never warned about as unknown.
-func TestVariablesAreTheOnesRead(t *testing.T) {
+// TestEveryVariableNamedIsRegistered: every GUARDIAN_* name the source
+// holds, anywhere in the tree, is a registered setting (reading one that
+// is not panics, and an unregistered one would be warned about as
+// unknown).
+func TestEveryVariableNamedIsRegistered(t *testing.T) {
 	t.Parallel()
-	read := map[string]bool{}
-	for _, dir := range []string{".", "app/loadgen"} {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	name := regexp.MustCompile(`\bGUARDIAN_[A-Z][A-Z_]*[A-Z]\b`)
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") ||
+			strings.HasPrefix(path, "e2e") || strings.HasPrefix(path, "receiver") {
+			return err
+		}
+		src, err := os.ReadFile(path)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			src, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range regexp.MustCompile(`"(GUARDIAN_[A-Z_]+)"`).FindAllStringSubmatch(string(src), -1) {
-				read[m[1]] = true
+		for _, m := range name.FindAllString(string(src), -1) {
+			if _, ok := settings.Lookup(m); !ok {
+				t.Errorf("%s names %s, which is not a registered setting", path, m)
 			}
 		}
-	}
-	listed := map[string]bool{}
-	for _, v := range Variables {
-		listed[v] = true
-		if !read[v] {
-			t.Errorf("Variables lists %s, which nothing reads", v)
-		}
-	}
-	for v := range read {
-		if !listed[v] {
-			t.Errorf("%s is read but not in Variables: it would be warned about as unknown", v)
-		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
 func TestUnknownVariables(t *testing.T) {
 	t.Parallel()
-	got := UnknownVariables([]string{"GUARDIAN_LOG_LEVLE=debug", "GUARDIAN_ADDR=:8080", "PATH=/bin", "GUARDIAN_FROBNICATE=1", "GUARDIAN_STRIPE_SECRET=whsec_x"})
+	got := settings.Unknown([]string{"GUARDIAN_LOG_LEVLE=debug", "GUARDIAN_ADDR=:8080", "PATH=/bin", "GUARDIAN_FROBNICATE=1", "GUARDIAN_STRIPE_SECRET=whsec_x"})
 	want := []string{
 		"GUARDIAN_FROBNICATE is not a variable Guardian reads: it is ignored",
 		"GUARDIAN_LOG_LEVLE is not a variable Guardian reads: it is ignored (did you mean GUARDIAN_LOG_LEVEL?)",
@@ -261,8 +306,14 @@ func TestConfigTimings(t *testing.T) {
 func TestConfigMode(t *testing.T) {
 	t.Parallel()
 	cfg, err := ConfigFromEnv(production(nil))
-	if err != nil || cfg.Mode != provider.ModeLive {
-		t.Fatalf("the default outside the development profile: mode %q, %v", cfg.Mode, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Live by default outside the development profile: a test-mode event
+	// is refused.
+	body := []byte(`{"id":"evt_1","object":"event","type":"customer.created","livemode":false,"data":{"object":{}}}`)
+	if _, err := served(t, cfg, "stripe").Verify(providertest.SignStripe(body, stripeA, time.Now()), body, time.Now()); !errors.Is(err, provider.ErrMode) {
+		t.Errorf("a test-mode event at the default mode: %v, want ErrMode", err)
 	}
 	for _, tt := range []struct {
 		env  map[string]string
@@ -288,31 +339,25 @@ func TestConfigMode(t *testing.T) {
 	}
 }
 
-// TestServedProvidersAreTheOnesBuilt: what `guardian connector test` checks
-// by default is what the server serves.
-func TestServedProvidersAreTheOnesBuilt(t *testing.T) {
+// TestEachProviderIsServedWhenItsSettingsAre: Stripe and Standard
+// Webhooks always, every other registered provider once its secrets are
+// set, each built from its own settings.
+func TestEachProviderIsServedWhenItsSettingsAre(t *testing.T) {
 	t.Parallel()
-	for _, more := range []map[string]string{
-		{},
-		{"GUARDIAN_PADDLE_SECRETS": "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_secret01", "GUARDIAN_ADYEN_HMAC_KEYS": "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
-			"GUARDIAN_PAYPAL_WEBHOOK_IDS": "WH1", "GUARDIAN_SHOPIFY_SECRETS": "shopify_client_secret_for_guardian_tests_0001",
-			"GUARDIAN_LEMONSQUEEZY_SECRETS": "lemonsqueezy_signing_secret_tests_01"},
-	} {
-		cfg, err := ConfigFromEnv(production(more))
-		if err != nil {
-			t.Fatal(err)
-		}
-		built, err := (&App{cfg: cfg, logger: slog.New(slog.DiscardHandler)}).buildProviders()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, p := range built {
-			names = append(names, p.Name())
-		}
-		if !slices.Equal(cfg.ServedProviders(), names) {
-			t.Errorf("served %v, built %v", cfg.ServedProviders(), names)
-		}
+	cfg, err := ConfigFromEnv(production(map[string]string{
+		"GUARDIAN_PADDLE_SECRETS": "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_secret01", "GUARDIAN_ADYEN_HMAC_KEYS": "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
+		"GUARDIAN_PAYPAL_WEBHOOK_IDS": "WH1", "GUARDIAN_SHOPIFY_SECRETS": "shopify_client_secret_for_guardian_tests_0001",
+		"GUARDIAN_LEMONSQUEEZY_SECRETS": "lemonsqueezy_signing_secret_tests_01",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for _, d := range provider.Drivers() {
+		all = append(all, d.Name)
+	}
+	if got := servedNames(cfg); !slices.Equal(got, all) || len(all) != 7 {
+		t.Errorf("served %v, registered %v", got, all)
 	}
 }
 
@@ -330,22 +375,16 @@ func TestPayPalWithoutCredentialsSaysWhatItTrusts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logs bytes.Buffer
-		built, err := (&App{cfg: cfg, logger: slog.New(slog.NewTextHandler(&logs, nil))}).buildProviders()
-		if err != nil {
-			t.Fatal(err)
-		}
 		var confirms bool
-		for _, p := range built {
-			if pp, ok := p.(*provider.PayPal); ok {
-				confirms = pp.Confirms()
-			}
+		if pp, ok := served(t, cfg, "paypal").(*provider.PayPal); ok {
+			confirms = pp.Confirms()
 		}
-		warned := strings.Contains(logs.String(), "CRC32")
+		logs := strings.Join(cfg.Warnings, "\n")
+		warned := strings.Contains(logs, "CRC32")
 		if confirms != withAPI || warned == withAPI {
 			t.Errorf("credentials %v: confirms %v, warned %v", withAPI, confirms, warned)
 		}
-		if strings.Contains(logs.String(), "paypal-client-secret-0123") {
+		if strings.Contains(logs, "paypal-client-secret-0123") {
 			t.Error("the log shows the secret")
 		}
 	}

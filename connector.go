@@ -8,10 +8,10 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/guardian-pay/guardian/app/connector"
-	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/settings"
 )
 
 const connectorUsage = `usage: guardian connector test [--provider NAME[,NAME...]] [--json]
@@ -47,34 +47,21 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 		fmt.Fprint(stderr, connectorUsage)
 		return ExitUsage
 	}
-	providers := List(*only, ",")
-	for _, p := range providers {
-		if !slices.Contains(Providers, p) {
-			fmt.Fprintf(stderr, "guardian: --provider: %q is not a provider Guardian serves (%s)\n", p, strings.Join(Providers, ", "))
-			return ExitUsage
-		}
+	providers, code := providersToTest(getenv, *only, stderr)
+	if providers == nil {
+		return code
 	}
-	if len(providers) == 0 {
-		cfg, _ := ConfigFromEnv(getenv) // only which providers are configured is read
-		providers = cfg.ServedProviders()
+	env := settings.NewEnv(getenv)
+	cfg := connector.HTTPConfig{URL: connectorURL.Read(env), Secret: connectorSecret.Read(env),
+		Timeout: connectorTimeout.Read(env), LookupURL: connectorLookupURL.Read(env)}
+	if err := env.Err(); err != nil {
+		return fail(stderr, ExitUsage, err)
 	}
-	timeout := fulfilment.DefaultConnectorTimeout
-	if v := getenv("GUARDIAN_CONNECTOR_TIMEOUT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			fmt.Fprintf(stderr, "guardian: GUARDIAN_CONNECTOR_TIMEOUT: want a positive duration such as 30s, got %q\n", v)
-			return ExitUsage
-		}
-		timeout = d
-	}
-	if getenv("GUARDIAN_CONNECTOR_URL") == "" {
+	if cfg.URL == "" {
 		fmt.Fprintln(stderr, "guardian: GUARDIAN_CONNECTOR_URL is not set: there is no receiver to test")
 		return ExitUsage
 	}
-	h, err := connector.NewHTTP(connector.HTTPConfig{
-		URL: getenv("GUARDIAN_CONNECTOR_URL"), Secret: getenv("GUARDIAN_CONNECTOR_SECRET"),
-		Timeout: timeout, LookupURL: getenv("GUARDIAN_CONNECTOR_LOOKUP_URL"),
-	})
+	h, err := connector.NewHTTP(cfg)
 	if err != nil {
 		return fail(stderr, ExitUsage, err)
 	}
@@ -112,4 +99,32 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 		return ExitFailure
 	}
 	return ExitOK
+}
+
+// providersToTest is the providers whose deliveries the conformance run
+// sends: those --provider names, each registered, or else every one the
+// configuration serves. Nil and the exit code when --provider names one
+// Guardian does not know.
+func providersToTest(getenv func(string) string, only string, stderr io.Writer) ([]string, int) {
+	var known []string
+	for _, d := range provider.Drivers() {
+		known = append(known, d.Name)
+	}
+	names := settings.Split(only, ",")
+	for _, p := range names {
+		if !slices.Contains(known, p) {
+			fmt.Fprintf(stderr, "guardian: --provider: %q is not a provider Guardian serves (%s)\n", p, strings.Join(known, ", "))
+			return nil, ExitUsage
+		}
+	}
+	if len(names) > 0 {
+		return names, ExitOK
+	}
+	// Only which providers the settings serve is read; their problems are
+	// `guardian config check`'s.
+	env := settings.NewEnv(getenv)
+	for _, p := range provider.Open(env, provider.ReadCommon(env, dev.Read(env))) {
+		names = append(names, p.Name())
+	}
+	return names, ExitOK
 }

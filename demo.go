@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -16,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
+	"github.com/guardian-pay/guardian/app/settings"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -25,12 +26,12 @@ import (
 func runDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	base := fs.String("url", cmp.Or(getenv("GUARDIAN_URL"), defaultURL), "Guardian's base URL")
+	base := fs.String("url", guardianURL.Read(settings.NewEnv(getenv)), "Guardian's base URL")
 	if err := fs.Parse(args); err != nil {
 		return usageExit(err)
 	}
-	stripeSecret := first(List(getenv("GUARDIAN_STRIPE_SECRETS"), ","), provider.DevStripeSecret)
-	standardSecret := first(List(getenv("GUARDIAN_STANDARD_SECRETS"), " ,"), provider.DevStandardSecret)
+	env := settings.NewEnv(getenv)
+	stripeSecret, standardSecret := provider.SigningSecret(env, "stripe"), provider.SigningSecret(env, "standard")
 	run := randomID()
 	pi, pay := "pi_demo_"+run, "pay_demo_"+run
 	deliveries, err := demoDeliveries(run, pi, pay, stripeSecret, standardSecret)
@@ -99,20 +100,20 @@ func demoDeliveries(run, pi, pay, stripeSecret, standardSecret string) ([]demoDe
 	intent := fmt.Sprintf(`{"id":"evt_demo_async_%s","object":"event","type":"checkout.session.async_payment_succeeded","data":{"object":{"id":"cs_demo_%s","object":"checkout.session","mode":"payment","payment_status":"paid","payment_intent":%q}}}`, run, run, pi)
 	customer := fmt.Sprintf(`{"id":"evt_demo_cus_%s","object":"event","type":"customer.created","data":{"object":{"id":"cus_demo_%s"}}}`, run, run)
 	standard := fmt.Sprintf(`{"type":"payment.succeeded","data":{"payment_id":%q,"amount":4200}}`, pay)
-	standardHeaders, err := provider.SignStandard("msg_demo_"+run, []byte(standard), standardSecret, now)
+	standardHeaders, err := providertest.SignStandard("msg_demo_"+run, []byte(standard), standardSecret, now)
 	if err != nil {
 		return nil, err
 	}
 	return []demoDelivery{
-		{"stripe checkout.session.completed", "stripe", checkout, provider.SignStripe([]byte(checkout), stripeSecret, now)},
-		{"  same event again (provider retry)", "stripe", checkout, provider.SignStripe([]byte(checkout), stripeSecret, now)},
-		{"  and again", "stripe", checkout, provider.SignStripe([]byte(checkout), stripeSecret, now)},
-		{"stripe async_payment_succeeded, same payment", "stripe", intent, provider.SignStripe([]byte(intent), stripeSecret, now)},
-		{"stripe customer.created (does not fulfil)", "stripe", customer, provider.SignStripe([]byte(customer), stripeSecret, now)},
+		{"stripe checkout.session.completed", "stripe", checkout, providertest.SignStripe([]byte(checkout), stripeSecret, now)},
+		{"  same event again (provider retry)", "stripe", checkout, providertest.SignStripe([]byte(checkout), stripeSecret, now)},
+		{"  and again", "stripe", checkout, providertest.SignStripe([]byte(checkout), stripeSecret, now)},
+		{"stripe async_payment_succeeded, same payment", "stripe", intent, providertest.SignStripe([]byte(intent), stripeSecret, now)},
+		{"stripe customer.created (does not fulfil)", "stripe", customer, providertest.SignStripe([]byte(customer), stripeSecret, now)},
 		{"standard payment.succeeded", "standard", standard, standardHeaders},
 		{"  same message again", "standard", standard, standardHeaders},
-		{"forged: signed with the wrong secret", "stripe", intent, provider.SignStripe([]byte(intent), "whsec_forged", now)},
-		{"replayed: signed 10 minutes ago", "stripe", intent, provider.SignStripe([]byte(intent), stripeSecret, now.Add(-10*time.Minute))},
+		{"forged: signed with the wrong secret", "stripe", intent, providertest.SignStripe([]byte(intent), "whsec_forged", now)},
+		{"replayed: signed 10 minutes ago", "stripe", intent, providertest.SignStripe([]byte(intent), stripeSecret, now.Add(-10*time.Minute))},
 	}, nil
 }
 
@@ -154,7 +155,7 @@ func demoRefund(ctx context.Context, client *http.Client, pool *pgxpool.Pool, ba
 	fmt.Fprintf(stdout, "\nThe customer is refunded in full:\n")
 	tw := table(stdout)
 	for _, d := range []struct{ what, body string }{{"stripe charge.refunded", refunded}, {"stripe refund.updated, same refund", refund}} {
-		if err := demoPost(ctx, client, tw, base, d.what, "stripe", d.body, provider.SignStripe([]byte(d.body), secret, time.Now())); err != nil {
+		if err := demoPost(ctx, client, tw, base, d.what, "stripe", d.body, providertest.SignStripe([]byte(d.body), secret, time.Now())); err != nil {
 			_ = tw.Flush()
 			fmt.Fprintf(stderr, "guardian demo: %v\n", err)
 			return ExitFailure

@@ -13,11 +13,28 @@ import (
 	"strings"
 	"time"
 
+	"github.com/guardian-pay/guardian/app/settings"
 	"github.com/guardian-pay/guardian/web"
 )
 
 // defaultURL is where the client commands find a local Guardian.
 const defaultURL = "http://127.0.0.1" + web.DefaultAddr
+
+// The operator commands' settings.
+var (
+	guardianURL = settings.String(settings.Setting{
+		Name: "GUARDIAN_URL", Default: "`http://127.0.0.1:8080`", Client: true,
+		Doc: "the Guardian the operator commands (and `guardian demo`, `guardian bench`) talk to",
+	}, defaultURL)
+	operatorToken = settings.String(settings.Setting{
+		Name: "GUARDIAN_OPERATOR_TOKEN", Default: "the first `GUARDIAN_ADMIN_TOKEN`", Secret: true, Client: true,
+		Doc: "the operator token the commands present (`guardian operators add NAME` makes one)",
+	}, "")
+	metricsURL = settings.String(settings.Setting{
+		Name: "GUARDIAN_METRICS_URL", Default: "`http://127.0.0.1:9090`", Client: true,
+		Doc: "the operations listener `guardian bench` reads `/metrics` from, to count fulfilments",
+	}, "http://"+DefaultMetricsAddr)
+)
 
 // opsClient talks to a running Guardian's operator API.
 type opsClient struct {
@@ -38,11 +55,12 @@ func (e *apiError) Error() string {
 }
 
 func newOpsClient(getenv func(string) string) (*opsClient, error) {
-	token := cmp.Or(strings.TrimSpace(getenv("GUARDIAN_OPERATOR_TOKEN")), first(List(getenv("GUARDIAN_ADMIN_TOKEN"), ","), ""))
+	env := settings.NewEnv(getenv)
+	token := cmp.Or(strings.TrimSpace(operatorToken.Read(env)), first(adminTokens.Read(env), ""))
 	if token == "" {
 		return nil, errors.New("GUARDIAN_OPERATOR_TOKEN is empty: set your operator token (from `guardian operators add NAME`) for the server in GUARDIAN_URL")
 	}
-	base := strings.TrimRight(cmp.Or(getenv("GUARDIAN_URL"), defaultURL), "/")
+	base := strings.TrimRight(guardianURL.Read(env), "/")
 	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, errors.New("GUARDIAN_URL must be an absolute http(s) URL")
 	}

@@ -46,10 +46,6 @@ type App struct {
 	// backfills holds a backfill for each provider whose API credentials
 	// are configured, by provider name.
 	backfills map[string]*backfill.Backfill
-	// payPalAPI is PayPal's API when its credentials are configured: the
-	// PayPal provider confirms deliveries with it and the backfill lists
-	// from it, under one access token.
-	payPalAPI *backfill.PayPalAPI
 
 	riverUI     *riverui.Handler
 	stopRiverUI context.CancelFunc
@@ -97,10 +93,7 @@ func (a *App) build(ctx context.Context) error {
 	if err := a.buildSchema(ctx); err != nil {
 		return err
 	}
-	providers, err := a.buildProviders()
-	if err != nil {
-		return err
-	}
+	providers := a.cfg.Providers
 	conn, looker, err := a.buildConnector()
 	if err != nil {
 		return err
@@ -122,7 +115,7 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := a.buildBackfills(providers, service, store); err != nil {
+	if err := a.buildBackfills(service, store); err != nil {
 		return err
 	}
 	riverClient, err := a.buildJobs(service, store, tracer, enqueuer)
@@ -155,58 +148,6 @@ func (a *App) buildSchema(ctx context.Context) error {
 		a.logger.Error("database setting can lose acknowledged deliveries", "problem", why)
 	}
 	return nil
-}
-
-// buildProviders makes the providers that verify deliveries: those the
-// configuration serves (Config.ServedProviders), each from its settings.
-func (a *App) buildProviders() ([]provider.Provider, error) {
-	cfg := a.cfg
-	build := map[string]func() (provider.Provider, error){
-		"stripe": func() (provider.Provider, error) {
-			return provider.NewStripe(provider.StripeConfig{Secrets: cfg.StripeSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StripeFulfilTypes, Mode: cfg.Mode})
-		},
-		"standard": func() (provider.Provider, error) {
-			return provider.NewStandard(provider.StandardConfig{Secrets: cfg.StandardSecrets, Tolerance: cfg.Tolerance, FulfilTypes: cfg.StandardFulfilTypes,
-				PaymentPath: cfg.StandardPaymentPath, RefundTypes: cfg.StandardRefundTypes})
-		},
-		"paddle": func() (provider.Provider, error) {
-			return provider.NewPaddle(provider.PaddleConfig{Secrets: cfg.PaddleSecrets, Tolerance: cfg.Tolerance, FulfilRenewals: cfg.PaddleFulfilRenewals})
-		},
-		"shopify": func() (provider.Provider, error) {
-			return provider.NewShopify(provider.ShopifyConfig{Secrets: cfg.ShopifySecrets, Mode: cfg.Mode, Shops: cfg.ShopifyShops})
-		},
-		"lemonsqueezy": func() (provider.Provider, error) {
-			return provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: cfg.LemonSqueezySecrets, Mode: cfg.Mode})
-		},
-		"adyen": func() (provider.Provider, error) {
-			return provider.NewAdyen(provider.AdyenConfig{HMACKeys: cfg.AdyenHMACKeys, Capture: cfg.AdyenCapture, Mode: cfg.Mode})
-		},
-		"paypal": func() (provider.Provider, error) {
-			pc := provider.PayPalConfig{WebhookIDs: cfg.PayPalWebhookIDs, Tolerance: cfg.Tolerance, Mode: cfg.Mode}
-			if cfg.PayPalClientID != "" {
-				api, err := backfill.NewPayPalAPI(cfg.PayPalClientID, cfg.PayPalClientSecret, cfg.apiURL(cfg.PayPalAPIURL, DefaultPayPalAPIURL, DefaultPayPalSandboxAPIURL))
-				if err != nil {
-					return nil, err
-				}
-				a.payPalAPI, pc.Event = api, api.Event
-			} else {
-				a.logger.Warn("PayPal: no GUARDIAN_PAYPAL_CLIENT_ID, so deliveries are not confirmed with PayPal's API. PayPal's signature binds the body "+
-					"only by a CRC32, which anyone can match: Guardian trusts each delivered body as signed, bound to its transmission id, so whoever "+
-					"holds a delivery less than the timestamp tolerance old before Guardian sees it can put a body of their choice under its signature. "+
-					"Set GUARDIAN_PAYPAL_CLIENT_ID and GUARDIAN_PAYPAL_CLIENT_SECRET (docs/security.md)", "tolerance", cfg.Tolerance.String())
-			}
-			return provider.NewPayPal(pc)
-		},
-	}
-	var providers []provider.Provider
-	for _, name := range cfg.ServedProviders() {
-		p, err := build[name]()
-		if err != nil {
-			return nil, err
-		}
-		providers = append(providers, p)
-	}
-	return providers, nil
 }
 
 // buildConnector makes the connector that acts, and its lookup when the
@@ -283,38 +224,15 @@ func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, conn connector
 	return service, enqueuer, err
 }
 
-// buildBackfills makes a backfill for each provider whose API credentials
-// are configured: Stripe's, Paddle's, PayPal's.
-func (a *App) buildBackfills(providers []provider.Provider, service *fulfilment.Service, store *db.Store) error {
-	cfg := a.cfg
-	common := backfill.Config{Service: service, Store: store, Logger: a.logger}
+// buildBackfills makes the backfills the configuration turns on.
+func (a *App) buildBackfills(service *fulfilment.Service, store *db.Store) error {
 	a.backfills = map[string]*backfill.Backfill{}
-	add := func(b *backfill.Backfill, err error) error {
-		if err == nil {
-			a.backfills[b.Provider()] = b
-		}
-		return err
-	}
-	for _, p := range providers {
-		var err error
-		switch p := p.(type) {
-		case *provider.Stripe:
-			if cfg.StripeAPIKey != "" {
-				err = add(backfill.NewStripe(backfill.StripeConfig{APIKey: cfg.StripeAPIKey, APIURL: cfg.StripeAPIURL, Provider: p, Config: common}))
-			}
-		case *provider.Paddle:
-			if cfg.PaddleAPIKey != "" {
-				err = add(backfill.NewPaddle(backfill.PaddleConfig{APIKey: cfg.PaddleAPIKey,
-					APIURL: cfg.apiURL(cfg.PaddleAPIURL, DefaultPaddleAPIURL, DefaultPaddleSandboxAPIURL), Provider: p, Config: common}))
-			}
-		case *provider.PayPal:
-			if a.payPalAPI != nil {
-				err = add(backfill.NewPayPal(backfill.PayPalConfig{API: a.payPalAPI, Provider: p, Config: common}))
-			}
-		}
+	for name, make := range a.cfg.Backfills {
+		b, err := make(backfill.Config{Service: service, Store: store, Logger: a.logger})
 		if err != nil {
 			return err
 		}
+		a.backfills[name] = b
 	}
 	return nil
 }
@@ -513,7 +431,8 @@ func anyActive(creds []db.Credential) bool {
 func (a *App) Backfill(ctx context.Context, name string, since time.Time) (backfill.Result, error) {
 	b, ok := a.backfills[name]
 	if !ok {
-		return backfill.Result{}, fmt.Errorf("no %s backfill is configured: %s", name, backfillNeeds[name])
+		d, _ := backfill.Lookup(name)
+		return backfill.Result{}, fmt.Errorf("no %s backfill is configured: %s", name, d.Needs)
 	}
 	return b.Run(ctx, since)
 }
@@ -525,13 +444,6 @@ func (a *App) sortedBackfills() []*backfill.Backfill {
 		out = append(out, a.backfills[name])
 	}
 	return out
-}
-
-// backfillNeeds says what each provider's backfill needs configured.
-var backfillNeeds = map[string]string{
-	"stripe": "set GUARDIAN_STRIPE_API_KEY to a Stripe key that may read events",
-	"paddle": "set GUARDIAN_PADDLE_API_KEY to a Paddle API key that may read events (and GUARDIAN_PADDLE_SECRETS)",
-	"paypal": "set GUARDIAN_PAYPAL_CLIENT_ID and GUARDIAN_PAYPAL_CLIENT_SECRET (and GUARDIAN_PAYPAL_WEBHOOK_IDS)",
 }
 
 // stopJobs stops River after a failed start, when it runs.

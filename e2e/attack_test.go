@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/db/dbtest"
 )
 
@@ -165,10 +166,10 @@ func TestAttackPublicListener(t *testing.T) {
 		// rest fits what it discards before answering.
 		big := bytes.Repeat([]byte(" "), 1<<20+1024)
 		real := paid("real")
-		realSig := provider.SignStripe(real, stripeSecret, now)
+		realSig := providertest.SignStripe(real, stripeSecret, now)
 		tampered := bytes.Replace(real, []byte("pi_real"), []byte("pi_evil"), 1)
 		standardBody := []byte(`{"type":"payment.succeeded","data":{"payment_id":"pay_std"}}`)
-		stdHeader, err := provider.SignStandard("msg_std", standardBody, standardSecret, now.Add(-10*time.Minute))
+		stdHeader, err := providertest.SignStandard("msg_std", standardBody, standardSecret, now.Add(-10*time.Minute))
 		require.NoError(t, err)
 		for _, tc := range []struct {
 			name   string
@@ -176,15 +177,15 @@ func TestAttackPublicListener(t *testing.T) {
 			body   []byte
 			want   int
 		}{
-			{"Forged", provider.SignStripe(paid("forged"), "whsec_attacker_made_this_up_0123456789", now), paid("forged"), http.StatusBadRequest},
+			{"Forged", providertest.SignStripe(paid("forged"), "whsec_attacker_made_this_up_0123456789", now), paid("forged"), http.StatusBadRequest},
 			{"Unsigned", http.Header{"Content-Type": {"application/json"}}, paid("unsigned"), http.StatusBadRequest},
 			{"TamperedAfterSigning", realSig, tampered, http.StatusBadRequest},
-			{"Stale", provider.SignStripe(paid("stale"), stripeSecret, now.Add(-10*time.Minute)), paid("stale"), http.StatusBadRequest},
-			{"FromTheFuture", provider.SignStripe(paid("future"), stripeSecret, now.Add(10*time.Minute)), paid("future"), http.StatusBadRequest},
+			{"Stale", providertest.SignStripe(paid("stale"), stripeSecret, now.Add(-10*time.Minute)), paid("stale"), http.StatusBadRequest},
+			{"FromTheFuture", providertest.SignStripe(paid("future"), stripeSecret, now.Add(10*time.Minute)), paid("future"), http.StatusBadRequest},
 			{"StaleStandard", stdHeader, standardBody, http.StatusBadRequest},
-			{"Oversize", provider.SignStripe(big, stripeSecret, now), big, http.StatusRequestEntityTooLarge},
-			{"MalformedButSigned", provider.SignStripe([]byte(`{"id":"evt_x",`), stripeSecret, now), []byte(`{"id":"evt_x",`), http.StatusBadRequest},
-			{"DuplicateKeysButSigned", provider.SignStripe([]byte(`{"id":"evt_d","id":"evt_e","type":"customer.created","data":{"object":{}}}`), stripeSecret, now), []byte(`{"id":"evt_d","id":"evt_e","type":"customer.created","data":{"object":{}}}`), http.StatusBadRequest},
+			{"Oversize", providertest.SignStripe(big, stripeSecret, now), big, http.StatusRequestEntityTooLarge},
+			{"MalformedButSigned", providertest.SignStripe([]byte(`{"id":"evt_x",`), stripeSecret, now), []byte(`{"id":"evt_x",`), http.StatusBadRequest},
+			{"DuplicateKeysButSigned", providertest.SignStripe([]byte(`{"id":"evt_d","id":"evt_e","type":"customer.created","data":{"object":{}}}`), stripeSecret, now), []byte(`{"id":"evt_d","id":"evt_e","type":"customer.created","data":{"object":{}}}`), http.StatusBadRequest},
 			{"UnknownProvider", realSig, real, http.StatusNotFound},
 		} {
 			path := "/webhooks/stripe"
@@ -222,7 +223,7 @@ func TestAttackPublicListener(t *testing.T) {
 			conns = append(conns, c)
 		}
 		body := []byte(`{"id":"evt_during_slowloris","object":"event","type":"customer.created","data":{"object":{"id":"cus_1"}}}`)
-		code, _, _ := anon.do("POST", "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body)
+		code, _, _ := anon.do("POST", "/webhooks/stripe", providertest.SignStripe(body, stripeSecret, time.Now()), body)
 		require.Equal(t, http.StatusOK, code, "a delivery gets through while slow clients hold connections")
 		var wg sync.WaitGroup
 		closed := make([]bool, len(conns))
@@ -276,7 +277,7 @@ func TestAttackPublicListener(t *testing.T) {
 
 	// Park one payment for the dashboard's attacks.
 	parkedBody := []byte(`{"id":"evt_parked","object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_parked","object":"checkout.session","payment_status":"paid","payment_intent":"pi_parked"}}}`)
-	code, _, _ := anon.do("POST", "/webhooks/stripe", provider.SignStripe(parkedBody, stripeSecret, time.Now()), parkedBody)
+	code, _, _ := anon.do("POST", "/webhooks/stripe", providertest.SignStripe(parkedBody, stripeSecret, time.Now()), parkedBody)
 	require.Equal(t, http.StatusOK, code)
 	require.Eventually(t, func() bool { return stateCount(t, d, "needs_reconciliation") == 1 }, 15*time.Second, 20*time.Millisecond)
 	parkedID := ""

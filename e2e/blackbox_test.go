@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/db/dbtest"
 )
 
@@ -47,19 +47,19 @@ func TestDeliveriesBecomeOneFulfilmentEach(t *testing.T) {
 			fmt.Sprintf(`{"id":"evt_pi_%d","type":"payment_intent.succeeded","data":{"object":{"id":%q}}}`, i, pi),
 		} {
 			for range 3 {
-				deliveries = append(deliveries, delivery{"/webhooks/stripe", provider.SignStripe([]byte(body), stripeSecret, now), []byte(body)})
+				deliveries = append(deliveries, delivery{"/webhooks/stripe", providertest.SignStripe([]byte(body), stripeSecret, now), []byte(body)})
 			}
 		}
 		std := []byte(fmt.Sprintf(`{"type":"payment.succeeded","data":{"payment_id":"pay_bb_%d"}}`, i))
-		h, err := provider.SignStandard(fmt.Sprintf("msg_bb_%d", i), std, standardSecret, now)
+		h, err := providertest.SignStandard(fmt.Sprintf("msg_bb_%d", i), std, standardSecret, now)
 		require.NoError(t, err)
 		deliveries = append(deliveries, delivery{"/webhooks/standard", h, std}, delivery{"/webhooks/standard", h, std})
 		if i%2 == 1 { // two Adyen payments a delivery
-			var items []provider.AdyenItem
+			var items []providertest.AdyenItem
 			for _, n := range []int{i - 1, i} {
-				items = append(items, provider.AdyenItem{EventCode: "AUTHORISATION", PSPReference: fmt.Sprintf("PSPBB%d", n), MerchantAccount: "Shop", Value: 500, Currency: "EUR", Success: true})
+				items = append(items, providertest.AdyenItem{EventCode: "AUTHORISATION", PSPReference: fmt.Sprintf("PSPBB%d", n), MerchantAccount: "Shop", Value: 500, Currency: "EUR", Success: true})
 			}
-			body, err := provider.SignAdyen(items, adyenKey, true)
+			body, err := providertest.SignAdyen(items, adyenKey, true)
 			require.NoError(t, err)
 			for range 3 {
 				deliveries = append(deliveries, delivery{"/webhooks/adyen", http.Header{"Content-Type": {"application/json"}}, body})
@@ -90,7 +90,7 @@ func TestDeliveriesBecomeOneFulfilmentEach(t *testing.T) {
 	}
 
 	forged := []byte(`{"id":"evt_forged","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_forged","payment_status":"paid","payment_intent":"pi_forged"}}}`)
-	require.Equal(t, http.StatusBadRequest, g.post(t, "/webhooks/stripe", provider.SignStripe(forged, "whsec_attacker", now), forged))
+	require.Equal(t, http.StatusBadRequest, g.post(t, "/webhooks/stripe", providertest.SignStripe(forged, "whsec_attacker", now), forged))
 
 	// The metrics tell the same story as the connector and the tables.
 	m := g.scrape(t)
@@ -140,7 +140,7 @@ func TestCrashMidCallIsParkedNotRepeated(t *testing.T) {
 	g := start(t, e)
 
 	body := []byte(`{"id":"evt_crash","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_crash","payment_status":"paid","payment_intent":"pi_crash"}}}`)
-	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", providertest.SignStripe(body, stripeSecret, time.Now()), body))
 	key := <-conn.entered // the call is in flight
 	g.kill(t)
 	require.Equal(t, 1, stateCount(t, d, "dispatching"), "the crash left the row dispatching")
@@ -208,7 +208,7 @@ func TestRedisDownFailsOpen(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	body := []byte(`{"id":"evt_rd","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_rd","payment_status":"paid","payment_intent":"pi_rd"}}}`)
 	for range 3 {
-		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", providertest.SignStripe(body, stripeSecret, time.Now()), body))
 	}
 	require.Eventually(t, func() bool { return stateCount(t, d, "fulfilled") == 1 }, 15*time.Second, 20*time.Millisecond)
 	m := g.scrape(t)
@@ -231,7 +231,7 @@ func TestRestoreRunbook(t *testing.T) {
 	e := baseEnv(t, d, conn)
 	g := start(t, e)
 	body := []byte(`{"id":"evt_lost","type":"customer.created","data":{"object":{"id":"cus_1"}}}`)
-	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", providertest.SignStripe(body, stripeSecret, time.Now()), body))
 	require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM webhook_event`))
 	g.stop(t)
 
@@ -253,7 +253,7 @@ func TestRestoreRunbook(t *testing.T) {
 	require.Equal(t, rotated, epoch("show"))
 
 	g = start(t, e)
-	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", providertest.SignStripe(body, stripeSecret, time.Now()), body))
 	require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_lost'`), "the redelivered event is stored again")
 	g.stop(t)
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/connector"
-	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/db/dbtest/faultproxy"
 	"github.com/guardian-pay/guardian/db/dbtest/pgbouncer"
@@ -244,15 +244,15 @@ type chaosDelivery struct {
 func (d chaosDelivery) sign() http.Header {
 	switch d.provider {
 	case "paddle":
-		return provider.SignPaddle(d.body, paddleSecret, time.Now())
+		return providertest.SignPaddle(d.body, paddleSecret, time.Now())
 	case "shopify":
-		return provider.SignShopify(d.body, shopifySecret, d.topic, d.id)
+		return providertest.SignShopify(d.body, shopifySecret, d.topic, d.id)
 	case "lemonsqueezy":
-		return provider.SignLemonSqueezy(d.body, lemonSecret, d.topic)
+		return providertest.SignLemonSqueezy(d.body, lemonSecret, d.topic)
 	case "adyen": // each item carries its signature
 		return http.Header{"Content-Type": {"application/json"}}
 	}
-	return provider.SignStripe(d.body, stripeSecret, time.Now())
+	return providertest.SignStripe(d.body, stripeSecret, time.Now())
 }
 
 // purchaseEvents are purchase i's events, each noted in the harness as
@@ -280,7 +280,7 @@ func (h *chaosHarness) purchaseEvents(i int) []chaosDelivery {
 		return []chaosDelivery{order, lemon("subscription_created", "subscriptions", "sub_"+pay, `"status":"active"`)}
 	case "adyen": // the automatic capture's CAPTURE never fulfils again
 		adyen := func(code, psp string) chaosDelivery {
-			body, err := provider.SignAdyen([]provider.AdyenItem{{EventCode: code, PSPReference: psp, OriginalReference: pay,
+			body, err := providertest.SignAdyen([]providertest.AdyenItem{{EventCode: code, PSPReference: psp, OriginalReference: pay,
 				MerchantAccount: "ChaosShop", MerchantReference: fmt.Sprint(i), Value: 1900, Currency: "EUR", Success: true}}, adyenKey, true)
 			if err != nil {
 				panic(err)

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/receiver"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db/dbtest"
@@ -73,7 +73,7 @@ func TestOperatorCLI(t *testing.T) {
 	g := start(t, baseEnv(t, d, conn))
 
 	body := []byte(`{"id":"evt_cli","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_cli","payment_status":"paid","payment_intent":"pi_cli"}}}`)
-	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", providertest.SignStripe(body, stripeSecret, time.Now()), body))
 	require.Eventually(t, func() bool { return stateCount(t, d, "needs_reconciliation") == 1 }, 15*time.Second, 20*time.Millisecond)
 
 	ana, bo := addOperator(t, d, "ana"), addOperator(t, d, "bo")
@@ -170,7 +170,7 @@ func TestOperatorCLIBrowsesAndRetries(t *testing.T) {
 	g := start(t, baseEnv(t, d, conn))
 	for _, p := range []string{"pi_refused_1", "pi_refused_2", "pi_fine_1"} {
 		body := []byte(`{"id":"evt_` + p + `","type":"checkout.session.completed","data":{"object":{"id":"cs_` + p + `","payment_status":"paid","payment_intent":"` + p + `"}}}`)
-		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", providertest.SignStripe(body, stripeSecret, time.Now()), body))
 	}
 	require.Eventually(t, func() bool { return stateCount(t, d, "failed") == 2 && stateCount(t, d, "fulfilled") == 1 }, 15*time.Second, 20*time.Millisecond)
 	ana := addOperator(t, d, "ana")

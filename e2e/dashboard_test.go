@@ -16,7 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/db/dbtest"
 )
 
@@ -54,7 +54,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		`{"id":"evt_ok_3","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_ok_3","payment_status":"paid","payment_intent":"pi_ok_3"}}}`,
 		`{"id":"evt_refused_4","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_refused_4","payment_status":"paid","payment_intent":"pi_refused_4"}}}`,
 	} {
-		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe([]byte(body), stripeSecret, now), []byte(body)))
+		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", providertest.SignStripe([]byte(body), stripeSecret, now), []byte(body)))
 	}
 	require.Eventually(t, func() bool {
 		return stateCount(t, d, "needs_reconciliation") == 2 && stateCount(t, d, "fulfilled") == 1 && stateCount(t, d, "failed") == 1

@@ -36,6 +36,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/db/dbtest"
 )
 
@@ -385,7 +386,7 @@ func payment(paymentID string) []byte {
 func (g *guardian) pay(t *testing.T, paymentID string) {
 	t.Helper()
 	body := payment(paymentID)
-	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", providertest.SignStripe(body, stripeSecret, time.Now()), body))
 }
 
 // TestAlertRulesFireOnAnUnhealthyGuardian: a receiver that answers 401 (a
@@ -420,11 +421,11 @@ func TestAlertRulesFireOnAnUnhealthyGuardian(t *testing.T) {
 	notDelivered := `guardian_dispatches_total{outcome="not_delivered"}`
 	for round := range 18 {
 		for range 2 {
-			require.Equal(t, http.StatusBadRequest, g.post(t, "/webhooks/stripe", provider.SignStripe(forged, "whsec_not_the_endpoint_secret_at_all_0123", time.Now()), forged))
+			require.Equal(t, http.StatusBadRequest, g.post(t, "/webhooks/stripe", providertest.SignStripe(forged, "whsec_not_the_endpoint_secret_at_all_0123", time.Now()), forged))
 		}
 		// A paid session naming no payment: stored, acknowledged, flagged.
 		unmapped := []byte(fmt.Sprintf(`{"id":"evt_unmapped_%d","object":"event","type":"checkout.session.completed","data":{"object":{"object":"checkout.session","payment_status":"paid"}}}`, round))
-		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(unmapped, stripeSecret, time.Now()), unmapped))
+		require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", providertest.SignStripe(unmapped, stripeSecret, time.Now()), unmapped))
 		before := g.scrape(t)[notDelivered]
 		g.pay(t, fmt.Sprintf("pi_denied_%d", round))
 		require.Eventually(t, func() bool { return g.scrape(t)[notDelivered] > before }, 15*time.Second, 20*time.Millisecond)

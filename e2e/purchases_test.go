@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/db/dbtest"
 )
 
@@ -54,7 +54,7 @@ func TestPurchasesFulfilAsStripeSaysTheyArePaid(t *testing.T) {
 		}
 		rand.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
 		for _, body := range all {
-			require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body),
+			require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", providertest.SignStripe(body, stripeSecret, time.Now()), body),
 				"every well-signed event is acknowledged: %s", body)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/db/dbtest"
 )
 
@@ -54,7 +54,7 @@ func TestTracesExportedWhenConfigured(t *testing.T) {
 	e["OTEL_BSP_SCHEDULE_DELAY"] = "50"
 	g := start(t, e)
 	body := []byte(`{"id":"evt_tr","type":"checkout.session.completed","data":{"object":{"id":"cs_pi_tr","payment_status":"paid","payment_intent":"pi_tr"}}}`)
-	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", provider.SignStripe(body, stripeSecret, time.Now()), body))
+	require.Equal(t, http.StatusOK, g.post(t, "/webhooks/stripe", providertest.SignStripe(body, stripeSecret, time.Now()), body))
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -28,7 +28,7 @@ import (
 func TestAdyenReSplitBuysNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	genuine := b.postAdyen(t, provider.AdyenItem{EventCode: "AUTHORISATION", PSPReference: "8815329842815468",
+	genuine := b.postAdyen(t, providertest.AdyenItem{EventCode: "AUTHORISATION", PSPReference: "8815329842815468",
 		MerchantAccount: "ShopAccount", MerchantReference: "order:42", Value: 1999, Currency: "EUR", Success: true})
 
 	// The forgery: the genuine signature over the fields split another way.
@@ -50,9 +50,9 @@ func TestAdyenReSplitBuysNothing(t *testing.T) {
 
 // postAdyen sends a delivery of item, signed with the current key, and
 // requires a 200; it returns the body sent.
-func (b *testBundle) postAdyen(t *testing.T, item provider.AdyenItem) []byte {
+func (b *testBundle) postAdyen(t *testing.T, item providertest.AdyenItem) []byte {
 	t.Helper()
-	body, err := provider.SignAdyen([]provider.AdyenItem{item}, adyenKey, false)
+	body, err := providertest.SignAdyen([]providertest.AdyenItem{item}, adyenKey, false)
 	require.NoError(t, err)
 	got := b.post(t, "/webhooks/adyen", http.Header{"Content-Type": {"application/json"}}, body)
 	require.Equal(t, http.StatusOK, got.code, string(got.raw))
@@ -78,7 +78,7 @@ func TestAdyenBodiesAreCappedSmall(t *testing.T) {
 func TestZeroAmountAuthorisationPaysNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	b.postAdyen(t, provider.AdyenItem{EventCode: "AUTHORISATION", PSPReference: "ZEROAUTH0000001",
+	b.postAdyen(t, providertest.AdyenItem{EventCode: "AUTHORISATION", PSPReference: "ZEROAUTH0000001",
 		MerchantAccount: "Shop", MerchantReference: "card-on-file", Value: 0, Currency: "EUR", Success: true})
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE provider = 'adyen' AND payment_id IS NULL`))
 	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
@@ -92,15 +92,15 @@ func TestShopifyRelabelledTopicBuysNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	order := shopifyOrder("orders/paid", "7001", "paid")
-	got := b.post(t, "/webhooks/shopify", provider.SignShopify(order, shopifySecret, "orders/paid", "evt-paid-7001"), order)
+	got := b.post(t, "/webhooks/shopify", providertest.SignShopify(order, shopifySecret, "orders/paid", "evt-paid-7001"), order)
 	require.Equal(t, http.StatusOK, got.code, string(got.raw))
 	require.Eventually(t, func() bool { return len(b.rec.Calls()) == 1 }, 15*time.Second, 10*time.Millisecond)
 
 	won := []byte(`{"id":598735659,"order_id":7001,"type":"chargeback","amount":"11.50","currency":"USD","reason":"fraudulent","status":"won","evidence_due_by":"2026-12-20T00:00:00Z"}`)
-	got = b.post(t, "/webhooks/shopify", provider.SignShopify(won, shopifySecret, "disputes/update", "evt-won-7001"), won)
+	got = b.post(t, "/webhooks/shopify", providertest.SignShopify(won, shopifySecret, "disputes/update", "evt-won-7001"), won)
 	require.Equal(t, http.StatusOK, got.code, "the genuine delivery is taken: %s", got.raw)
 	for i, topic := range []string{"refunds/create", "orders/updated", "orders/paid"} {
-		got = b.post(t, "/webhooks/shopify", provider.SignShopify(won, shopifySecret, topic, fmt.Sprintf("made-up-%d", i)), won)
+		got = b.post(t, "/webhooks/shopify", providertest.SignShopify(won, shopifySecret, topic, fmt.Sprintf("made-up-%d", i)), won)
 		require.Equal(t, http.StatusBadRequest, got.code, "%s: %s", topic, got.raw)
 	}
 	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE event_id LIKE 'made-up-%'`))
@@ -123,7 +123,7 @@ func TestForeignShopIsRefused(t *testing.T) {
 		return out
 	}
 	send := func(body []byte, headerShop, id string) answer {
-		h := provider.SignShopify(body, shopifySecret, "orders/paid", id)
+		h := providertest.SignShopify(body, shopifySecret, "orders/paid", id)
 		h.Set("X-Shopify-Shop-Domain", headerShop)
 		return b.post(t, "/webhooks/shopify", h, body)
 	}
@@ -154,7 +154,7 @@ func TestModeRefusalsAreRecordedWithTheirNeighbours(t *testing.T) {
 		}()
 	}
 	go func() {
-		done <- b.post(t, "/webhooks/stripe", provider.SignStripe(testEvent, stripeSecret, time.Now()), testEvent)
+		done <- b.post(t, "/webhooks/stripe", providertest.SignStripe(testEvent, stripeSecret, time.Now()), testEvent)
 	}()
 	for range 6 {
 		require.Equal(t, http.StatusBadRequest, (<-done).code)
@@ -187,7 +187,7 @@ func TestRefusedFloodIsLimitedPerAddress(t *testing.T) {
 	require.LessOrEqual(t, codes[http.StatusBadRequest], 150, "%v", codes)
 
 	body := intentEvent("evt_flooded", "pi_flooded")
-	got := b.post(t, "/webhooks/stripe", from("203.0.113.7", provider.SignStripe([]byte(body), stripeSecret, time.Now())), []byte(body))
+	got := b.post(t, "/webhooks/stripe", from("203.0.113.7", providertest.SignStripe([]byte(body), stripeSecret, time.Now())), []byte(body))
 	require.Equal(t, http.StatusOK, got.code, "a well-signed delivery is never limited: %s", got.raw)
 	require.Equal(t, http.StatusBadRequest, b.post(t, "/webhooks/stripe", from("198.51.100.8", forged), []byte(`{}`)).code, "another address has its own budget")
 	require.Eventually(t, func() bool {
@@ -206,7 +206,7 @@ func payPalForgery(t *testing.T) (genuine, forged []byte, h http.Header) {
 		`"amount":{"currency_code":"USD","value":"500.00"}},"x":"`), []byte(`"}`), crc32.ChecksumIEEE(genuine))
 	require.NoError(t, err)
 	require.Equal(t, crc32.ChecksumIEEE(genuine), crc32.ChecksumIEEE(forged))
-	h, err = provider.SignPayPal(genuine, payPalCert.key, payPalCertURL, payPalWebhook, "tx-captured", time.Now())
+	h, err = providertest.SignPayPal(genuine, payPalCert.key, payPalCertURL, payPalWebhook, "tx-captured", time.Now())
 	require.NoError(t, err)
 	return genuine, forged, h
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/web"
 )
@@ -309,11 +309,11 @@ func TestRefusedRequestsAreRecordedWithoutTheirContent(t *testing.T) {
 		body   []byte
 		want   int
 	}{
-		{"/webhooks/stripe", provider.SignStripe(body, "whsec_someone_else_entirely_0123456789", now), body, http.StatusBadRequest},
-		{"/webhooks/stripe", provider.SignStripe(body, stripeSecret, now.Add(-time.Hour)), body, http.StatusBadRequest},
-		{"/webhooks/stripe", provider.SignStripe([]byte(`{"id":`), stripeSecret, now), []byte(`{"id":`), http.StatusBadRequest},
-		{"/webhooks/stripe", provider.SignStripe(bytes.Repeat([]byte(" "), 70<<10), stripeSecret, now), bytes.Repeat([]byte(" "), 70<<10), http.StatusRequestEntityTooLarge},
-		{"/webhooks/mollie", provider.SignStripe(body, stripeSecret, now), body, http.StatusNotFound},
+		{"/webhooks/stripe", providertest.SignStripe(body, "whsec_someone_else_entirely_0123456789", now), body, http.StatusBadRequest},
+		{"/webhooks/stripe", providertest.SignStripe(body, stripeSecret, now.Add(-time.Hour)), body, http.StatusBadRequest},
+		{"/webhooks/stripe", providertest.SignStripe([]byte(`{"id":`), stripeSecret, now), []byte(`{"id":`), http.StatusBadRequest},
+		{"/webhooks/stripe", providertest.SignStripe(bytes.Repeat([]byte(" "), 70<<10), stripeSecret, now), bytes.Repeat([]byte(" "), 70<<10), http.StatusRequestEntityTooLarge},
+		{"/webhooks/mollie", providertest.SignStripe(body, stripeSecret, now), body, http.StatusNotFound},
 	} {
 		code, _ := b.do(t, "POST", tc.path, tc.header, tc.body)
 		require.Equal(t, tc.want, code, tc.path)

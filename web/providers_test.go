@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/web"
@@ -71,7 +71,7 @@ var conformants = []conformant{
 			if old {
 				return nil // Stripe's secrets rotate in the endpoint; tested in app/provider
 			}
-			return provider.SignStripe(body, stripeSecret, at)
+			return providertest.SignStripe(body, stripeSecret, at)
 		},
 		paid: func(p string) (string, []byte) {
 			return "evt_cs_" + p, []byte(intentEvent("evt_cs_"+p, "pi_"+p))
@@ -94,7 +94,7 @@ var conformants = []conformant{
 			if old {
 				return nil
 			}
-			h, err := provider.SignStandard(id, body, standardSecret, at)
+			h, err := providertest.SignStandard(id, body, standardSecret, at)
 			require.NoError(t, err)
 			return h
 		},
@@ -118,7 +118,7 @@ var conformants = []conformant{
 			if old {
 				secret = paddleOldSecret
 			}
-			return provider.SignPaddle(body, secret, at)
+			return providertest.SignPaddle(body, secret, at)
 		},
 		paid: func(p string) (string, []byte) {
 			return "evt_completed_" + p, paddleEvent("evt_completed_"+p, "transaction.completed", "txn_"+p, "completed")
@@ -145,7 +145,7 @@ var conformants = []conformant{
 			}
 			var topic struct{ Topic string }
 			require.NoError(t, json.Unmarshal(body, &topic))
-			return provider.SignShopify(body, secret, topic.Topic, id)
+			return providertest.SignShopify(body, secret, topic.Topic, id)
 		},
 		// The topic rides in a header; these bodies carry it too, for sign.
 		paid: func(p string) (string, []byte) {
@@ -175,7 +175,7 @@ var conformants = []conformant{
 				}
 			}
 			require.NoError(t, json.Unmarshal(body, &ev))
-			return provider.SignLemonSqueezy(body, secret, ev.Meta.EventName)
+			return providertest.SignLemonSqueezy(body, secret, ev.Meta.EventName)
 		},
 		// Lemon Squeezy's event ids are made from the event's name and object.
 		paid: func(p string) (string, []byte) {
@@ -199,7 +199,7 @@ var conformants = []conformant{
 			if old {
 				key = adyenOldKey
 			}
-			sealed, err := provider.ResignAdyen(body, key)
+			sealed, err := providertest.ResignAdyen(body, key)
 			require.NoError(t, err)
 			return sealed
 		},
@@ -227,7 +227,7 @@ var conformants = []conformant{
 			if old {
 				webhook = payPalOldWebhook
 			}
-			h, err := provider.SignPayPal(body, payPalCert.key, payPalCertURL, webhook, "tx-"+id+"-"+at.Format("150405.000"), at)
+			h, err := providertest.SignPayPal(body, payPalCert.key, payPalCertURL, webhook, "tx-"+id+"-"+at.Format("150405.000"), at)
 			require.NoError(t, err)
 			return h
 		},
@@ -416,20 +416,20 @@ func TestABatchDeliveryIsEachOfItsEvents(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	count := func(q string, args ...any) int { return b.db.Count(t, q, args...) }
-	items := func(psps ...string) []provider.AdyenItem {
-		var out []provider.AdyenItem
+	items := func(psps ...string) []providertest.AdyenItem {
+		var out []providertest.AdyenItem
 		for _, p := range psps {
-			out = append(out, provider.AdyenItem{EventCode: "AUTHORISATION", PSPReference: p, MerchantAccount: "Shop", Value: 500, Currency: "EUR", Success: true})
+			out = append(out, providertest.AdyenItem{EventCode: "AUTHORISATION", PSPReference: p, MerchantAccount: "Shop", Value: 500, Currency: "EUR", Success: true})
 		}
 		return out
 	}
 	header := http.Header{"Content-Type": {"application/json"}}
 
-	one, err := provider.SignAdyen(items("PSP_A"), adyenKey, false)
+	one, err := providertest.SignAdyen(items("PSP_A"), adyenKey, false)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, b.post(t, "/webhooks/adyen", header, one).code)
 
-	three, err := provider.SignAdyen(items("PSP_A", "PSP_B", "PSP_C"), adyenKey, false)
+	three, err := providertest.SignAdyen(items("PSP_A", "PSP_B", "PSP_C"), adyenKey, false)
 	require.NoError(t, err)
 	a := b.post(t, "/webhooks/adyen", header, three)
 	require.Equal(t, http.StatusOK, a.code)
@@ -457,7 +457,7 @@ func TestABatchDeliveryIsEachOfItsEvents(t *testing.T) {
 	require.True(t, strings.HasPrefix(stored, "{") && !strings.Contains(stored, "notificationItems"), stored)
 	require.NotContains(t, stored, "PSP_C")
 
-	four, err := provider.SignAdyen(items("PSP_D", "PSP_E"), adyenKey, false)
+	four, err := providertest.SignAdyen(items("PSP_D", "PSP_E"), adyenKey, false)
 	require.NoError(t, err)
 	forged := []byte(strings.Replace(string(four), `"pspReference":"PSP_E"`, `"pspReference":"PSP_F"`, 1))
 	require.NotEqual(t, four, forged)
@@ -472,7 +472,7 @@ func TestPayPalCertificateHostDownIs503(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	body := payPalEvent("WH-DOWN-1", "PAYMENT.CAPTURE.COMPLETED", "CAPDOWN1", "COMPLETED")
-	h, err := provider.SignPayPal(body, payPalCert.key, payPalCertDownURL, payPalWebhook, "tx-down", time.Now())
+	h, err := providertest.SignPayPal(body, payPalCert.key, payPalCertDownURL, payPalWebhook, "tx-down", time.Now())
 	require.NoError(t, err)
 	require.Equal(t, http.StatusServiceUnavailable, b.post(t, "/webhooks/paypal", h, body).code)
 	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
@@ -482,7 +482,7 @@ func TestPayPalCertificateHostDownIs503(t *testing.T) {
 	require.Eventually(t, func() bool { return b.db.Count(t, `SELECT count(*) FROM refused_delivery`) > 0 }, 5*time.Second, 20*time.Millisecond)
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM refused_delivery`), "the 503 is no refusal")
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM refused_delivery WHERE reason = 'signature'`))
-	h, err = provider.SignPayPal(body, payPalCert.key, payPalCertURL, payPalWebhook, "tx-up", time.Now())
+	h, err = providertest.SignPayPal(body, payPalCert.key, payPalCertURL, payPalWebhook, "tx-up", time.Now())
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, b.post(t, "/webhooks/paypal", h, body).code, "the retry, once PayPal answers")
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
 
 // TestARefundThatDoesNotSayWholeIsWeighed: Stripe's refund.updated and
@@ -23,7 +23,7 @@ func TestARefundThatDoesNotSayWholeIsWeighed(t *testing.T) {
 		return b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action = 'revoke'`, payment)
 	}
 	stripe := func(body string) {
-		got := b.post(t, "/webhooks/stripe", provider.SignStripe([]byte(body), stripeSecret, time.Now()), []byte(body))
+		got := b.post(t, "/webhooks/stripe", providertest.SignStripe([]byte(body), stripeSecret, time.Now()), []byte(body))
 		require.Equal(t, http.StatusOK, got.code, string(got.raw))
 	}
 	session := func(payment string) string {
@@ -43,7 +43,7 @@ func TestARefundThatDoesNotSayWholeIsWeighed(t *testing.T) {
 
 	paypal := func(id, typ, resource string) {
 		body := []byte(fmt.Sprintf(`{"id":%q,"event_type":%q,"resource":%s}`, id, typ, resource))
-		h, err := provider.SignPayPal(body, payPalCert.key, payPalCertURL, payPalWebhook, "tx-"+id, time.Now())
+		h, err := providertest.SignPayPal(body, payPalCert.key, payPalCertURL, payPalWebhook, "tx-"+id, time.Now())
 		require.NoError(t, err)
 		got := b.post(t, "/webhooks/paypal", h, body)
 		require.Equal(t, http.StatusOK, got.code, string(got.raw))

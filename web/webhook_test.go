@@ -243,7 +243,7 @@ func (b *testBundle) post(t *testing.T, path string, header http.Header, body []
 
 func (b *testBundle) postStripe(t *testing.T, body string) answer {
 	t.Helper()
-	return b.post(t, "/webhooks/stripe", provider.SignStripe([]byte(body), stripeSecret, time.Now()), []byte(body))
+	return b.post(t, "/webhooks/stripe", providertest.SignStripe([]byte(body), stripeSecret, time.Now()), []byte(body))
 }
 
 // waitFulfilled waits until every fulfilment of the payment is fulfilled and
@@ -377,13 +377,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 
 	good := []byte(intentEvent("evt_1", "pi_1"))
 	now := time.Now()
-	sign := func(body []byte, at time.Time) http.Header { return provider.SignStripe(body, stripeSecret, at) }
+	sign := func(body []byte, at time.Time) http.Header { return providertest.SignStripe(body, stripeSecret, at) }
 	dupKeys := []byte(`{"id":"evt_1","id":"evt_2","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1"}}}`)
 	huge := []byte(`{"id":"evt_big","type":"x","data":{"object":{"pad":"` + strings.Repeat("a", 70<<10) + `"}}}`)
 	stdBody := []byte(`{"type":"payment.succeeded","data":{"payment_id":"pay_1"}}`)
-	stdStale, err := provider.SignStandard("msg_1", stdBody, standardSecret, now.Add(-time.Hour))
+	stdStale, err := providertest.SignStandard("msg_1", stdBody, standardSecret, now.Add(-time.Hour))
 	require.NoError(t, err)
-	stdWrong, err := provider.SignStandard("msg_1", stdBody, "whsec_c2Vjb25kIHNlY3JldCBmb3Igcm90YXRpb24=", now)
+	stdWrong, err := providertest.SignStandard("msg_1", stdBody, "whsec_c2Vjb25kIHNlY3JldCBmb3Igcm90YXRpb24=", now)
 	require.NoError(t, err)
 
 	tests := []struct {
@@ -394,7 +394,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		code   int
 		reason string
 	}{
-		{"WrongSecret", "/webhooks/stripe", provider.SignStripe(good, "whsec_wrong", now), good, 400, "bad signature"},
+		{"WrongSecret", "/webhooks/stripe", providertest.SignStripe(good, "whsec_wrong", now), good, 400, "bad signature"},
 		{"NoSignature", "/webhooks/stripe", http.Header{}, good, 400, "bad signature"},
 		{"Stale", "/webhooks/stripe", sign(good, now.Add(-10*time.Minute)), good, 400, "timestamp outside tolerance"},
 		{"Future", "/webhooks/stripe", sign(good, now.Add(10*time.Minute)), good, 400, "timestamp outside tolerance"},
@@ -449,7 +449,7 @@ func TestStandardWebhooksFulfil(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	body := []byte(`{"type":"payment.succeeded","data":{"payment_id":"pay_std"}}`)
-	h, err := provider.SignStandard("msg_std", body, standardSecret, time.Now())
+	h, err := providertest.SignStandard("msg_std", body, standardSecret, time.Now())
 	require.NoError(t, err)
 	for range 3 {
 		a := b.post(t, "/webhooks/standard", h, body)
@@ -527,12 +527,12 @@ func TestRefusalsAreLoggedWithTheirReason(t *testing.T) {
 	b := setup(t, setupOpts{logs: &logs, now: func() time.Time { return time.Unix(0, clock.Load()) }})
 	body := []byte(`{"id":"evt_log","type":"payment_intent.succeeded","data":{"object":{"id":"pi_log","status":"succeeded"}}}`)
 
-	forged := provider.SignStripe(body, "whsec_not_the_endpoints_secret_at_all_0000", now)
+	forged := providertest.SignStripe(body, "whsec_not_the_endpoints_secret_at_all_0000", now)
 	for range 3 {
 		require.Equal(t, http.StatusBadRequest, b.post(t, "/webhooks/stripe", forged, body).code)
 	}
 	require.Equal(t, http.StatusBadRequest, b.post(t, "/webhooks/stripe", http.Header{}, body).code)
-	stale := provider.SignStripe(body, stripeSecret, now.Add(-time.Hour))
+	stale := providertest.SignStripe(body, stripeSecret, now.Add(-time.Hour))
 	require.Equal(t, http.StatusBadRequest, b.post(t, "/webhooks/stripe", stale, body).code)
 
 	lines := func(reason string) []string {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/backfill"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -147,7 +148,7 @@ func TestPaddleBackfill(t *testing.T) {
 		body, err := json.Marshal(api.events[0])
 		api.mu.Unlock()
 		require.NoError(t, err)
-		ev, err := p.Verify(provider.SignPaddle(body, "pdl_ntfset_01backfill_secret", time.Now()), body, time.Now())
+		ev, err := p.Verify(providertest.SignPaddle(body, "pdl_ntfset_01backfill_secret", time.Now()), body, time.Now())
 		require.NoError(t, err)
 		b.raceWebhook(t, ev)
 	})
@@ -278,7 +279,7 @@ func TestPayPalAPIShowsAnEvent(t *testing.T) {
 	fake.add("WH-1", "CAP1", "COMPLETED", time.Now())
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	api, err := backfill.NewPayPalAPI(payPalID, payPalSecret, srv.URL)
+	api, err := provider.NewPayPalAPI(payPalID, payPalSecret, srv.URL)
 	require.NoError(t, err)
 	for range 3 {
 		raw, err := api.Event(t.Context(), "WH-1")
@@ -324,7 +325,7 @@ func TestPayPalBackfill(t *testing.T) {
 			return nil, provider.ErrUnavailable
 		}})
 		require.NoError(t, err)
-		papi, err := backfill.NewPayPalAPI(payPalID, secret, srv.URL)
+		papi, err := provider.NewPayPalAPI(payPalID, secret, srv.URL)
 		require.NoError(t, err)
 		b.run, err = backfill.NewPayPal(backfill.PayPalConfig{API: papi, Provider: p,
 			Config: backfill.Config{Service: b.svc, Store: db.New(b.db.Pool), Logger: b.logger, Now: func() time.Time { return b.now }}})

@@ -22,6 +22,7 @@ import (
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
 )
@@ -227,7 +228,7 @@ func TestStripeBackfill(t *testing.T) {
 		require.NoError(t, err)
 		stripeProvider, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{"whsec_test"}})
 		require.NoError(t, err)
-		ev, err := stripeProvider.Verify(provider.SignStripe(body, "whsec_test", time.Now()), body, time.Now())
+		ev, err := stripeProvider.Verify(providertest.SignStripe(body, "whsec_test", time.Now()), body, time.Now())
 		require.NoError(t, err)
 		b.raceWebhook(t, ev)
 	})

@@ -6,7 +6,6 @@ package loadgen
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -26,7 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
 
 // Exit codes, as the rest of the CLI uses them.
@@ -53,12 +52,20 @@ type Result struct {
 	FulfilSeconds   float64 `json:"fulfil_seconds"`
 }
 
+// Target is the Guardian a run loads, as the settings name it: the flags
+// default to it.
+type Target struct {
+	// URL is Guardian's base URL; MetricsURL its operations listener.
+	URL, MetricsURL string
+	// Secret is the Stripe signing secret the deliveries are signed with.
+	Secret string
+}
+
 // Main runs `guardian bench` with args: it sends correctly signed Stripe
-// deliveries to a running Guardian (GUARDIAN_URL, else defaultURL; signed with the first of
-// GUARDIAN_STRIPE_SECRETS or the development secret) and prints what it
-// measured. It returns the process exit code: 0, or 2 for bad flags.
-func Main(ctx context.Context, args []string, defaultURL, defaultMetricsURL string, getenv func(string) string, stdout, stderr io.Writer) int {
-	o, code := parseOptions(args, defaultURL, defaultMetricsURL, getenv, stderr)
+// deliveries to the target Guardian and prints what it measured. It
+// returns the process exit code: 0, or 2 for bad flags.
+func Main(ctx context.Context, args []string, target Target, stdout, stderr io.Writer) int {
+	o, code := parseOptions(args, target, stderr)
 	if code >= 0 {
 		return code
 	}
@@ -89,11 +96,11 @@ type options struct {
 
 // parseOptions reads the flags; code is the exit code when the run ends
 // here (help, a bad flag), -1 when it goes on.
-func parseOptions(args []string, defaultURL, defaultMetricsURL string, getenv func(string) string, stderr io.Writer) (o options, code int) {
+func parseOptions(args []string, target Target, stderr io.Writer) (o options, code int) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.base, "url", cmp.Or(getenv("GUARDIAN_URL"), defaultURL), "Guardian's base URL")
-	fs.StringVar(&o.metricsURL, "metrics-url", cmp.Or(getenv("GUARDIAN_METRICS_URL"), defaultMetricsURL), "Guardian's operations listener, where /metrics is served (to count fulfilments)")
+	fs.StringVar(&o.base, "url", target.URL, "Guardian's base URL")
+	fs.StringVar(&o.metricsURL, "metrics-url", target.MetricsURL, "Guardian's operations listener, where /metrics is served (to count fulfilments)")
 	fs.IntVar(&o.concurrency, "concurrency", 32, "requests in flight")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to send")
 	fs.Float64Var(&o.dupShare, "duplicates", 0.3, "share of deliveries that repeat an event already sent (0-1)")
@@ -114,7 +121,7 @@ func parseOptions(args []string, defaultURL, defaultMetricsURL string, getenv fu
 		fmt.Fprintln(stderr, "guardian bench: concurrency ≥ 1, shares between 0 and 1")
 		return o, exitUsage
 	}
-	o.secret, _, _ = strings.Cut(cmp.Or(strings.TrimSpace(getenv("GUARDIAN_STRIPE_SECRETS")), provider.DevStripeSecret), ",")
+	o.secret = target.Secret
 	if o.run == "" {
 		o.run = strings.ToLower(rand.Text()[:8])
 	}
@@ -196,7 +203,7 @@ func (o options) sender(ctx context.Context, client *http.Client, target string,
 		if err != nil {
 			continue
 		}
-		req.Header = provider.SignStripe(body, o.secret, time.Now())
+		req.Header = providertest.SignStripe(body, o.secret, time.Now())
 		t0 := time.Now()
 		resp, err := client.Do(req)
 		if err != nil {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/guardian-pay/guardian/app/settings"
 )
 
 // Adyen's capture settings: when a payment counts as paid.
@@ -68,27 +70,26 @@ type Adyen struct {
 // NewAdyen returns an Adyen provider, or an error if no key is given, a
 // key is not hex, or the capture setting is unknown.
 func NewAdyen(cfg AdyenConfig) (*Adyen, error) {
-	keys, err := cleanSecrets(cfg.HMACKeys)
+	keys, err := signingKeys("adyen", cfg.HMACKeys, func(k string) ([]byte, error) {
+		key, err := hex.DecodeString(k)
+		if err != nil || len(key) == 0 {
+			return nil, errors.New("not hex, as the Customer Area shows an HMAC key")
+		}
+		return key, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("adyen: %w", err)
+		return nil, err
 	}
 	if err := cfg.Mode.check("adyen"); err != nil {
 		return nil, err
 	}
-	a := &Adyen{mode: cfg.Mode}
+	a := &Adyen{mode: cfg.Mode, keys: keys}
 	switch cfg.Capture {
 	case "", AdyenCaptureAutomatic:
 	case AdyenCaptureManual:
 		a.manual = true
 	default:
 		return nil, fmt.Errorf("adyen: capture %q is neither %s nor %s", cfg.Capture, AdyenCaptureAutomatic, AdyenCaptureManual)
-	}
-	for i, k := range keys {
-		key, err := hex.DecodeString(k)
-		if err != nil || len(key) == 0 {
-			return nil, fmt.Errorf("adyen: HMAC key %d is not hex, as the Customer Area shows it", i+1)
-		}
-		a.keys = append(a.keys, key)
 	}
 	return a, nil
 }
@@ -157,11 +158,8 @@ func (a *Adyen) VerifyBatch(_ http.Header, body []byte, _ time.Time) ([]Event, e
 	if live != "true" && live != "false" {
 		return nil, fmt.Errorf("%w: live is %q, neither \"true\" nor \"false\"", ErrMalformed, truncate(live, 20))
 	}
-	if a.mode.refuses(live == "false") {
-		if live == "false" {
-			return nil, fmt.Errorf("%w: a test notification at a live deployment: is a test webhook's HMAC key in GUARDIAN_ADYEN_HMAC_KEYS?", ErrMode)
-		}
-		return nil, fmt.Errorf("%w: a live notification at a test deployment (GUARDIAN_MODE=test)", ErrMode)
+	if err := a.mode.refusal(live == "false", "a test notification", "a live notification", "a test webhook's HMAC key in GUARDIAN_ADYEN_HMAC_KEYS"); err != nil {
+		return nil, err
 	}
 	return evs, nil
 }
@@ -311,6 +309,18 @@ func (f adyenItem) check() error {
 // an error from item ends the read. It returns the delivery's "live". The
 // body must be one strict JSON object (no repeated names at any depth,
 // valid UTF-8): jsontext checks that as it reads, also in what it skips.
+// AdyenSigningStrings returns the string each notification item of an
+// Adyen delivery is signed over, in order, as Adyen's HMAC takes them
+// (its fields joined by ":").
+func AdyenSigningStrings(body []byte) ([]string, error) {
+	var out []string
+	_, err := scanAdyen(body, func(_ int, f adyenItem, _ []byte) error {
+		out = append(out, f.signingString())
+		return nil
+	})
+	return out, err
+}
+
 func scanAdyen(body []byte, item func(i int, f adyenItem, raw []byte) error) (live string, err error) {
 	bad := func(err error) (string, error) {
 		if errors.Is(err, ErrSignature) || errors.Is(err, ErrMalformed) {
@@ -513,4 +523,30 @@ func expect(dec *jsontext.Decoder, k jsontext.Kind) error {
 		return fmt.Errorf("expected %q, found %q", k, tok.Kind())
 	}
 	return nil
+}
+
+// Adyen's settings, and its registration: served when its HMAC keys are
+// set.
+var (
+	adyenHMACKeys = settings.List(settings.Setting{
+		Name: "GUARDIAN_ADYEN_HMAC_KEYS", Default: "unset (Adyen not served)", Secret: true,
+		Doc: "Adyen webhook HMAC keys (64 hex characters), comma-separated",
+	}, ",")
+	adyenCapture = settings.OneOf(settings.Setting{
+		Name: "GUARDIAN_ADYEN_CAPTURE", Default: "`automatic`",
+		Doc: "`automatic`: a successful Adyen `AUTHORISATION` fulfils; `manual`: a successful `CAPTURE` does, as the merchant account captures",
+	}, AdyenCaptureAutomatic, AdyenCaptureAutomatic, AdyenCaptureManual)
+)
+
+func init() {
+	Register(Driver{Name: "adyen", Secrets: adyenHMACKeys, Open: func(env *settings.Env, c Common) (Provider, error) {
+		// Every setting is read, so a bad one is named even when Adyen is
+		// not served.
+		keys, capture := adyenHMACKeys.Read(env), adyenCapture.Read(env)
+		if len(keys) == 0 {
+			return nil, nil
+		}
+		checkSecrets(env, c, adyenHMACKeys.Name, keys, AdyenHMACKey)
+		return NewAdyen(AdyenConfig{HMACKeys: keys, Capture: capture, Mode: c.Mode})
+	}})
 }

@@ -1,4 +1,4 @@
-package provider
+package provider_test
 
 import (
 	"bytes"
@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
 
 // Keys of the tests' own, 32 random bytes in hex as Adyen shows them.
@@ -28,7 +31,7 @@ func TestAdyenSignature(t *testing.T) {
 		Body          json.RawMessage `json:"body"`
 	}
 	loadTestdata(t, "adyen/sdk_vector.json", &vector)
-	sdk, err := NewAdyen(AdyenConfig{HMACKeys: []string{vector.HMACKey}})
+	sdk, err := provider.NewAdyen(provider.AdyenConfig{HMACKeys: []string{vector.HMACKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,34 +42,31 @@ func TestAdyenSignature(t *testing.T) {
 	if ev.ID != "EVENT:pspReference:true" || ev.Type != "EVENT" || ev.Fulfils() {
 		t.Errorf("the SDK's vector read as %+v", ev)
 	}
-	var signing string
-	if _, err := scanAdyen(vector.Body, func(_ int, f adyenItem, _ []byte) error { signing = f.signingString(); return nil }); err != nil {
-		t.Fatal(err)
+	signing, err := provider.AdyenSigningStrings(vector.Body)
+	if err != nil || len(signing) != 1 || signing[0] != vector.SigningString {
+		t.Errorf("signing strings %q (%v), want [%q]", signing, err, vector.SigningString)
 	}
-	if signing != vector.SigningString {
-		t.Errorf("signing string %q, want %q", signing, vector.SigningString)
-	}
-	resigned, err := ResignAdyen(vector.Body, vector.HMACKey)
+	resigned, err := providertest.ResignAdyen(vector.Body, vector.HMACKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := mustItem(t, resigned, 0)["additionalData"].(map[string]any)["hmacSignature"]; got != vector.Signature {
-		t.Errorf("ResignAdyen signed %v, want the SDK's %s", got, vector.Signature)
+		t.Errorf("providertest.ResignAdyen signed %v, want the SDK's %s", got, vector.Signature)
 	}
 
-	a, err := NewAdyen(AdyenConfig{HMACKeys: []string{adyenRetiredKey, adyenKey}})
+	a, err := provider.NewAdyen(provider.AdyenConfig{HMACKeys: []string{adyenRetiredKey, adyenKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	auth := loadTestdata(t, "adyen/authorisation.json", nil)
 	signed := func(key string) []byte {
-		b, err := ResignAdyen(auth, key)
+		b, err := providertest.ResignAdyen(auth, key)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	two, err := SignAdyen([]AdyenItem{
+	two, err := providertest.SignAdyen([]providertest.AdyenItem{
 		{EventCode: "AUTHORISATION", PSPReference: "PSP_A", MerchantAccount: "M", Value: 100, Currency: "EUR", Success: true},
 		{EventCode: "AUTHORISATION", PSPReference: "PSP_B", MerchantAccount: "M", Value: 200, Currency: "EUR", Success: true},
 	}, adyenKey, false)
@@ -81,14 +81,14 @@ func TestAdyenSignature(t *testing.T) {
 	}{
 		{"Signed", signed(adyenKey), nil},
 		{"RetiredKeyWhileRotating", signed(adyenRetiredKey), nil},
-		{"OtherKey", signed(adyenOtherKey), ErrSignature},
-		{"PublishedSignatureOfAnUnknownKey", auth, ErrSignature},
-		{"SignedFieldAlteredByOneByte", bytes.Replace(signed(adyenKey), []byte(`"value":10100`), []byte(`"value":10101`), 1), ErrSignature},
+		{"OtherKey", signed(adyenOtherKey), provider.ErrSignature},
+		{"PublishedSignatureOfAnUnknownKey", auth, provider.ErrSignature},
+		{"SignedFieldAlteredByOneByte", bytes.Replace(signed(adyenKey), []byte(`"value":10100`), []byte(`"value":10101`), 1), provider.ErrSignature},
 		{"UnsignedFieldAltered", bytes.Replace(signed(adyenKey), []byte(`"paymentMethod":"visa"`), []byte(`"paymentMethod":"mc"`), 1), nil},
-		{"OneForgedItemRefusesTheDelivery", secondForged, ErrSignature},
-		{"NoSignature", bytes.Replace(signed(adyenKey), []byte(`"hmacSignature"`), []byte(`"hmacSignaturX"`), 1), ErrSignature},
-		{"NoItems", []byte(`{"live":"false","notificationItems":[]}`), ErrMalformed},
-		{"NotJSON", []byte(`{"live":`), ErrMalformed},
+		{"OneForgedItemRefusesTheDelivery", secondForged, provider.ErrSignature},
+		{"NoSignature", bytes.Replace(signed(adyenKey), []byte(`"hmacSignature"`), []byte(`"hmacSignaturX"`), 1), provider.ErrSignature},
+		{"NoItems", []byte(`{"live":"false","notificationItems":[]}`), provider.ErrMalformed},
+		{"NotJSON", []byte(`{"live":`), provider.ErrMalformed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,7 +108,7 @@ func TestAdyenSignature(t *testing.T) {
 
 	t.Run("EachItemIsAnEventOfItsOwn", func(t *testing.T) {
 		t.Parallel()
-		evs, err := VerifyAll(a, nil, two, time.Now())
+		evs, err := provider.VerifyAll(a, nil, two, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func TestAdyenSignature(t *testing.T) {
 				t.Errorf("event %d's payload is not its item: %s", i, ev.Payload)
 			}
 		}
-		if _, err := a.Verify(nil, two, time.Now()); !errors.Is(err, ErrMalformed) {
+		if _, err := a.Verify(nil, two, time.Now()); !errors.Is(err, provider.ErrMalformed) {
 			t.Errorf("Verify of two items = %v, want ErrMalformed", err)
 		}
 	})
@@ -136,16 +136,16 @@ func TestAdyenSignature(t *testing.T) {
 // the identity of an event, and the mode.
 func TestAdyenRules(t *testing.T) {
 	t.Parallel()
-	item := func(code, psp, original string, success bool) AdyenItem {
-		return AdyenItem{EventCode: code, PSPReference: psp, OriginalReference: original, MerchantAccount: "Shop", MerchantReference: "order-7",
+	item := func(code, psp, original string, success bool) providertest.AdyenItem {
+		return providertest.AdyenItem{EventCode: code, PSPReference: psp, OriginalReference: original, MerchantAccount: "Shop", MerchantReference: "order-7",
 			Value: 1999, Currency: "EUR", Success: success, Reason: "Refused"}
 	}
 	capture := loadTestdata(t, "adyen/capture.json", nil)
 	tests := []struct {
 		name     string
 		capture  string
-		mode     Mode
-		items    []AdyenItem
+		mode     provider.Mode
+		items    []providertest.AdyenItem
 		body     []byte // instead of items
 		live     bool
 		id       string
@@ -154,32 +154,32 @@ func TestAdyenRules(t *testing.T) {
 		unmapped bool
 		err      error
 	}{
-		{name: "AuthorisedUnderAutomaticCapturePays", items: []AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, id: "AUTHORISATION:PSP1:true", payment: "PSP1"},
-		{name: "RefusedNeverPays", items: []AdyenItem{item("AUTHORISATION", "PSP1", "", false)}, id: "AUTHORISATION:PSP1:false", note: "authorisation refused"},
-		{name: "AuthorisedUnderManualCaptureWaits", capture: AdyenCaptureManual, items: []AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, note: "under manual capture"},
-		{name: "CaptureUnderManualCapturePaysThePayment", capture: AdyenCaptureManual, items: []AdyenItem{item("CAPTURE", "CAP1", "PSP1", true)}, id: "CAPTURE:CAP1:true", payment: "PSP1"},
-		{name: "TheLibrarysCaptureFixture", capture: AdyenCaptureManual, body: capture, id: "CAPTURE:PSP_REFERENCE:true", payment: "ORIGINAL_PSP"},
-		{name: "FailedCaptureNeverPays", capture: AdyenCaptureManual, items: []AdyenItem{item("CAPTURE", "CAP1", "PSP1", false)}, note: "capture failed"},
-		{name: "CaptureUnderAutomaticCaptureDoesNotPayAgain", items: []AdyenItem{item("CAPTURE", "CAP1", "PSP1", true)}, note: "under automatic capture"},
-		{name: "CaptureNamingNoPaymentIsFlagged", capture: AdyenCaptureManual, items: []AdyenItem{item("CAPTURE", "CAP1", "", true)}, unmapped: true},
-		{name: "RefundNeverPays", items: []AdyenItem{item("REFUND", "REF1", "PSP1", true)}, id: "REFUND:REF1:true"},
-		{name: "LiveAtALiveDeployment", mode: ModeLive, live: true, items: []AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, payment: "PSP1"},
-		{name: "TestAtALiveDeploymentIsRefused", mode: ModeLive, items: []AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, err: ErrMode},
-		{name: "LiveAtATestDeploymentIsRefused", mode: ModeTest, live: true, items: []AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, err: ErrMode},
-		{name: "ATestItemAmongLiveOnesRefusesAll", mode: ModeLive, live: false, items: []AdyenItem{item("AUTHORISATION", "PSP1", "", true), item("AUTHORISATION", "PSP2", "", true)}, err: ErrMode},
+		{name: "AuthorisedUnderAutomaticCapturePays", items: []providertest.AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, id: "AUTHORISATION:PSP1:true", payment: "PSP1"},
+		{name: "RefusedNeverPays", items: []providertest.AdyenItem{item("AUTHORISATION", "PSP1", "", false)}, id: "AUTHORISATION:PSP1:false", note: "authorisation refused"},
+		{name: "AuthorisedUnderManualCaptureWaits", capture: provider.AdyenCaptureManual, items: []providertest.AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, note: "under manual capture"},
+		{name: "CaptureUnderManualCapturePaysThePayment", capture: provider.AdyenCaptureManual, items: []providertest.AdyenItem{item("CAPTURE", "CAP1", "PSP1", true)}, id: "CAPTURE:CAP1:true", payment: "PSP1"},
+		{name: "TheLibrarysCaptureFixture", capture: provider.AdyenCaptureManual, body: capture, id: "CAPTURE:PSP_REFERENCE:true", payment: "ORIGINAL_PSP"},
+		{name: "FailedCaptureNeverPays", capture: provider.AdyenCaptureManual, items: []providertest.AdyenItem{item("CAPTURE", "CAP1", "PSP1", false)}, note: "capture failed"},
+		{name: "CaptureUnderAutomaticCaptureDoesNotPayAgain", items: []providertest.AdyenItem{item("CAPTURE", "CAP1", "PSP1", true)}, note: "under automatic capture"},
+		{name: "CaptureNamingNoPaymentIsFlagged", capture: provider.AdyenCaptureManual, items: []providertest.AdyenItem{item("CAPTURE", "CAP1", "", true)}, unmapped: true},
+		{name: "RefundNeverPays", items: []providertest.AdyenItem{item("REFUND", "REF1", "PSP1", true)}, id: "REFUND:REF1:true"},
+		{name: "LiveAtALiveDeployment", mode: provider.ModeLive, live: true, items: []providertest.AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, payment: "PSP1"},
+		{name: "TestAtALiveDeploymentIsRefused", mode: provider.ModeLive, items: []providertest.AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, err: provider.ErrMode},
+		{name: "LiveAtATestDeploymentIsRefused", mode: provider.ModeTest, live: true, items: []providertest.AdyenItem{item("AUTHORISATION", "PSP1", "", true)}, err: provider.ErrMode},
+		{name: "ATestItemAmongLiveOnesRefusesAll", mode: provider.ModeLive, live: false, items: []providertest.AdyenItem{item("AUTHORISATION", "PSP1", "", true), item("AUTHORISATION", "PSP2", "", true)}, err: provider.ErrMode},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			a, err := NewAdyen(AdyenConfig{HMACKeys: []string{adyenKey}, Capture: tt.capture, Mode: tt.mode})
+			a, err := provider.NewAdyen(provider.AdyenConfig{HMACKeys: []string{adyenKey}, Capture: tt.capture, Mode: tt.mode})
 			if err != nil {
 				t.Fatal(err)
 			}
 			body := tt.body
 			if body == nil {
-				body, err = SignAdyen(tt.items, adyenKey, tt.live)
+				body, err = providertest.SignAdyen(tt.items, adyenKey, tt.live)
 			} else {
-				body, err = ResignAdyen(body, adyenKey)
+				body, err = providertest.ResignAdyen(body, adyenKey)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -208,13 +208,13 @@ func TestAdyenRules(t *testing.T) {
 
 	t.Run("Configuration", func(t *testing.T) {
 		t.Parallel()
-		for _, cfg := range []AdyenConfig{
+		for _, cfg := range []provider.AdyenConfig{
 			{},
 			{HMACKeys: []string{"not hex"}},
 			{HMACKeys: []string{adyenKey}, Capture: "sometimes"},
 			{HMACKeys: []string{adyenKey}, Mode: "staging"},
 		} {
-			if _, err := NewAdyen(cfg); err == nil {
+			if _, err := provider.NewAdyen(cfg); err == nil {
 				t.Errorf("NewAdyen(%+v) accepted", cfg)
 			} else if strings.Contains(err.Error(), adyenKey) {
 				t.Errorf("the error shows a key: %v", err)
@@ -227,7 +227,7 @@ func TestAdyenRules(t *testing.T) {
 // Verify reads it.
 func mustItem(t *testing.T, body []byte, i int) map[string]any {
 	t.Helper()
-	env, err := parseObject(body)
+	env, err := provider.ParseObject(body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,13 +243,13 @@ func mustItem(t *testing.T, body []byte, i int) map[string]any {
 // which failed, takes nothing back, and the same refund succeeded does.
 func TestAdyenReversals(t *testing.T) {
 	t.Parallel()
-	a, err := NewAdyen(AdyenConfig{HMACKeys: []string{adyenKey}})
+	a, err := provider.NewAdyen(provider.AdyenConfig{HMACKeys: []string{adyenKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sample := loadTestdata(t, "adyen/refund.json", nil)
-	for success, want := range map[string]*Reversal{"false": nil, "true": {PaymentID: "ORIGINAL_PSP", Kind: Refund, Amount: &Money{1500, "EUR"}, RefundID: "PSP_REFERENCE"}} {
-		body, err := ResignAdyen(bytes.Replace(sample, []byte(`"success": "false"`), []byte(`"success": "`+success+`"`), 1), adyenKey)
+	for success, want := range map[string]*provider.Reversal{"false": nil, "true": {PaymentID: "ORIGINAL_PSP", Kind: provider.Refund, Amount: &provider.Money{1500, "EUR"}, RefundID: "PSP_REFERENCE"}} {
+		body, err := providertest.ResignAdyen(bytes.Replace(sample, []byte(`"success": "false"`), []byte(`"success": "`+success+`"`), 1), adyenKey)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,21 +262,21 @@ func TestAdyenReversals(t *testing.T) {
 		code     string
 		success  bool
 		original string
-		want     *Reversal
+		want     *provider.Reversal
 	}{
-		{"REFUND", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Refund, Amount: &Money{100, "EUR"}, RefundID: "MOD1"}},
+		{"REFUND", true, "PSP1", &provider.Reversal{PaymentID: "PSP1", Kind: provider.Refund, Amount: &provider.Money{100, "EUR"}, RefundID: "MOD1"}},
 		{"REFUND", false, "PSP1", nil},
-		{"CANCEL_OR_REFUND", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Refund, Full: true}},
-		{"CANCELLATION", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Refund, Full: true}},
-		{"NOTIFICATION_OF_CHARGEBACK", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Dispute, Stage: DisputeOpened}},
-		{"CHARGEBACK", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Dispute, Stage: DisputeLost}},
-		{"SECOND_CHARGEBACK", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Dispute, Stage: DisputeLost}},
-		{"CHARGEBACK_REVERSED", true, "PSP1", &Reversal{PaymentID: "PSP1", Kind: Dispute, Stage: DisputeWon}},
+		{"CANCEL_OR_REFUND", true, "PSP1", &provider.Reversal{PaymentID: "PSP1", Kind: provider.Refund, Full: true}},
+		{"CANCELLATION", true, "PSP1", &provider.Reversal{PaymentID: "PSP1", Kind: provider.Refund, Full: true}},
+		{"NOTIFICATION_OF_CHARGEBACK", true, "PSP1", &provider.Reversal{PaymentID: "PSP1", Kind: provider.Dispute, Stage: provider.DisputeOpened}},
+		{"CHARGEBACK", true, "PSP1", &provider.Reversal{PaymentID: "PSP1", Kind: provider.Dispute, Stage: provider.DisputeLost}},
+		{"SECOND_CHARGEBACK", true, "PSP1", &provider.Reversal{PaymentID: "PSP1", Kind: provider.Dispute, Stage: provider.DisputeLost}},
+		{"CHARGEBACK_REVERSED", true, "PSP1", &provider.Reversal{PaymentID: "PSP1", Kind: provider.Dispute, Stage: provider.DisputeWon}},
 		{"CHARGEBACK", true, "", nil},
 		{"AUTHORISATION", true, "", nil},
 	}
 	for _, tt := range tests {
-		body, err := SignAdyen([]AdyenItem{{EventCode: tt.code, PSPReference: "MOD1", OriginalReference: tt.original, MerchantAccount: "Shop",
+		body, err := providertest.SignAdyen([]providertest.AdyenItem{{EventCode: tt.code, PSPReference: "MOD1", OriginalReference: tt.original, MerchantAccount: "Shop",
 			Value: 100, Currency: "EUR", Success: tt.success}}, adyenKey, false)
 		if err != nil {
 			t.Fatal(err)
@@ -299,11 +299,11 @@ func TestAdyenReversals(t *testing.T) {
 // anything at all is a signature refusal, not a parse of the rest.
 func TestAdyenReadStopsAtTheFirstForgedItem(t *testing.T) {
 	t.Parallel()
-	a, err := NewAdyen(AdyenConfig{HMACKeys: []string{adyenKey}})
+	a, err := provider.NewAdyen(provider.AdyenConfig{HMACKeys: []string{adyenKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	forged, err := SignAdyen([]AdyenItem{{EventCode: "AUTHORISATION", PSPReference: "PSP1", MerchantAccount: "Shop", Value: 100, Currency: "EUR", Success: true}}, adyenOtherKey, false)
+	forged, err := providertest.SignAdyen([]providertest.AdyenItem{{EventCode: "AUTHORISATION", PSPReference: "PSP1", MerchantAccount: "Shop", Value: 100, Currency: "EUR", Success: true}}, adyenOtherKey, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestAdyenReadStopsAtTheFirstForgedItem(t *testing.T) {
 	// would take: only a read that stopped can answer ErrSignature.
 	i := bytes.LastIndex(forged, []byte("}]"))
 	body := append(append([]byte{}, forged[:i+1]...), []byte(`,{"NotificationRequestItem":`+strings.Repeat("[", 1<<16))...)
-	if _, err := a.VerifyBatch(nil, body, time.Now()); !errors.Is(err, ErrSignature) {
+	if _, err := a.VerifyBatch(nil, body, time.Now()); !errors.Is(err, provider.ErrSignature) {
 		t.Fatalf("VerifyBatch = %v, want ErrSignature before the rest is read", err)
 	}
 }

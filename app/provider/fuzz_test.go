@@ -1,4 +1,4 @@
-package provider
+package provider_test
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
 
 // seed adds every file of testdata/dir to f as a body.
@@ -35,19 +38,19 @@ func seed(f *testing.F, dir string, add func(body []byte)) {
 // with the key verifies unless its fields are refused.
 func FuzzAdyenVerify(f *testing.F) {
 	seed(f, "adyen", func(b []byte) {
-		if signed, err := ResignAdyen(b, adyenKey); err == nil {
+		if signed, err := providertest.ResignAdyen(b, adyenKey); err == nil {
 			f.Add(signed)
 		}
 		f.Add(b)
 	})
-	a, err := NewAdyen(AdyenConfig{HMACKeys: []string{adyenKey}})
+	a, err := provider.NewAdyen(provider.AdyenConfig{HMACKeys: []string{adyenKey}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		check := func(evs []Event, err error) {
+		check := func(evs []provider.Event, err error) {
 			if err != nil {
-				if !errors.Is(err, ErrSignature) && !errors.Is(err, ErrMalformed) {
+				if !errors.Is(err, provider.ErrSignature) && !errors.Is(err, provider.ErrMalformed) {
 					t.Fatalf("unclassified error %v", err)
 				}
 				return
@@ -63,9 +66,9 @@ func FuzzAdyenVerify(f *testing.F) {
 			}
 		}
 		check(a.VerifyBatch(nil, body, time.Now()))
-		if signed, err := ResignAdyen(body, adyenKey); err == nil {
+		if signed, err := providertest.ResignAdyen(body, adyenKey); err == nil {
 			evs, err := a.VerifyBatch(nil, signed, time.Now())
-			if errors.Is(err, ErrSignature) {
+			if errors.Is(err, provider.ErrSignature) {
 				t.Fatalf("a body signed with the key is refused as unsigned: %v", err)
 			}
 			check(evs, err)
@@ -84,26 +87,26 @@ func FuzzShopifyVerify(f *testing.F) {
 		}
 	})
 	f.Add("refunds/create", []byte(`{"id":1,"order_id":2,"type":"chargeback","status":"won"}`))
-	s, err := NewShopify(ShopifyConfig{Secrets: []string{secret}})
+	s, err := provider.NewShopify(provider.ShopifyConfig{Secrets: []string{secret}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, topic string, body []byte) {
-		ev, err := s.Verify(SignShopify(body, secret, topic, "evt-fuzz"), body, time.Now())
+		ev, err := s.Verify(providertest.SignShopify(body, secret, topic, "evt-fuzz"), body, time.Now())
 		if err != nil {
-			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrMode) {
+			if !errors.Is(err, provider.ErrMalformed) && !errors.Is(err, provider.ErrMode) {
 				t.Fatalf("unclassified error %v", err)
 			}
 			return
 		}
-		doc, perr := parseObject(body)
+		doc, perr := provider.ParseObject(body)
 		if perr != nil {
 			t.Fatalf("accepted a body that is not strict JSON: %v", perr)
 		}
-		if want, acts := shopifyTopics[ev.Type]; acts && shopifyKind(doc) != want {
-			t.Fatalf("%s accepted with a body that is %s", ev.Type, shopifyKind(doc))
+		if want, acts := provider.ShopifyTopics[ev.Type]; acts && provider.ShopifyKind(doc) != want {
+			t.Fatalf("%s accepted with a body that is %s", ev.Type, provider.ShopifyKind(doc))
 		}
-		if ev.Fulfils() && shopifyKind(doc) != shopifyOrderKind {
+		if ev.Fulfils() && provider.ShopifyKind(doc) != provider.ShopifyOrderKind {
 			t.Fatal("fulfilled on a body that is no order")
 		}
 	})
@@ -116,11 +119,11 @@ func FuzzPayPalHeaders(f *testing.F) {
 	f.Add("https://api.paypal.com/v1/notifications/certs/../../oauth2/token", "t", "2019-08-29T10:49:33Z", "SHA256withRSA", "AAAA")
 	var mu sync.Mutex
 	var fetched []string
-	p, err := NewPayPal(PayPalConfig{WebhookIDs: []string{"WH"}, Fetch: func(_ context.Context, url string) ([]byte, error) {
+	p, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{"WH"}, Fetch: func(_ context.Context, url string) ([]byte, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		fetched = append(fetched, url)
-		return nil, ErrUnavailable
+		return nil, provider.ErrUnavailable
 	}})
 	if err != nil {
 		f.Fatal(err)
@@ -137,13 +140,13 @@ func FuzzPayPalHeaders(f *testing.F) {
 		if err == nil {
 			t.Fatal("verified without a certificate")
 		}
-		if !errors.Is(err, ErrSignature) && !errors.Is(err, ErrTimestamp) && !errors.Is(err, ErrUnavailable) {
+		if !errors.Is(err, provider.ErrSignature) && !errors.Is(err, provider.ErrTimestamp) && !errors.Is(err, provider.ErrUnavailable) {
 			t.Fatalf("unclassified error %v", err)
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		for _, u := range fetched {
-			if _, _, err := payPalCertURL(u); err != nil {
+			if err := provider.PayPalCertURL(u); err != nil {
 				t.Fatalf("fetched %q", u)
 			}
 		}
@@ -156,7 +159,7 @@ func FuzzPayPalHeaders(f *testing.F) {
 // signatures; one byte changed does not.
 func TestStandardVerifiesTheSpecVector(t *testing.T) {
 	t.Parallel()
-	s, err := NewStandard(StandardConfig{Secrets: []string{standardSecret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, Tolerance: 100 * 365 * 24 * time.Hour})
+	s, err := provider.NewStandard(provider.StandardConfig{Secrets: []string{standardSecret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, Tolerance: 100 * 365 * 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,11 +168,11 @@ func TestStandardVerifiesTheSpecVector(t *testing.T) {
 	h.Set("webhook-timestamp", "1614265330")
 	h.Set("webhook-signature", "v2,AAAA v1,bm90IHRoaXMgb25lIG5vdCB0aGlzIG9uZSBub3QgdGhpcyA= v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
 	body := []byte(`{"test": 2432232314}`)
-	if _, err := s.Verify(h, body, time.Unix(1614265330, 0)); errors.Is(err, ErrSignature) || errors.Is(err, ErrTimestamp) {
+	if _, err := s.Verify(h, body, time.Unix(1614265330, 0)); errors.Is(err, provider.ErrSignature) || errors.Is(err, provider.ErrTimestamp) {
 		t.Fatalf("the reference vector: %v", err)
 	}
 	body[2] ^= 1
-	if _, err := s.Verify(h, body, time.Unix(1614265330, 0)); !errors.Is(err, ErrSignature) {
+	if _, err := s.Verify(h, body, time.Unix(1614265330, 0)); !errors.Is(err, provider.ErrSignature) {
 		t.Errorf("one byte changed: %v, want ErrSignature", err)
 	}
 }
@@ -181,27 +184,27 @@ func TestStandardVerifiesTheSpecVector(t *testing.T) {
 func FuzzPaddleVerify(f *testing.F) {
 	const secret = "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_fuzzsecret"
 	now := time.Unix(1767225600, 0)
-	seed(f, "paddle", func(b []byte) { f.Add(SignPaddle(b, secret, now).Get("Paddle-Signature"), b, true) })
+	seed(f, "paddle", func(b []byte) { f.Add(providertest.SignPaddle(b, secret, now).Get("Paddle-Signature"), b, true) })
 	f.Add("ts=1;ts=2;h1=00", []byte(`{}`), false)
-	p, err := NewPaddle(PaddleConfig{Secrets: []string{secret}})
+	p, err := provider.NewPaddle(provider.PaddleConfig{Secrets: []string{secret}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, header string, body []byte, sign bool) {
 		if sign {
-			header = SignPaddle(body, secret, now).Get("Paddle-Signature")
+			header = providertest.SignPaddle(body, secret, now).Get("Paddle-Signature")
 		}
 		ev, err := p.Verify(http.Header{"Paddle-Signature": {header}}, body, now)
 		if err != nil {
-			if !errors.Is(err, ErrSignature) && !errors.Is(err, ErrTimestamp) && !errors.Is(err, ErrMalformed) {
+			if !errors.Is(err, provider.ErrSignature) && !errors.Is(err, provider.ErrTimestamp) && !errors.Is(err, provider.ErrMalformed) {
 				t.Fatalf("unclassified error %v", err)
 			}
-			if sign && errors.Is(err, ErrSignature) {
+			if sign && errors.Is(err, provider.ErrSignature) {
 				t.Fatalf("a signed body refused as unsigned: %v", err)
 			}
 			return
 		}
-		if ev.ID == "" || ev.Type == "" || (ev.Fulfils() && ev.Type != PaddleFulfilType) {
+		if ev.ID == "" || ev.Type == "" || (ev.Fulfils() && ev.Type != provider.PaddleFulfilType) {
 			t.Fatalf("accepted %+v", ev)
 		}
 	})
@@ -213,19 +216,19 @@ func FuzzPaddleVerify(f *testing.F) {
 func FuzzLemonSqueezyVerify(f *testing.F) {
 	const secret = "lemonsqueezy_fuzz_secret_0123456789"
 	seed(f, "lemonsqueezy", func(b []byte) { f.Add("order_created", b) })
-	l, err := NewLemonSqueezy(LemonSqueezyConfig{Secrets: []string{secret}})
+	l, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: []string{secret}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, name string, body []byte) {
-		ev, err := l.Verify(SignLemonSqueezy(body, secret, name), body, time.Now())
+		ev, err := l.Verify(providertest.SignLemonSqueezy(body, secret, name), body, time.Now())
 		if err != nil {
-			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrMode) {
+			if !errors.Is(err, provider.ErrMalformed) && !errors.Is(err, provider.ErrMode) {
 				t.Fatalf("unclassified error %v", err)
 			}
 			return
 		}
-		doc, err := parseObject(body)
+		doc, err := provider.ParseObject(body)
 		if err != nil {
 			t.Fatalf("accepted a body that is not strict JSON: %v", err)
 		}
@@ -233,7 +236,7 @@ func FuzzLemonSqueezyVerify(f *testing.F) {
 		if ev.Type != meta["event_name"] {
 			t.Fatalf("event named %q by the unsigned header, not %v by the body", ev.Type, meta["event_name"])
 		}
-		if ev.Fulfils() && ev.Type != LemonSqueezyFulfilEvent {
+		if ev.Fulfils() && ev.Type != provider.LemonSqueezyFulfilEvent {
 			t.Fatalf("fulfilled a %s", ev.Type)
 		}
 	})

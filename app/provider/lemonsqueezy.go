@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/settings"
 )
 
 // LemonSqueezyConfig configures Lemon Squeezy's verification and rules.
@@ -45,18 +47,14 @@ const LemonSqueezyFulfilEvent = "order_created"
 // NewLemonSqueezy returns a Lemon Squeezy provider, or an error if no
 // secret is given.
 func NewLemonSqueezy(cfg LemonSqueezyConfig) (*LemonSqueezy, error) {
-	secrets, err := cleanSecrets(cfg.Secrets)
+	secrets, err := signingKeys("lemonsqueezy", cfg.Secrets, nil)
 	if err != nil {
-		return nil, fmt.Errorf("lemonsqueezy: %w", err)
+		return nil, err
 	}
 	if err := cfg.Mode.check("lemonsqueezy"); err != nil {
 		return nil, err
 	}
-	l := &LemonSqueezy{mode: cfg.Mode}
-	for _, s := range secrets {
-		l.secrets = append(l.secrets, []byte(s))
-	}
-	return l, nil
+	return &LemonSqueezy{mode: cfg.Mode, secrets: secrets}, nil
 }
 
 // Name returns "lemonsqueezy".
@@ -93,11 +91,10 @@ func (l *LemonSqueezy) Verify(header http.Header, body []byte, _ time.Time) (Eve
 	if hasNUL(id) {
 		return Event{}, errNUL
 	}
-	if test, ok := meta["test_mode"].(bool); ok && l.mode.refuses(test) {
-		if test {
-			return Event{}, fmt.Errorf("%w: a test-mode event at a live deployment: is a test-mode webhook's secret in GUARDIAN_LEMONSQUEEZY_SECRETS?", ErrMode)
+	if test, ok := meta["test_mode"].(bool); ok {
+		if err := l.mode.refusal(test, "a test-mode event", "a live event", "a test-mode webhook's secret in GUARDIAN_LEMONSQUEEZY_SECRETS"); err != nil {
+			return Event{}, err
 		}
-		return Event{}, fmt.Errorf("%w: a live event at a test deployment (GUARDIAN_MODE=test)", ErrMode)
 	}
 	return lemonSqueezyMap(Event{Provider: l.Name(), ID: id, Type: name, Payload: body}, data, attrs), nil
 }
@@ -158,4 +155,22 @@ func idText(v any) string {
 		return string(v)
 	}
 	return ""
+}
+
+// Lemon Squeezy's setting, and its registration: served when its secrets
+// are set.
+var lemonSqueezySecrets = settings.List(settings.Setting{
+	Name: "GUARDIAN_LEMONSQUEEZY_SECRETS", Default: "unset (Lemon Squeezy not served)", Secret: true,
+	Doc: "Lemon Squeezy signing secrets (24 to 40 characters), comma-separated",
+}, ",")
+
+func init() {
+	Register(Driver{Name: "lemonsqueezy", Secrets: lemonSqueezySecrets, Open: func(env *settings.Env, c Common) (Provider, error) {
+		secrets := lemonSqueezySecrets.Read(env)
+		if len(secrets) == 0 {
+			return nil, nil
+		}
+		checkSecrets(env, c, lemonSqueezySecrets.Name, secrets, LemonSqueezySecret)
+		return NewLemonSqueezy(LemonSqueezyConfig{Secrets: secrets, Mode: c.Mode})
+	}})
 }

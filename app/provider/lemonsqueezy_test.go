@@ -1,4 +1,4 @@
-package provider
+package provider_test
 
 import (
 	"encoding/json"
@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
 
 // TestLemonSqueezySignature: the hex HMAC-SHA256 of the body, as Lemon
@@ -17,12 +20,12 @@ func TestLemonSqueezySignature(t *testing.T) {
 	t.Parallel()
 	const secret, body = "guardian-ls-vector", `{"meta":{"event_name":"order_created"}}`
 	const want = "330e50796aba29a740ba15303e09d1e7d93a3ec21148d8cd36781b3a811dbdaf"
-	if got := SignLemonSqueezy([]byte(body), secret, "order_created").Get("X-Signature"); got != want {
-		t.Fatalf("SignLemonSqueezy = %s, want %s", got, want)
+	if got := providertest.SignLemonSqueezy([]byte(body), secret, "order_created").Get("X-Signature"); got != want {
+		t.Fatalf("providertest.SignLemonSqueezy = %s, want %s", got, want)
 	}
 	fixture := loadTestdata(t, "lemonsqueezy/order_created.json", nil)
 	const current, retired = "ls_signing_secret_current_0123456789", "ls_signing_secret_retired_0123456789"
-	l, err := NewLemonSqueezy(LemonSqueezyConfig{Secrets: []string{retired, current}})
+	l, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: []string{retired, current}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,12 +35,12 @@ func TestLemonSqueezySignature(t *testing.T) {
 		body   []byte
 		want   error
 	}{
-		{"Signed", SignLemonSqueezy(fixture, current, "order_created"), fixture, nil},
-		{"RetiredSecretWhileRotating", SignLemonSqueezy(fixture, retired, "order_created"), fixture, nil},
-		{"OtherSecret", SignLemonSqueezy(fixture, "someone_elses_secret_0123456789", "order_created"), fixture, ErrSignature},
-		{"AlteredByOneByte", SignLemonSqueezy(fixture, current, "order_created"), []byte(strings.Replace(string(fixture), `"total": 1199`, `"total": 1198`, 1)), ErrSignature},
-		{"Missing", http.Header{}, fixture, ErrSignature},
-		{"NotHex", http.Header{"X-Signature": {"zz"}}, fixture, ErrSignature},
+		{"Signed", providertest.SignLemonSqueezy(fixture, current, "order_created"), fixture, nil},
+		{"RetiredSecretWhileRotating", providertest.SignLemonSqueezy(fixture, retired, "order_created"), fixture, nil},
+		{"OtherSecret", providertest.SignLemonSqueezy(fixture, "someone_elses_secret_0123456789", "order_created"), fixture, provider.ErrSignature},
+		{"AlteredByOneByte", providertest.SignLemonSqueezy(fixture, current, "order_created"), []byte(strings.Replace(string(fixture), `"total": 1199`, `"total": 1198`, 1)), provider.ErrSignature},
+		{"Missing", http.Header{}, fixture, provider.ErrSignature},
+		{"NotHex", http.Header{"X-Signature": {"zz"}}, fixture, provider.ErrSignature},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,30 +78,30 @@ func TestLemonSqueezyRules(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		mode    Mode
+		mode    provider.Mode
 		body    []byte
 		id      string
 		payment string
 		note    string
 		err     error
 	}{
-		{"PaidOrderFulfils", ModeLive, variant(nil), "order_created:orders:1:2021-08-17T09:45:53.000000Z", "1", "", nil},
-		{"PendingWaits", ModeLive, variant(func(_, _, a map[string]any) { a["status"] = "pending" }), "", "", `status is "pending"`, nil},
-		{"RefundNeverFulfils", ModeLive, variant(func(m, _, a map[string]any) { m["event_name"] = "order_refunded"; a["status"] = "refunded" }), "order_refunded:orders:1:2021-08-17T09:45:53.000000Z", "", "", nil},
-		{"LaterVersionIsAnotherEvent", ModeLive, variant(func(_, _, a map[string]any) { a["updated_at"] = "2021-08-18T00:00:00.000000Z" }), "order_created:orders:1:2021-08-18T00:00:00.000000Z", "1", "", nil},
-		{"NumericIDIsFlagged", ModeLive, variant(func(_, d, _ map[string]any) { d["id"] = 1 }), "order_created:orders:1:2021-08-17T09:45:53.000000Z", "", "no string order id", nil},
-		{"TestModeAtLive", ModeLive, variant(func(m, _, _ map[string]any) { m["test_mode"] = true }), "", "", "", ErrMode},
-		{"LiveAtTest", ModeTest, variant(nil), "", "", "", ErrMode},
-		{"NoEventName", ModeLive, variant(func(m, _, _ map[string]any) { delete(m, "event_name") }), "", "", "", ErrMalformed},
+		{"PaidOrderFulfils", provider.ModeLive, variant(nil), "order_created:orders:1:2021-08-17T09:45:53.000000Z", "1", "", nil},
+		{"PendingWaits", provider.ModeLive, variant(func(_, _, a map[string]any) { a["status"] = "pending" }), "", "", `status is "pending"`, nil},
+		{"RefundNeverFulfils", provider.ModeLive, variant(func(m, _, a map[string]any) { m["event_name"] = "order_refunded"; a["status"] = "refunded" }), "order_refunded:orders:1:2021-08-17T09:45:53.000000Z", "", "", nil},
+		{"LaterVersionIsAnotherEvent", provider.ModeLive, variant(func(_, _, a map[string]any) { a["updated_at"] = "2021-08-18T00:00:00.000000Z" }), "order_created:orders:1:2021-08-18T00:00:00.000000Z", "1", "", nil},
+		{"NumericIDIsFlagged", provider.ModeLive, variant(func(_, d, _ map[string]any) { d["id"] = 1 }), "order_created:orders:1:2021-08-17T09:45:53.000000Z", "", "no string order id", nil},
+		{"TestModeAtLive", provider.ModeLive, variant(func(m, _, _ map[string]any) { m["test_mode"] = true }), "", "", "", provider.ErrMode},
+		{"LiveAtTest", provider.ModeTest, variant(nil), "", "", "", provider.ErrMode},
+		{"NoEventName", provider.ModeLive, variant(func(m, _, _ map[string]any) { delete(m, "event_name") }), "", "", "", provider.ErrMalformed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			l, err := NewLemonSqueezy(LemonSqueezyConfig{Secrets: []string{secret}, Mode: tt.mode})
+			l, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: []string{secret}, Mode: tt.mode})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ev, err := l.Verify(SignLemonSqueezy(tt.body, secret, "order_created"), tt.body, time.Now())
+			ev, err := l.Verify(providertest.SignLemonSqueezy(tt.body, secret, "order_created"), tt.body, time.Now())
 			if !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
 				t.Fatalf("Verify = %v, want %v", err, tt.err)
 			}
@@ -124,17 +127,17 @@ func TestLemonSqueezyRules(t *testing.T) {
 func TestLemonSqueezyReversals(t *testing.T) {
 	t.Parallel()
 	const secret = "ls_signing_secret_reversal_0123456789"
-	l, err := NewLemonSqueezy(LemonSqueezyConfig{Secrets: []string{secret}})
+	l, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: []string{secret}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for status, want := range map[string]*Reversal{
-		"refunded":       {PaymentID: "1", Kind: Refund, Full: true},
-		"partial_refund": {PaymentID: "1", Kind: Refund},
+	for status, want := range map[string]*provider.Reversal{
+		"refunded":       {PaymentID: "1", Kind: provider.Refund, Full: true},
+		"partial_refund": {PaymentID: "1", Kind: provider.Refund},
 		"paid":           nil,
 	} {
 		body := []byte(`{"meta":{"test_mode":false,"event_name":"order_refunded"},"data":{"type":"orders","id":"1","attributes":{"status":"` + status + `","refunded":true,"updated_at":"2026-12-01T00:00:00.000000Z"}}}`)
-		ev, err := l.Verify(SignLemonSqueezy(body, secret, "order_refunded"), body, time.Now())
+		ev, err := l.Verify(providertest.SignLemonSqueezy(body, secret, "order_refunded"), body, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

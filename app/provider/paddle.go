@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/settings"
 )
 
 // PaddleConfig configures Paddle Billing's verification and rules.
@@ -53,18 +55,14 @@ const PaddleFulfilType = "transaction.completed"
 
 // NewPaddle returns a Paddle provider, or an error if no secret is given.
 func NewPaddle(cfg PaddleConfig) (*Paddle, error) {
-	secrets, err := cleanSecrets(cfg.Secrets)
+	secrets, err := signingKeys("paddle", cfg.Secrets, nil)
 	if err != nil {
-		return nil, fmt.Errorf("paddle: %w", err)
+		return nil, err
 	}
 	if cfg.Tolerance < 0 {
 		return nil, errors.New("paddle: tolerance must not be negative")
 	}
-	p := &Paddle{tolerance: cmp.Or(cfg.Tolerance, DefaultTolerance), fulfilRenewals: cfg.FulfilRenewals}
-	for _, s := range secrets {
-		p.secrets = append(p.secrets, []byte(s))
-	}
-	return p, nil
+	return &Paddle{secrets: secrets, tolerance: cmp.Or(cfg.Tolerance, DefaultTolerance), fulfilRenewals: cfg.FulfilRenewals}, nil
 }
 
 // Name returns "paddle".
@@ -225,4 +223,27 @@ func paddleWhole(data map[string]any) bool {
 		}
 	}
 	return len(items) > 0
+}
+
+// Paddle's settings, and its registration: served when its secrets are
+// set. Its backfill's are app/backfill's.
+var (
+	paddleSecrets = settings.List(settings.Setting{
+		Name: "GUARDIAN_PADDLE_SECRETS", Default: "unset (Paddle not served)", Secret: true,
+		Doc: "Paddle Billing destination secrets (`pdl_ntfset_...`), comma-separated",
+	}, ",")
+	paddleFulfilRenewals = settings.Bool(settings.Setting{
+		Name: "GUARDIAN_PADDLE_FULFIL_RENEWALS", Default: "`false`", Doc: "whether a Paddle subscription's recurring transactions fulfil too",
+	}, false)
+)
+
+func init() {
+	Register(Driver{Name: "paddle", Secrets: paddleSecrets, Open: func(env *settings.Env, c Common) (Provider, error) {
+		secrets, renewals := paddleSecrets.Read(env), paddleFulfilRenewals.Read(env)
+		if len(secrets) == 0 {
+			return nil, nil
+		}
+		checkSecrets(env, c, paddleSecrets.Name, secrets, PaddleSecret)
+		return NewPaddle(PaddleConfig{Secrets: secrets, Tolerance: c.Tolerance, FulfilRenewals: renewals})
+	}})
 }

@@ -1,4 +1,4 @@
-package provider
+package provider_test
 
 import (
 	"encoding/json"
@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
 
 // paddleVector is the signed test vector of Paddle's official Go SDK.
@@ -39,7 +42,7 @@ func TestPaddleVerifiesTheSDKVector(t *testing.T) {
 	var v paddleVector
 	loadTestdata(t, "paddle/sdk_vector.json", &v)
 	signedAt := time.Unix(1710929255, 0)
-	p, err := NewPaddle(PaddleConfig{Secrets: []string{"pdl_ntfset_another_secret_rotated_out", v.Secret}})
+	p, err := provider.NewPaddle(provider.PaddleConfig{Secrets: []string{"pdl_ntfset_another_secret_rotated_out", v.Secret}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,13 +55,13 @@ func TestPaddleVerifiesTheSDKVector(t *testing.T) {
 	}
 	altered := []byte(v.Body)
 	altered[len(altered)/2] ^= 1
-	if _, err := p.Verify(headerOf("Paddle-Signature", v.Signature), altered, signedAt); !errors.Is(err, ErrSignature) {
+	if _, err := p.Verify(headerOf("Paddle-Signature", v.Signature), altered, signedAt); !errors.Is(err, provider.ErrSignature) {
 		t.Errorf("a body altered by one byte: %v, want ErrSignature", err)
 	}
 	// Our signer agrees with Paddle's: the same secret, ts and body give
 	// the SDK's signature.
-	if got := SignPaddle([]byte(v.Body), v.Secret, signedAt).Get("Paddle-Signature"); got != v.Signature {
-		t.Errorf("SignPaddle = %s, want the SDK's %s", got, v.Signature)
+	if got := providertest.SignPaddle([]byte(v.Body), v.Secret, signedAt).Get("Paddle-Signature"); got != v.Signature {
+		t.Errorf("providertest.SignPaddle = %s, want the SDK's %s", got, v.Signature)
 	}
 }
 
@@ -67,11 +70,13 @@ func TestPaddleSignatures(t *testing.T) {
 	const oldSecret, newSecret = "pdl_ntfset_old_0123456789abcdef", "pdl_ntfset_new_0123456789abcdef"
 	body := loadTestdata(t, "paddle/transaction_completed.json", nil)
 	now := time.Unix(1767225600, 0)
-	p, err := NewPaddle(PaddleConfig{Secrets: []string{newSecret}})
+	p, err := provider.NewPaddle(provider.PaddleConfig{Secrets: []string{newSecret}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sig := func(secret string, at time.Time) string { return SignPaddle(body, secret, at).Get("Paddle-Signature") }
+	sig := func(secret string, at time.Time) string {
+		return providertest.SignPaddle(body, secret, at).Get("Paddle-Signature")
+	}
 	h1 := func(secret string) string { _, v, _ := strings.Cut(sig(secret, now), ";"); return v }
 	tests := []struct {
 		name   string
@@ -80,13 +85,13 @@ func TestPaddleSignatures(t *testing.T) {
 	}{
 		{"Signed", sig(newSecret, now), nil},
 		{"RotationCarriesBothSignatures", sig(oldSecret, now) + ";" + h1(newSecret), nil},
-		{"OnlyTheRetiredSecret", sig(oldSecret, now), ErrSignature},
-		{"Stale", sig(newSecret, now.Add(-time.Hour)), ErrTimestamp},
-		{"FromTheFuture", sig(newSecret, now.Add(time.Hour)), ErrTimestamp},
-		{"TwoTimestamps", "ts=" + now.Format("") + "1;" + sig(newSecret, now), ErrSignature},
-		{"Missing", "", ErrSignature},
-		{"NotHex", "ts=1767225600;h1=zz", ErrSignature},
-		{"NoH1", "ts=1767225600", ErrSignature},
+		{"OnlyTheRetiredSecret", sig(oldSecret, now), provider.ErrSignature},
+		{"Stale", sig(newSecret, now.Add(-time.Hour)), provider.ErrTimestamp},
+		{"FromTheFuture", sig(newSecret, now.Add(time.Hour)), provider.ErrTimestamp},
+		{"TwoTimestamps", "ts=" + now.Format("") + "1;" + sig(newSecret, now), provider.ErrSignature},
+		{"Missing", "", provider.ErrSignature},
+		{"NotHex", "ts=1767225600;h1=zz", provider.ErrSignature},
+		{"NoH1", "ts=1767225600", provider.ErrSignature},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,11 +146,11 @@ func TestPaddleRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p, err := NewPaddle(PaddleConfig{Secrets: []string{secret}, FulfilRenewals: tt.renewals})
+			p, err := provider.NewPaddle(provider.PaddleConfig{Secrets: []string{secret}, FulfilRenewals: tt.renewals})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ev, err := p.Verify(SignPaddle(tt.body, secret, now), tt.body, now)
+			ev, err := p.Verify(providertest.SignPaddle(tt.body, secret, now), tt.body, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,7 +173,7 @@ func TestPaddleReversals(t *testing.T) {
 	t.Parallel()
 	var mock map[string]any
 	loadTestdata(t, "paddle/adjustment_updated.json", &mock)
-	p, err := NewPaddle(PaddleConfig{Secrets: []string{"pdl_ntfset_01reversal_secret"}})
+	p, err := provider.NewPaddle(provider.PaddleConfig{Secrets: []string{"pdl_ntfset_01reversal_secret"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,22 +196,22 @@ func TestPaddleReversals(t *testing.T) {
 	tests := []struct {
 		name string
 		body []byte
-		want *Reversal
+		want *provider.Reversal
 	}{
-		{"TheSDKsPartialRefund", variant(nil), &Reversal{PaymentID: txn, Kind: Refund}},
-		{"FullRefund", variant(map[string]any{"type": "full"}), &Reversal{PaymentID: txn, Kind: Refund, Full: true}},
+		{"TheSDKsPartialRefund", variant(nil), &provider.Reversal{PaymentID: txn, Kind: provider.Refund}},
+		{"FullRefund", variant(map[string]any{"type": "full"}), &provider.Reversal{PaymentID: txn, Kind: provider.Refund, Full: true}},
 		{"RefundPendingApproval", variant(map[string]any{"status": "pending_approval"}), nil},
 		{"RefundRejected", variant(map[string]any{"status": "rejected"}), nil},
-		{"Chargeback", variant(map[string]any{"action": "chargeback"}), &Reversal{PaymentID: txn, Kind: Dispute, Stage: DisputeLost}},
-		{"ChargebackWarning", variant(map[string]any{"action": "chargeback_warning"}), &Reversal{PaymentID: txn, Kind: Dispute, Stage: DisputeOpened}},
-		{"ChargebackReversed", variant(map[string]any{"action": "chargeback_reverse"}), &Reversal{PaymentID: txn, Kind: Dispute, Stage: DisputeWon}},
+		{"Chargeback", variant(map[string]any{"action": "chargeback"}), &provider.Reversal{PaymentID: txn, Kind: provider.Dispute, Stage: provider.DisputeLost}},
+		{"ChargebackWarning", variant(map[string]any{"action": "chargeback_warning"}), &provider.Reversal{PaymentID: txn, Kind: provider.Dispute, Stage: provider.DisputeOpened}},
+		{"ChargebackReversed", variant(map[string]any{"action": "chargeback_reverse"}), &provider.Reversal{PaymentID: txn, Kind: provider.Dispute, Stage: provider.DisputeWon}},
 		{"Credit", variant(map[string]any{"action": "credit"}), nil},
 		{"NoTransaction", variant(map[string]any{"transaction_id": nil}), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ev, err := p.Verify(SignPaddle(tt.body, "pdl_ntfset_01reversal_secret", time.Now()), tt.body, time.Now())
+			ev, err := p.Verify(providertest.SignPaddle(tt.body, "pdl_ntfset_01reversal_secret", time.Now()), tt.body, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/settings"
 )
 
 // The hosts PayPal serves its message-verification certificates from, and
@@ -93,6 +95,10 @@ type PayPalConfig struct {
 	// PayPal knows no such event, and the delivery is refused. Nil trusts
 	// the delivered body, bound to its transmission id (Confirms).
 	Event func(ctx context.Context, id string) ([]byte, error)
+	// API, when set, is PayPal's API with a REST app's credentials: Event
+	// defaults to its Event, and the backfill lists from it (API), under
+	// one access token.
+	API *PayPalAPI
 }
 
 // PayPal verifies PayPal's webhook deliveries. PAYPAL-TRANSMISSION-SIG is
@@ -113,6 +119,7 @@ type PayPal struct {
 	webhookIDs []string
 	tolerance  time.Duration
 	mode       Mode
+	api        *PayPalAPI
 	fetch      func(ctx context.Context, url string) ([]byte, error)
 	event      func(ctx context.Context, id string) ([]byte, error)
 	// confirming bounds the confirmations in flight (maxPayPalConfirms).
@@ -152,13 +159,19 @@ func NewPayPal(cfg PayPalConfig) (*PayPal, error) {
 		return nil, errors.New("paypal: negative tolerance")
 	}
 	p := &PayPal{webhookIDs: ids, tolerance: cmp.Or(cfg.Tolerance, DefaultTolerance), mode: cfg.Mode, fetch: cfg.Fetch,
-		event: cfg.Event, confirming: make(chan struct{}, maxPayPalConfirms),
+		event: cfg.Event, api: cfg.API, confirming: make(chan struct{}, maxPayPalConfirms),
 		certs: map[string]*x509.Certificate{}, failed: map[string]certFailure{}, inflight: map[string]*certCall{}}
 	if p.fetch == nil {
 		p.fetch = fetchOverHTTPS
 	}
+	if p.event == nil && p.api != nil {
+		p.event = p.api.Event
+	}
 	return p, nil
 }
+
+// API returns PayPal's API when the provider was given one (PayPalConfig.API), else nil.
+func (p *PayPal) API() *PayPalAPI { return p.api }
 
 // Name returns "paypal".
 func (p *PayPal) Name() string { return "paypal" }
@@ -196,11 +209,8 @@ func (p *PayPal) Verify(header http.Header, body []byte, now time.Time) (Event, 
 	if !payPalSigned(cert.PublicKey.(*rsa.PublicKey), id, sent, p.webhookIDs, body, sig) {
 		return Event{}, ErrSignature
 	}
-	if p.mode.refuses(env.sandbox) {
-		if env.sandbox {
-			return Event{}, fmt.Errorf("%w: a sandbox delivery at a live deployment: is a sandbox webhook's id in GUARDIAN_PAYPAL_WEBHOOK_IDS?", ErrMode)
-		}
-		return Event{}, fmt.Errorf("%w: a live delivery at a test deployment (GUARDIAN_MODE=test)", ErrMode)
+	if err := p.mode.refusal(env.sandbox, "a sandbox delivery", "a live delivery", "a sandbox webhook's id in GUARDIAN_PAYPAL_WEBHOOK_IDS"); err != nil {
+		return Event{}, err
 	}
 	ev, err := p.Read(body)
 	if err != nil {
@@ -554,4 +564,69 @@ func payPalReversal(eventType string, resource map[string]any) (*Reversal, strin
 	}
 	r.PaymentID = capture
 	return r, ""
+}
+
+// PayPal's API, live and sandbox.
+const (
+	PayPalAPIURL        = "https://api-m.paypal.com"
+	PayPalSandboxAPIURL = "https://api-m.sandbox.paypal.com"
+)
+
+// PayPal's settings, and its registration: served when its webhook ids
+// are set; confirmed with PayPal's API, and backfilled, when its REST
+// app's credentials are.
+var (
+	payPalWebhookIDs = settings.List(settings.Setting{
+		Name: "GUARDIAN_PAYPAL_WEBHOOK_IDS", Default: "unset (PayPal not served)",
+		Doc: "PayPal webhook ids whose deliveries verify, comma-separated",
+	}, ",")
+	payPalClientID = settings.String(settings.Setting{
+		Name: "GUARDIAN_PAYPAL_CLIENT_ID", Default: "unset (no confirmation, backfill off; a warning at start)",
+		Doc: "a PayPal REST app's client id: every PayPal delivery that pays, refunds or disputes is confirmed with PayPal's API and stored as PayPal shows it (PayPal's signature binds the body only by a CRC32), and the PayPal backfill and `guardian backfill paypal` are on",
+	}, "")
+	payPalClientSecret = settings.String(settings.Setting{
+		Name: "GUARDIAN_PAYPAL_CLIENT_SECRET", Default: "unset", Secret: true,
+		Doc: "the REST app's secret, with `GUARDIAN_PAYPAL_CLIENT_ID`",
+	}, "")
+	payPalAPIURL = settings.String(settings.Setting{
+		Name: "GUARDIAN_PAYPAL_API_URL", Default: "`https://api-m.paypal.com` (`https://api-m.sandbox.paypal.com` in test mode)",
+		Doc: "PayPal's API, for the confirmation and the backfill",
+	}, "")
+)
+
+func init() {
+	Register(Driver{Name: "paypal", Open: openPayPal})
+}
+
+// openPayPal reads PayPal's settings.
+func openPayPal(env *settings.Env, c Common) (Provider, error) {
+	ids := payPalWebhookIDs.Read(env)
+	id, secret := payPalClientID.Read(env), payPalClientSecret.Read(env)
+	apiURL := APIURL(env, c, payPalAPIURL, PayPalAPIURL, PayPalSandboxAPIURL)
+	switch {
+	case len(ids) == 0 && id == "" && secret == "":
+		return nil, nil
+	case (id == "") != (secret == ""):
+		return nil, errors.New("GUARDIAN_PAYPAL_CLIENT_ID and GUARDIAN_PAYPAL_CLIENT_SECRET go together: the confirmation of deliveries and the backfill need both")
+	case len(ids) == 0:
+		return nil, errors.New("GUARDIAN_PAYPAL_CLIENT_ID needs GUARDIAN_PAYPAL_WEBHOOK_IDS: the backfill feeds the PayPal provider's rules")
+	case c.Mode == ModeLive && strings.Contains(apiURL, "sandbox"):
+		return nil, errors.New("GUARDIAN_PAYPAL_API_URL is the sandbox's in a live deployment (set GUARDIAN_MODE=test for a test deployment)")
+	case c.Mode == ModeTest && apiURL == PayPalAPIURL:
+		return nil, errors.New("GUARDIAN_PAYPAL_API_URL is live in a test deployment (GUARDIAN_MODE=test)")
+	}
+	cfg := PayPalConfig{WebhookIDs: ids, Tolerance: c.Tolerance, Mode: c.Mode}
+	if id == "" {
+		env.Warn("PayPal: no GUARDIAN_PAYPAL_CLIENT_ID, so deliveries are not confirmed with PayPal's API. PayPal's signature binds the body " +
+			"only by a CRC32, which anyone can match: Guardian trusts each delivered body as signed, bound to its transmission id, so whoever " +
+			"holds a delivery less than the timestamp tolerance (" + c.Tolerance.String() + ") old before Guardian sees it can put a body of their choice under its signature. " +
+			"Set GUARDIAN_PAYPAL_CLIENT_ID and GUARDIAN_PAYPAL_CLIENT_SECRET (docs/security.md)")
+		return NewPayPal(cfg)
+	}
+	api, err := NewPayPalAPI(id, secret, apiURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.API = api
+	return NewPayPal(cfg)
 }

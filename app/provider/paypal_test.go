@@ -132,7 +132,7 @@ func newPayPal(t *testing.T, mode provider.Mode, fail error) *payPalSetup {
 		case strings.HasSuffix(certURL, "00000002"):
 			key = expired
 		}
-		h, err := provider.SignPayPal(body, key, certURL, webhook, id, at)
+		h, err := providertest.SignPayPal(body, key, certURL, webhook, id, at)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,7 +382,7 @@ func TestPayPalFetchesAreBounded(t *testing.T) {
 	var unavailable atomic.Int32
 	var wg sync.WaitGroup
 	for i := range requests {
-		h, err := provider.SignPayPal(body, key, fmt.Sprintf("https://api.paypal.com/v1/notifications/certs/CERT-%08x-00000000-00000000", i), payPalWebhook, "t1", now)
+		h, err := providertest.SignPayPal(body, key, fmt.Sprintf("https://api.paypal.com/v1/notifications/certs/CERT-%08x-00000000-00000000", i), payPalWebhook, "t1", now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,7 +414,7 @@ func TestPayPalFetchesAreBounded(t *testing.T) {
 		t.Fatal("no certificate was fetched")
 	}
 	before := fetches.Load()
-	h, _ := provider.SignPayPal(body, key, failed, payPalWebhook, "t1", now)
+	h, _ := providertest.SignPayPal(body, key, failed, payPalWebhook, "t1", now)
 	for range 10 {
 		_, _ = p.Verify(h, body, now)
 	}
@@ -423,7 +423,7 @@ func TestPayPalFetchesAreBounded(t *testing.T) {
 	}
 	// Names not in PayPal's format are never fetched.
 	for _, name := range []string{"CERT-1", "CERT-360CAA42-FCA2A594-1D93A270", "CERT-360caa42-fca2a594-1d93a27", "cert-360caa42-fca2a594-1d93a270", "CERT-360caa42-fca2a594-1d93a270-0"} {
-		h, _ := provider.SignPayPal(body, key, "https://api.paypal.com/v1/notifications/certs/"+name, payPalWebhook, "t1", now)
+		h, _ := providertest.SignPayPal(body, key, "https://api.paypal.com/v1/notifications/certs/"+name, payPalWebhook, "t1", now)
 		if _, err := p.Verify(h, body, now); !errors.Is(err, provider.ErrSignature) {
 			t.Errorf("%s: %v, want ErrSignature", name, err)
 		}
@@ -460,7 +460,7 @@ func TestPayPalConfirmsWithItsAPI(t *testing.T) {
 	}
 	verify := func(body string) (provider.Event, error) {
 		now := time.Now()
-		h, err := provider.SignPayPal([]byte(body), key, payPalLiveCert, payPalWebhook, "t-"+body[:20], now)
+		h, err := providertest.SignPayPal([]byte(body), key, payPalLiveCert, payPalWebhook, "t-"+body[:20], now)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -166,9 +166,20 @@ func (m Mode) check(provider string) error {
 	return nil
 }
 
-// refuses reports whether a deployment serving m refuses an event whose
-// own flag says test (or live): the zero Mode refuses nothing.
-func (m Mode) refuses(test bool) bool { return m != "" && test != (m == ModeTest) }
+// refusal is the ErrMode refusal of an event whose own flag says test (or
+// live) at a deployment serving m, or nil when m serves it: the zero Mode
+// refuses nothing. what names the event as its provider does ("a test
+// order", "a sandbox delivery"), and where says where the other mode's
+// secret sits, the likely cause of a test event at a live deployment.
+func (m Mode) refusal(test bool, testWhat, liveWhat, where string) error {
+	switch {
+	case m == "" || test == (m == ModeTest):
+		return nil
+	case test:
+		return fmt.Errorf("%w: %s at a live deployment: is %s?", ErrMode, testWhat, where)
+	}
+	return fmt.Errorf("%w: %s at a test deployment (GUARDIAN_MODE=test)", ErrMode, liveWhat)
+}
 
 // DefaultTolerance is how far a signed timestamp may be from now, either way.
 const DefaultTolerance = 300 * time.Second
@@ -188,6 +199,28 @@ func orDefault(list, def []string) []string {
 		return def
 	}
 	return list
+}
+
+// signingKeys cleans a provider's secrets (each trimmed, empty ones
+// dropped, at least one wanted) and decodes each to the key its HMAC
+// takes: decode nil takes a secret's bytes as they are. An error names the
+// provider and the secret's place in the list, never the secret.
+func signingKeys(provider string, secrets []string, decode func(string) ([]byte, error)) ([][]byte, error) {
+	cleaned, err := cleanSecrets(secrets)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", provider, err)
+	}
+	keys := make([][]byte, 0, len(cleaned))
+	for i, s := range cleaned {
+		key := []byte(s)
+		if decode != nil {
+			if key, err = decode(s); err != nil {
+				return nil, fmt.Errorf("%s: secret %d is %w", provider, i+1, err)
+			}
+		}
+		keys = append(keys, key)
+	}
+	return keys, nil
 }
 
 // hmacSigned reports whether any of secrets produced any of sigs, each an

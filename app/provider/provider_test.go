@@ -1,4 +1,4 @@
-package provider
+package provider_test
 
 import (
 	"bytes"
@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
 
 const (
@@ -26,16 +29,16 @@ var now = time.Unix(1_800_000_000, 0)
 const checkoutCompleted = `{"id":"evt_1","object":"event","api_version":"2020-08-27","type":"checkout.session.completed","data":{"object":{"id":"cs_1","object":"checkout.session","payment_intent":"pi_1"}}}`
 const intentSucceeded = `{"id":"evt_2","object":"event","api_version":"2025-01-27.acacia","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","object":"payment_intent"}}}`
 
-func newStripe(t *testing.T, secrets ...string) *Stripe {
+func newStripe(t *testing.T, secrets ...string) *provider.Stripe {
 	t.Helper()
-	s, err := NewStripe(StripeConfig{Secrets: secrets})
+	s, err := provider.NewStripe(provider.StripeConfig{Secrets: secrets})
 	require.NoError(t, err)
 	return s
 }
 
-func newStandard(t *testing.T, secrets ...string) *Standard {
+func newStandard(t *testing.T, secrets ...string) *provider.Standard {
 	t.Helper()
-	s, err := NewStandard(StandardConfig{Secrets: secrets})
+	s, err := provider.NewStandard(provider.StandardConfig{Secrets: secrets})
 	require.NoError(t, err)
 	return s
 }
@@ -47,7 +50,7 @@ func TestStripe(t *testing.T) {
 		t.Parallel()
 		s := newStripe(t, stripeSecret)
 		body := `{"id":"evt_4","type":"customer.created","data":{"object":{"id":"cus_1"}}}`
-		ev, err := s.Verify(SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
+		ev, err := s.Verify(providertest.SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
 		require.NoError(t, err)
 		require.False(t, ev.Fulfils())
 	})
@@ -56,7 +59,7 @@ func TestStripe(t *testing.T) {
 		t.Parallel()
 		s := newStripe(t, stripeSecret)
 		body := `{"id":"e","type":"checkout.session.completed","data":{"object":{"payment_status":"paid"}}}`
-		ev, err := s.Verify(SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
+		ev, err := s.Verify(providertest.SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
 		require.NoError(t, err, "well signed: acknowledged")
 		require.False(t, ev.Fulfils())
 		require.Equal(t, "no payment id in data.object", ev.Unmapped, "paid, but no purchase to map: flagged")
@@ -67,7 +70,7 @@ func TestStripe(t *testing.T) {
 		t.Parallel()
 		s := newStripe(t, stripeSecret)
 		body := `{"id":"e","type":"checkout.session.completed","data":{"object":{"id":"cs_1","payment_status":"paid_later","payment_intent":"pi_1"}}}`
-		ev, err := s.Verify(SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
+		ev, err := s.Verify(providertest.SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
 		require.NoError(t, err)
 		require.False(t, ev.Fulfils())
 		require.Contains(t, ev.Unmapped, `payment_status Guardian does not know: "paid_later"`)
@@ -77,7 +80,7 @@ func TestStripe(t *testing.T) {
 		t.Parallel()
 		s := newStripe(t, stripeSecret)
 		body := `{"id":"e","type":"checkout.session.completed","data":{"object":{"id":"cs_1","payment_status":"unpaid","payment_intent":"pi_1"}}}`
-		ev, err := s.Verify(SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
+		ev, err := s.Verify(providertest.SignStripe([]byte(body), stripeSecret, now), []byte(body), now)
 		require.NoError(t, err)
 		require.Empty(t, ev.Unmapped)
 		require.Contains(t, ev.Note, "not paid yet")
@@ -87,12 +90,12 @@ func TestStripe(t *testing.T) {
 		t.Parallel()
 		s := newStripe(t, stripeSecret, stripeRotated)
 		for _, secret := range []string{stripeSecret, stripeRotated} {
-			_, err := s.Verify(SignStripe([]byte(intentSucceeded), secret, now), []byte(intentSucceeded), now)
+			_, err := s.Verify(providertest.SignStripe([]byte(intentSucceeded), secret, now), []byte(intentSucceeded), now)
 			require.NoError(t, err)
 		}
 		// Stripe sends two v1 signatures while a secret rolls: one matching is enough.
-		h := SignStripe([]byte(intentSucceeded), "whsec_unknown", now)
-		h.Set("Stripe-Signature", h.Get("Stripe-Signature")+",v1="+strings.TrimPrefix(strings.Split(SignStripe([]byte(intentSucceeded), stripeRotated, now).Get("Stripe-Signature"), ",")[1], "v1="))
+		h := providertest.SignStripe([]byte(intentSucceeded), "whsec_unknown", now)
+		h.Set("Stripe-Signature", h.Get("Stripe-Signature")+",v1="+strings.TrimPrefix(strings.Split(providertest.SignStripe([]byte(intentSucceeded), stripeRotated, now).Get("Stripe-Signature"), ",")[1], "v1="))
 		_, err := s.Verify(h, []byte(intentSucceeded), now)
 		require.NoError(t, err)
 	})
@@ -107,24 +110,24 @@ func TestStripe(t *testing.T) {
 			body   []byte
 			want   error
 		}{
-			{"WrongSecret", SignStripe(body, "whsec_other", now), body, ErrSignature},
-			{"NoHeader", http.Header{}, body, ErrSignature},
-			{"Garbage", http.Header{"Stripe-Signature": {"t=abc,v1=zz"}}, body, ErrSignature},
+			{"WrongSecret", providertest.SignStripe(body, "whsec_other", now), body, provider.ErrSignature},
+			{"NoHeader", http.Header{}, body, provider.ErrSignature},
+			{"Garbage", http.Header{"Stripe-Signature": {"t=abc,v1=zz"}}, body, provider.ErrSignature},
 			{"FreshTimestampInFrontOfACapturedOne", http.Header{"Stripe-Signature": {"t=" + strconv.FormatInt(now.Unix(), 10) + "," +
-				SignStripe(body, stripeSecret, now.Add(-time.Hour)).Get("Stripe-Signature")}}, body, ErrSignature},
-			{"TamperedBody", SignStripe(body, stripeSecret, now), []byte(strings.Replace(intentSucceeded, "pi_1", "pi_2", 1)), ErrSignature},
-			{"Stale", SignStripe(body, stripeSecret, now.Add(-301*time.Second)), body, ErrTimestamp},
-			{"Future", SignStripe(body, stripeSecret, now.Add(301*time.Second)), body, ErrTimestamp},
-			{"DuplicateKeys", SignStripe([]byte(`{"id":"evt_1","id":"evt_2","type":"x","data":{"object":{}}}`), stripeSecret, now), []byte(`{"id":"evt_1","id":"evt_2","type":"x","data":{"object":{}}}`), ErrMalformed},
-			{"NestedDuplicateKeys", SignStripe([]byte(`{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","id":"pi_2"}}}`), stripeSecret, now), []byte(`{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","id":"pi_2"}}}`), ErrMalformed},
-			{"NotJSON", SignStripe([]byte(`not json`), stripeSecret, now), []byte(`not json`), ErrMalformed},
-			{"TrailingData", SignStripe([]byte(intentSucceeded+`{}`), stripeSecret, now), []byte(intentSucceeded + `{}`), ErrMalformed},
-			{"NoID", SignStripe([]byte(`{"type":"x","data":{}}`), stripeSecret, now), []byte(`{"type":"x","data":{}}`), ErrMalformed},
-			{"ObjectNotAnObject", SignStripe([]byte(`{"id":"evt_1","type":"x","data":{"object":"pi_1"}}`), stripeSecret, now), []byte(`{"id":"evt_1","type":"x","data":{"object":"pi_1"}}`), ErrMalformed},
+				providertest.SignStripe(body, stripeSecret, now.Add(-time.Hour)).Get("Stripe-Signature")}}, body, provider.ErrSignature},
+			{"TamperedBody", providertest.SignStripe(body, stripeSecret, now), []byte(strings.Replace(intentSucceeded, "pi_1", "pi_2", 1)), provider.ErrSignature},
+			{"Stale", providertest.SignStripe(body, stripeSecret, now.Add(-301*time.Second)), body, provider.ErrTimestamp},
+			{"Future", providertest.SignStripe(body, stripeSecret, now.Add(301*time.Second)), body, provider.ErrTimestamp},
+			{"DuplicateKeys", providertest.SignStripe([]byte(`{"id":"evt_1","id":"evt_2","type":"x","data":{"object":{}}}`), stripeSecret, now), []byte(`{"id":"evt_1","id":"evt_2","type":"x","data":{"object":{}}}`), provider.ErrMalformed},
+			{"NestedDuplicateKeys", providertest.SignStripe([]byte(`{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","id":"pi_2"}}}`), stripeSecret, now), []byte(`{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","id":"pi_2"}}}`), provider.ErrMalformed},
+			{"NotJSON", providertest.SignStripe([]byte(`not json`), stripeSecret, now), []byte(`not json`), provider.ErrMalformed},
+			{"TrailingData", providertest.SignStripe([]byte(intentSucceeded+`{}`), stripeSecret, now), []byte(intentSucceeded + `{}`), provider.ErrMalformed},
+			{"NoID", providertest.SignStripe([]byte(`{"type":"x","data":{}}`), stripeSecret, now), []byte(`{"type":"x","data":{}}`), provider.ErrMalformed},
+			{"ObjectNotAnObject", providertest.SignStripe([]byte(`{"id":"evt_1","type":"x","data":{"object":"pi_1"}}`), stripeSecret, now), []byte(`{"id":"evt_1","type":"x","data":{"object":"pi_1"}}`), provider.ErrMalformed},
 			// Keys match exactly: encoding/json would have read "ID" as id.
-			{"IDInOtherCase", SignStripe([]byte(`{"ID":"evt_1","type":"x","data":{"object":{}}}`), stripeSecret, now), []byte(`{"ID":"evt_1","type":"x","data":{"object":{}}}`), ErrMalformed},
+			{"IDInOtherCase", providertest.SignStripe([]byte(`{"ID":"evt_1","type":"x","data":{"object":{}}}`), stripeSecret, now), []byte(`{"ID":"evt_1","type":"x","data":{"object":{}}}`), provider.ErrMalformed},
 			// Postgres cannot store U+0000: refused, never a 503 forever.
-			{"NULInID", SignStripe([]byte(`{"id":"evt_\u0000","type":"x","data":{"object":{}}}`), stripeSecret, now), []byte(`{"id":"evt_\u0000","type":"x","data":{"object":{}}}`), ErrMalformed},
+			{"NULInID", providertest.SignStripe([]byte(`{"id":"evt_\u0000","type":"x","data":{"object":{}}}`), stripeSecret, now), []byte(`{"id":"evt_\u0000","type":"x","data":{"object":{}}}`), provider.ErrMalformed},
 		}
 		for _, tt := range tests {
 			_, err := s.Verify(tt.header, tt.body, now)
@@ -137,16 +140,16 @@ func TestStripe(t *testing.T) {
 		t.Parallel()
 		s := newStripe(t, stripeSecret)
 		for _, d := range []time.Duration{-299 * time.Second, 299 * time.Second} {
-			_, err := s.Verify(SignStripe([]byte(intentSucceeded), stripeSecret, now.Add(d)), []byte(intentSucceeded), now)
+			_, err := s.Verify(providertest.SignStripe([]byte(intentSucceeded), stripeSecret, now.Add(d)), []byte(intentSucceeded), now)
 			require.NoError(t, err)
 		}
 	})
 
 	t.Run("EmptySecretRefused", func(t *testing.T) {
 		t.Parallel()
-		_, err := NewStripe(StripeConfig{Secrets: []string{"", "  "}})
+		_, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{"", "  "}})
 		require.Error(t, err)
-		_, err = NewStripe(StripeConfig{})
+		_, err = provider.NewStripe(provider.StripeConfig{})
 		require.Error(t, err)
 	})
 }
@@ -159,17 +162,17 @@ func TestStandard(t *testing.T) {
 	t.Run("Verifies", func(t *testing.T) {
 		t.Parallel()
 		s := newStandard(t, standardSecret)
-		h, err := SignStandard("msg_1", body, standardSecret, now)
+		h, err := providertest.SignStandard("msg_1", body, standardSecret, now)
 		require.NoError(t, err)
 		ev, err := s.Verify(h, body, now)
 		require.NoError(t, err)
-		require.Equal(t, Event{Provider: "standard", ID: "msg_1", Type: "payment.succeeded", PaymentID: "pay_1", Payload: body}, ev)
+		require.Equal(t, provider.Event{Provider: "standard", ID: "msg_1", Type: "payment.succeeded", PaymentID: "pay_1", Payload: body}, ev)
 	})
 
 	t.Run("RotationAndSeveralSignatures", func(t *testing.T) {
 		t.Parallel()
 		s := newStandard(t, standardOther, standardSecret)
-		h, err := SignStandard("msg_1", body, standardSecret, now)
+		h, err := providertest.SignStandard("msg_1", body, standardSecret, now)
 		require.NoError(t, err)
 		h.Set("webhook-signature", "v1,AAAA "+h.Get("webhook-signature"))
 		_, err = s.Verify(h, body, now)
@@ -180,7 +183,7 @@ func TestStandard(t *testing.T) {
 		t.Parallel()
 		s := newStandard(t, standardSecret)
 		sign := func(id string, b []byte, secret string, at time.Time) http.Header {
-			h, err := SignStandard(id, b, secret, at)
+			h, err := providertest.SignStandard(id, b, secret, at)
 			require.NoError(t, err)
 			return h
 		}
@@ -196,12 +199,12 @@ func TestStandard(t *testing.T) {
 			body   []byte
 			want   error
 		}{
-			{"WrongSecret", sign("msg_1", body, standardOther, now), body, ErrSignature},
-			{"MissingID", noID, body, ErrSignature},
-			{"IDNotSigned", otherID, body, ErrSignature},
-			{"Stale", sign("msg_1", body, standardSecret, now.Add(-10*time.Minute)), body, ErrTimestamp},
-			{"Future", sign("msg_1", body, standardSecret, now.Add(10*time.Minute)), body, ErrTimestamp},
-			{"DuplicateKeys", sign("msg_1", dup, standardSecret, now), dup, ErrMalformed},
+			{"WrongSecret", sign("msg_1", body, standardOther, now), body, provider.ErrSignature},
+			{"MissingID", noID, body, provider.ErrSignature},
+			{"IDNotSigned", otherID, body, provider.ErrSignature},
+			{"Stale", sign("msg_1", body, standardSecret, now.Add(-10*time.Minute)), body, provider.ErrTimestamp},
+			{"Future", sign("msg_1", body, standardSecret, now.Add(10*time.Minute)), body, provider.ErrTimestamp},
+			{"DuplicateKeys", sign("msg_1", dup, standardSecret, now), dup, provider.ErrMalformed},
 		}
 		// Well signed but naming no payment: stored and acknowledged, never
 		// fulfilling.
@@ -217,22 +220,22 @@ func TestStandard(t *testing.T) {
 
 	t.Run("ConfiguredPaymentPath", func(t *testing.T) {
 		t.Parallel()
-		p, err := NewStandard(StandardConfig{Secrets: []string{standardSecret}, FulfilTypes: []string{"charge.settled"}, PaymentPath: "data.object.payment.id"})
+		p, err := provider.NewStandard(provider.StandardConfig{Secrets: []string{standardSecret}, FulfilTypes: []string{"charge.settled"}, PaymentPath: "data.object.payment.id"})
 		require.NoError(t, err)
 		body := []byte(`{"type":"charge.settled","data":{"object":{"payment":{"id":"pay_42"}}}}`)
-		h, err := SignStandard("msg_9", body, standardSecret, now)
+		h, err := providertest.SignStandard("msg_9", body, standardSecret, now)
 		require.NoError(t, err)
 		ev, err := p.Verify(h, body, now)
 		require.NoError(t, err)
 		require.Equal(t, "pay_42", ev.PaymentID)
-		_, err = NewStandard(StandardConfig{Secrets: []string{standardSecret}, PaymentPath: "data..id"})
+		_, err = provider.NewStandard(provider.StandardConfig{Secrets: []string{standardSecret}, PaymentPath: "data..id"})
 		require.Error(t, err)
 	})
 
 	t.Run("BadSecretsRefused", func(t *testing.T) {
 		t.Parallel()
 		for _, secrets := range [][]string{nil, {""}, {"whsec_"}, {"whsec_not base64!"}} {
-			_, err := NewStandard(StandardConfig{Secrets: secrets})
+			_, err := provider.NewStandard(provider.StandardConfig{Secrets: secrets})
 			require.Error(t, err, "%q", secrets)
 		}
 	})
@@ -266,9 +269,9 @@ func TestParseStrict(t *testing.T) {
 		{`nul`, false},
 	}
 	for _, tt := range tests {
-		v, err := parseStrict([]byte(tt.in))
+		v, err := provider.ParseStrict([]byte(tt.in))
 		if (err == nil) != tt.wantOK {
-			t.Errorf("parseStrict(%.30q) error = %v, want ok %v", tt.in, err, tt.wantOK)
+			t.Errorf("ParseStrict(%.30q) error = %v, want ok %v", tt.in, err, tt.wantOK)
 		}
 		if err != nil {
 			continue
@@ -281,17 +284,17 @@ func TestParseStrict(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(v, want) {
-			t.Errorf("parseStrict(%q) = %#v, encoding/json reads %#v", tt.in, v, want)
+			t.Errorf("ParseStrict(%q) = %#v, encoding/json reads %#v", tt.in, v, want)
 		}
 	}
 }
 
 func FuzzStripeVerify(f *testing.F) {
 	for _, body := range []string{checkoutCompleted, intentSucceeded, `{"id":"e","type":"t","data":{"object":{"payment_intent":{"id":"pi"}}}}`} {
-		f.Add(SignStripe([]byte(body), stripeSecret, now).Get("Stripe-Signature"), []byte(body))
+		f.Add(providertest.SignStripe([]byte(body), stripeSecret, now).Get("Stripe-Signature"), []byte(body))
 	}
 	f.Add("t=1800000000,v1=00,v0=11,t=5", []byte(`{}`))
-	s, err := NewStripe(StripeConfig{Secrets: []string{stripeSecret}})
+	s, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -303,7 +306,7 @@ func FuzzStripeVerify(f *testing.F) {
 			}
 			return
 		}
-		if !errors.Is(err, ErrSignature) && !errors.Is(err, ErrTimestamp) && !errors.Is(err, ErrMalformed) {
+		if !errors.Is(err, provider.ErrSignature) && !errors.Is(err, provider.ErrTimestamp) && !errors.Is(err, provider.ErrMalformed) {
 			t.Fatalf("unclassified error %v", err)
 		}
 		if strings.Contains(err.Error(), stripeSecret) {
@@ -314,13 +317,13 @@ func FuzzStripeVerify(f *testing.F) {
 
 func FuzzStandardVerify(f *testing.F) {
 	body := []byte(`{"type":"payment.succeeded","data":{"payment_id":"pay_1"}}`)
-	h, err := SignStandard("msg_1", body, standardSecret, now)
+	h, err := providertest.SignStandard("msg_1", body, standardSecret, now)
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add("msg_1", "1800000000", h.Get("webhook-signature"), body)
 	f.Add("msg_1", "-1", "v1,AAAA v2,x", []byte(`[]`))
-	s, err := NewStandard(StandardConfig{Secrets: []string{standardSecret}})
+	s, err := provider.NewStandard(provider.StandardConfig{Secrets: []string{standardSecret}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -336,7 +339,7 @@ func FuzzStandardVerify(f *testing.F) {
 			}
 			return
 		}
-		if !errors.Is(err, ErrSignature) && !errors.Is(err, ErrTimestamp) && !errors.Is(err, ErrMalformed) {
+		if !errors.Is(err, provider.ErrSignature) && !errors.Is(err, provider.ErrTimestamp) && !errors.Is(err, provider.ErrMalformed) {
 			t.Fatalf("unclassified error %v", err)
 		}
 	})
@@ -347,7 +350,7 @@ func FuzzParseStrict(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		v, err := parseStrict(data)
+		v, err := provider.ParseStrict(data)
 		if err != nil {
 			return
 		}
@@ -359,7 +362,7 @@ func FuzzParseStrict(f *testing.F) {
 		dec.UseNumber()
 		var want any
 		if err := dec.Decode(&want); err != nil || !reflect.DeepEqual(v, want) {
-			t.Fatalf("parseStrict(%q) = %#v, encoding/json reads %#v (%v)", data, v, want, err)
+			t.Fatalf("ParseStrict(%q) = %#v, encoding/json reads %#v (%v)", data, v, want, err)
 		}
 	})
 }
@@ -374,21 +377,21 @@ func TestStripeMode(t *testing.T) {
 		return []byte(`{"id":"evt_m","type":"checkout.session.completed"` + live + `,"data":{"object":{"id":"cs_1","payment_status":"paid","payment_intent":"pi_1"}}}`)
 	}
 	for _, tt := range []struct {
-		mode Mode
+		mode provider.Mode
 		live string
 		want error
 	}{
-		{ModeLive, `,"livemode":true`, nil},
-		{ModeLive, `,"livemode":false`, ErrMode},
-		{ModeTest, `,"livemode":false`, nil},
-		{ModeTest, `,"livemode":true`, ErrMode},
-		{ModeLive, ``, nil},
+		{provider.ModeLive, `,"livemode":true`, nil},
+		{provider.ModeLive, `,"livemode":false`, provider.ErrMode},
+		{provider.ModeTest, `,"livemode":false`, nil},
+		{provider.ModeTest, `,"livemode":true`, provider.ErrMode},
+		{provider.ModeLive, ``, nil},
 		{"", `,"livemode":false`, nil},
 	} {
-		s, err := NewStripe(StripeConfig{Secrets: []string{stripeSecret}, Mode: tt.mode})
+		s, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}, Mode: tt.mode})
 		require.NoError(t, err)
 		b := body(tt.live)
-		ev, err := s.Verify(SignStripe(b, stripeSecret, now), b, now)
+		ev, err := s.Verify(providertest.SignStripe(b, stripeSecret, now), b, now)
 		require.ErrorIs(t, err, tt.want, "mode %q, %s", tt.mode, tt.live)
 		if tt.want == nil {
 			require.Equal(t, "pi_1", ev.PaymentID)
@@ -396,7 +399,7 @@ func TestStripeMode(t *testing.T) {
 			require.Contains(t, err.Error(), "mode")
 		}
 	}
-	_, err := NewStripe(StripeConfig{Secrets: []string{stripeSecret}, Mode: "sandbox"})
+	_, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}, Mode: "sandbox"})
 	require.Error(t, err)
 }
 
@@ -406,12 +409,12 @@ func TestStandardRefunds(t *testing.T) {
 	t.Parallel()
 	s := newStandard(t, standardSecret)
 	now := time.Now()
-	for body, want := range map[string]*Reversal{
-		`{"type":"payment.refunded","data":{"payment_id":"pay_1"}}`: {PaymentID: "pay_1", Kind: Refund, Full: true},
+	for body, want := range map[string]*provider.Reversal{
+		`{"type":"payment.refunded","data":{"payment_id":"pay_1"}}`: {PaymentID: "pay_1", Kind: provider.Refund, Full: true},
 		`{"type":"payment.refunded","data":{"amount":100}}`:         nil,
 		`{"type":"payment.updated","data":{"payment_id":"pay_1"}}`:  nil,
 	} {
-		h, err := SignStandard("msg_r", []byte(body), standardSecret, now)
+		h, err := providertest.SignStandard("msg_r", []byte(body), standardSecret, now)
 		if err != nil {
 			t.Fatal(err)
 		}

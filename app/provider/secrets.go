@@ -41,10 +41,15 @@ func StandardSecret(secret string) ([]byte, error) {
 
 // StrongStandardSecret checks a Standard Webhooks secret's format and that
 // it holds at least MinSecretBytes random bytes.
+//
+// The checks of a secret's format (this one, StripeSecret, PaddleSecret,
+// ShopifySecret, LemonSqueezySecret, AdyenHMACKey) word their errors to
+// follow the secret's name: "GUARDIAN_CONNECTOR_SECRET is not whsec_
+// followed by base64", "secret 2 holds 16 random bytes".
 func StrongStandardSecret(secret string) error {
 	key, err := StandardSecret(secret)
 	if err != nil {
-		return err
+		return fmt.Errorf("is %w", err)
 	}
 	if len(key) < MinSecretBytes {
 		return fmt.Errorf("holds %d random bytes; at least %d random bytes wanted (Standard Webhooks allows 24 to 64)", len(key), MinSecretBytes)
@@ -57,7 +62,7 @@ func StrongStandardSecret(secret string) error {
 func StripeSecret(secret string) error {
 	raw, ok := strings.CutPrefix(secret, "whsec_")
 	if !ok || len(raw) < MinStripeSecretLen {
-		return fmt.Errorf("not whsec_ followed by at least %d characters, as Stripe shows it for the endpoint", MinStripeSecretLen)
+		return fmt.Errorf("is not whsec_ followed by at least %d characters, as Stripe shows it for the endpoint", MinStripeSecretLen)
 	}
 	return nil
 }
@@ -71,7 +76,7 @@ const MinPaddleSecretLen = 40
 // characters in all.
 func PaddleSecret(secret string) error {
 	if !strings.HasPrefix(secret, "pdl_ntfset_") || len(secret) < MinPaddleSecretLen {
-		return fmt.Errorf("not pdl_ntfset_ followed by the destination's id and secret (at least %d characters), as Paddle shows it", MinPaddleSecretLen)
+		return fmt.Errorf("is not pdl_ntfset_ followed by the destination's id and secret (at least %d characters), as Paddle shows it", MinPaddleSecretLen)
 	}
 	return nil
 }
@@ -83,7 +88,7 @@ const MinShopifySecretLen = 32
 // ShopifySecret checks a Shopify signing secret's length.
 func ShopifySecret(secret string) error {
 	if len(strings.TrimSpace(secret)) < MinShopifySecretLen {
-		return fmt.Errorf("shorter than %d characters: not an app's client secret or a store's webhook signing key as Shopify shows them", MinShopifySecretLen)
+		return fmt.Errorf("is shorter than %d characters: not an app's client secret or a store's webhook signing key as Shopify shows them", MinShopifySecretLen)
 	}
 	return nil
 }
@@ -96,7 +101,7 @@ const MinLemonSqueezySecretLen = 24
 // LemonSqueezySecret checks a Lemon Squeezy signing secret's length.
 func LemonSqueezySecret(secret string) error {
 	if n := len(strings.TrimSpace(secret)); n < MinLemonSqueezySecretLen || n > 40 {
-		return fmt.Errorf("not %d to 40 characters: Lemon Squeezy takes up to 40, and fewer than %d are guessable; generate one (openssl rand -hex 20)", MinLemonSqueezySecretLen, MinLemonSqueezySecretLen)
+		return fmt.Errorf("is not %d to 40 characters: Lemon Squeezy takes up to 40, and fewer than %d are guessable; generate one (openssl rand -hex 20)", MinLemonSqueezySecretLen, MinLemonSqueezySecretLen)
 	}
 	return nil
 }
@@ -109,7 +114,7 @@ const AdyenHMACKeyLen = 64
 func AdyenHMACKey(key string) error {
 	key = strings.TrimSpace(key)
 	if _, err := hex.DecodeString(key); err != nil || len(key) != AdyenHMACKeyLen {
-		return fmt.Errorf("not %d hex characters, as the Customer Area shows an HMAC key", AdyenHMACKeyLen)
+		return fmt.Errorf("is not %d hex characters, as the Customer Area shows an HMAC key", AdyenHMACKeyLen)
 	}
 	return nil
 }

@@ -1,8 +1,10 @@
-package provider
+package provider_test
 
 import (
 	"errors"
 	"testing"
+
+	"github.com/guardian-pay/guardian/app/provider"
 )
 
 // TestSecretFormats: the one place a secret's format is decided.
@@ -20,18 +22,18 @@ func TestSecretFormats(t *testing.T) {
 		{"whsec_!!!", false, false},
 		{"", false, false},
 	} {
-		_, err := StandardSecret(tt.secret)
+		_, err := provider.StandardSecret(tt.secret)
 		if got := err == nil; got != tt.format {
 			t.Errorf("StandardSecret(%q) ok = %v, want %v", tt.secret, got, tt.format)
 		}
-		if err != nil && !errors.Is(err, ErrSecretFormat) {
+		if err != nil && !errors.Is(err, provider.ErrSecretFormat) {
 			t.Errorf("StandardSecret(%q): %v is not ErrSecretFormat", tt.secret, err)
 		}
-		if got := StrongStandardSecret(tt.secret) == nil; got != tt.strong {
+		if got := provider.StrongStandardSecret(tt.secret) == nil; got != tt.strong {
 			t.Errorf("StrongStandardSecret(%q) ok = %v, want %v", tt.secret, got, tt.strong)
 		}
 	}
-	if StripeSecret("whsec_0123456789abcdefghijklmn") != nil || StripeSecret("whsec_short") == nil || StripeSecret("sk_live_0123456789abcdefghijklmn") == nil {
+	if provider.StripeSecret("whsec_0123456789abcdefghijklmn") != nil || provider.StripeSecret("whsec_short") == nil || provider.StripeSecret("sk_live_0123456789abcdefghijklmn") == nil {
 		t.Error("StripeSecret: whsec_ and at least 24 characters")
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/settings"
 )
 
 // ShopifyConfig configures Shopify's verification and rules.
@@ -55,14 +57,14 @@ const ShopifyFulfilTopic = "orders/paid"
 
 // NewShopify returns a Shopify provider, or an error if no secret is given.
 func NewShopify(cfg ShopifyConfig) (*Shopify, error) {
-	secrets, err := cleanSecrets(cfg.Secrets)
+	secrets, err := signingKeys("shopify", cfg.Secrets, nil)
 	if err != nil {
-		return nil, fmt.Errorf("shopify: %w", err)
+		return nil, err
 	}
 	if err := cfg.Mode.check("shopify"); err != nil {
 		return nil, err
 	}
-	s := &Shopify{mode: cfg.Mode}
+	s := &Shopify{mode: cfg.Mode, secrets: secrets}
 	for _, shop := range cfg.Shops {
 		shop = strings.ToLower(strings.TrimSpace(shop))
 		if shop == "" || strings.ContainsAny(shop, "/:@ ") {
@@ -72,9 +74,6 @@ func NewShopify(cfg ShopifyConfig) (*Shopify, error) {
 			s.shops = map[string]bool{}
 		}
 		s.shops[shop] = true
-	}
-	for _, secret := range secrets {
-		s.secrets = append(s.secrets, []byte(secret))
 	}
 	return s, nil
 }
@@ -119,11 +118,10 @@ func (s *Shopify) Verify(header http.Header, body []byte, _ time.Time) (Event, e
 	if s.shops != nil && shopifyKind(order) == shopifyOrderKind && !s.shops[shopifyOrderShop(order)] {
 		return Event{}, fmt.Errorf("%w: the order's order_status_url names no shop in GUARDIAN_SHOPIFY_SHOPS", ErrNotServed)
 	}
-	if test, ok := order["test"].(bool); ok && s.mode.refuses(test) {
-		if test {
-			return Event{}, fmt.Errorf("%w: a test order at a live deployment: is a development store's secret in GUARDIAN_SHOPIFY_SECRETS?", ErrMode)
+	if test, ok := order["test"].(bool); ok {
+		if err := s.mode.refusal(test, "a test order", "a live order", "a development store's secret in GUARDIAN_SHOPIFY_SECRETS"); err != nil {
+			return Event{}, err
 		}
-		return Event{}, fmt.Errorf("%w: a live order at a test deployment (GUARDIAN_MODE=test)", ErrMode)
 	}
 	ev := Event{Provider: s.Name(), ID: id, DeliveryID: delivery, Type: topic, Payload: body}
 	return shopifyMap(ev, order), nil
@@ -313,4 +311,28 @@ func shopifyRefunded(refund map[string]any) *Money {
 		sum.Minor += m.Minor
 	}
 	return sum
+}
+
+// Shopify's settings, and its registration: served when its secrets are
+// set.
+var (
+	shopifySecrets = settings.List(settings.Setting{
+		Name: "GUARDIAN_SHOPIFY_SECRETS", Default: "unset (Shopify not served)", Secret: true,
+		Doc: "Shopify signing secrets (app client secret or store webhook key), comma-separated",
+	}, ",")
+	shopifyShops = settings.List(settings.Setting{
+		Name: "GUARDIAN_SHOPIFY_SHOPS", Default: "unset (every shop the secrets sign for)",
+		Doc: "the only shops served, comma-separated domains (`example.myshopify.com`, and the shop's primary domain); a public app's other shops are refused (`foreign`)",
+	}, ",")
+)
+
+func init() {
+	Register(Driver{Name: "shopify", Secrets: shopifySecrets, Open: func(env *settings.Env, c Common) (Provider, error) {
+		secrets, shops := shopifySecrets.Read(env), shopifyShops.Read(env)
+		if len(secrets) == 0 {
+			return nil, nil
+		}
+		checkSecrets(env, c, shopifySecrets.Name, secrets, ShopifySecret)
+		return NewShopify(ShopifyConfig{Secrets: secrets, Mode: c.Mode, Shops: shops})
+	}})
 }

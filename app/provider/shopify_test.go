@@ -1,4 +1,4 @@
-package provider
+package provider_test
 
 import (
 	"encoding/json"
@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
 
 // TestShopifyVerifiesTheSDKVector: the X-Shopify-Hmac-Sha256 Shopify's own
@@ -17,7 +20,7 @@ func TestShopifyVerifiesTheSDKVector(t *testing.T) {
 	t.Parallel()
 	var v struct{ Secret, Hmac, Body string }
 	loadTestdata(t, "shopify/sdk_vector.json", &v)
-	s, err := NewShopify(ShopifyConfig{Secrets: []string{"a-secret-being-rotated-out-0123456789", v.Secret}})
+	s, err := provider.NewShopify(provider.ShopifyConfig{Secrets: []string{"a-secret-being-rotated-out-0123456789", v.Secret}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,11 +38,11 @@ func TestShopifyVerifiesTheSDKVector(t *testing.T) {
 	}
 	altered := []byte(v.Body)
 	altered[2] ^= 1
-	if _, err := s.Verify(h, altered, time.Now()); !errors.Is(err, ErrSignature) {
+	if _, err := s.Verify(h, altered, time.Now()); !errors.Is(err, provider.ErrSignature) {
 		t.Errorf("a body altered by one byte: %v, want ErrSignature", err)
 	}
-	if got := SignShopify([]byte(v.Body), v.Secret, "products/update", "e").Get("X-Shopify-Hmac-Sha256"); got != v.Hmac {
-		t.Errorf("SignShopify = %s, want the SDK's %s", got, v.Hmac)
+	if got := providertest.SignShopify([]byte(v.Body), v.Secret, "products/update", "e").Get("X-Shopify-Hmac-Sha256"); got != v.Hmac {
+		t.Errorf("providertest.SignShopify = %s, want the SDK's %s", got, v.Hmac)
 	}
 }
 
@@ -47,12 +50,12 @@ func TestShopifyDeliveries(t *testing.T) {
 	t.Parallel()
 	const secret = "shopify_client_secret_0123456789abcdef"
 	body := []byte(`{"id":450789469,"financial_status":"paid","test":false}`)
-	s, err := NewShopify(ShopifyConfig{Secrets: []string{secret}})
+	s, err := provider.NewShopify(provider.ShopifyConfig{Secrets: []string{secret}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	signed := func(edit func(h http.Header)) http.Header {
-		h := SignShopify(body, secret, ShopifyFulfilTopic, "evt-1")
+		h := providertest.SignShopify(body, secret, provider.ShopifyFulfilTopic, "evt-1")
 		if edit != nil {
 			edit(h)
 		}
@@ -66,11 +69,11 @@ func TestShopifyDeliveries(t *testing.T) {
 	}{
 		{"Signed", signed(nil), nil, "evt-1"},
 		{"NoEventIDDedupesOnTheDelivery", signed(func(h http.Header) { h.Del("X-Shopify-Event-Id") }), nil, "whd_evt-1"},
-		{"OtherSecret", SignShopify(body, "another_secret_0123456789abcdef0123", ShopifyFulfilTopic, "evt-1"), ErrSignature, ""},
-		{"Missing", signed(func(h http.Header) { h.Del("X-Shopify-Hmac-Sha256") }), ErrSignature, ""},
-		{"NotBase64", signed(func(h http.Header) { h.Set("X-Shopify-Hmac-Sha256", "not base64!") }), ErrSignature, ""},
-		{"NoTopic", signed(func(h http.Header) { h.Del("X-Shopify-Topic") }), ErrMalformed, ""},
-		{"NoIDs", signed(func(h http.Header) { h.Del("X-Shopify-Event-Id"); h.Del("X-Shopify-Webhook-Id") }), ErrMalformed, ""},
+		{"OtherSecret", providertest.SignShopify(body, "another_secret_0123456789abcdef0123", provider.ShopifyFulfilTopic, "evt-1"), provider.ErrSignature, ""},
+		{"Missing", signed(func(h http.Header) { h.Del("X-Shopify-Hmac-Sha256") }), provider.ErrSignature, ""},
+		{"NotBase64", signed(func(h http.Header) { h.Set("X-Shopify-Hmac-Sha256", "not base64!") }), provider.ErrSignature, ""},
+		{"NoTopic", signed(func(h http.Header) { h.Del("X-Shopify-Topic") }), provider.ErrMalformed, ""},
+		{"NoIDs", signed(func(h http.Header) { h.Del("X-Shopify-Event-Id"); h.Del("X-Shopify-Webhook-Id") }), provider.ErrMalformed, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,31 +110,31 @@ func TestShopifyRules(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		mode    Mode
+		mode    provider.Mode
 		topic   string
 		body    []byte
 		payment string
 		note    string
 		err     error
 	}{
-		{"PaidFulfilsTheOrder", ModeLive, "orders/paid", variant(nil), "450789469", "", nil},
-		{"CreateNeverFulfils", ModeLive, "orders/create", variant(nil), "", "", nil},
-		{"AuthorizedWaits", ModeLive, "orders/paid", variant(func(o map[string]any) { o["financial_status"] = "authorized" }), "", `financial_status is "authorized"`, nil},
-		{"StringIDIsFlagged", ModeLive, "orders/paid", variant(func(o map[string]any) { o["id"] = "450789469" }), "", "no positive integer order id", nil},
-		{"NotAnOrderIsRefused", ModeLive, "orders/paid", []byte(`{"id":207119551,"email":"bob.norman@hostmail.com","orders_count":1}`), "", "", ErrMalformed},
-		{"FractionIDIsFlagged", ModeLive, "orders/paid", variant(func(o map[string]any) { o["id"] = 4.5 }), "", "no positive integer order id", nil},
-		{"TestOrderAtLive", ModeLive, "orders/paid", variant(func(o map[string]any) { o["test"] = true }), "", "", ErrMode},
-		{"LiveOrderAtTest", ModeTest, "orders/paid", variant(nil), "", "", ErrMode},
-		{"TestOrderAtTest", ModeTest, "orders/paid", variant(func(o map[string]any) { o["test"] = true }), "450789469", "", nil},
+		{"PaidFulfilsTheOrder", provider.ModeLive, "orders/paid", variant(nil), "450789469", "", nil},
+		{"CreateNeverFulfils", provider.ModeLive, "orders/create", variant(nil), "", "", nil},
+		{"AuthorizedWaits", provider.ModeLive, "orders/paid", variant(func(o map[string]any) { o["financial_status"] = "authorized" }), "", `financial_status is "authorized"`, nil},
+		{"StringIDIsFlagged", provider.ModeLive, "orders/paid", variant(func(o map[string]any) { o["id"] = "450789469" }), "", "no positive integer order id", nil},
+		{"NotAnOrderIsRefused", provider.ModeLive, "orders/paid", []byte(`{"id":207119551,"email":"bob.norman@hostmail.com","orders_count":1}`), "", "", provider.ErrMalformed},
+		{"FractionIDIsFlagged", provider.ModeLive, "orders/paid", variant(func(o map[string]any) { o["id"] = 4.5 }), "", "no positive integer order id", nil},
+		{"TestOrderAtLive", provider.ModeLive, "orders/paid", variant(func(o map[string]any) { o["test"] = true }), "", "", provider.ErrMode},
+		{"LiveOrderAtTest", provider.ModeTest, "orders/paid", variant(nil), "", "", provider.ErrMode},
+		{"TestOrderAtTest", provider.ModeTest, "orders/paid", variant(func(o map[string]any) { o["test"] = true }), "450789469", "", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s, err := NewShopify(ShopifyConfig{Secrets: []string{secret}, Mode: tt.mode})
+			s, err := provider.NewShopify(provider.ShopifyConfig{Secrets: []string{secret}, Mode: tt.mode})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ev, err := s.Verify(SignShopify(tt.body, secret, tt.topic, "evt-rules"), tt.body, time.Now())
+			ev, err := s.Verify(providertest.SignShopify(tt.body, secret, tt.topic, "evt-rules"), tt.body, time.Now())
 			if !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
 				t.Fatalf("Verify = %v, want %v", err, tt.err)
 			}
@@ -159,34 +162,34 @@ func TestShopifyRules(t *testing.T) {
 func TestShopifyReversals(t *testing.T) {
 	t.Parallel()
 	const secret = "shopify_client_secret_for_guardian_reversals"
-	s, err := NewShopify(ShopifyConfig{Secrets: []string{secret}})
+	s, err := provider.NewShopify(provider.ShopifyConfig{Secrets: []string{secret}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
 		name, topic, body string
-		want              *Reversal
+		want              *provider.Reversal
 		err               error
 	}{
-		{"TheLibrarysRefund", "refunds/create", string(loadTestdata(t, "shopify/refund.json", nil)), &Reversal{PaymentID: "450789469", Kind: Refund, RefundID: "509562969", Amount: &Money{20900, "USD"}}, nil},
-		{"OrderRefunded", "orders/updated", `{"id":450789469,"financial_status":"refunded","test":false}`, &Reversal{PaymentID: "450789469", Kind: Refund, Full: true}, nil},
-		{"OrderPartlyRefunded", "orders/updated", `{"id":450789469,"financial_status":"partially_refunded","test":false}`, &Reversal{PaymentID: "450789469", Kind: Refund}, nil},
+		{"TheLibrarysRefund", "refunds/create", string(loadTestdata(t, "shopify/refund.json", nil)), &provider.Reversal{PaymentID: "450789469", Kind: provider.Refund, RefundID: "509562969", Amount: &provider.Money{20900, "USD"}}, nil},
+		{"OrderRefunded", "orders/updated", `{"id":450789469,"financial_status":"refunded","test":false}`, &provider.Reversal{PaymentID: "450789469", Kind: provider.Refund, Full: true}, nil},
+		{"OrderPartlyRefunded", "orders/updated", `{"id":450789469,"financial_status":"partially_refunded","test":false}`, &provider.Reversal{PaymentID: "450789469", Kind: provider.Refund}, nil},
 		{"OrderUpdatedOtherwise", "orders/updated", `{"id":450789469,"financial_status":"paid","test":false}`, nil, nil},
-		{"ChargebackOpened", "disputes/create", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"needs_response"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeOpened}, nil},
-		{"ChargebackLost", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"lost"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeLost}, nil},
-		{"ChargebackWon", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"won"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeWon}, nil},
+		{"ChargebackOpened", "disputes/create", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"needs_response"}`, &provider.Reversal{PaymentID: "450789469", Kind: provider.Dispute, Stage: provider.DisputeOpened}, nil},
+		{"ChargebackLost", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"lost"}`, &provider.Reversal{PaymentID: "450789469", Kind: provider.Dispute, Stage: provider.DisputeLost}, nil},
+		{"ChargebackWon", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"won"}`, &provider.Reversal{PaymentID: "450789469", Kind: provider.Dispute, Stage: provider.DisputeWon}, nil},
 		{"Inquiry", "disputes/create", `{"id":598735659,"order_id":450789469,"type":"inquiry","status":"needs_response"}`, nil, nil},
-		{"ChargebackAcceptedIsLost", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"accepted"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeLost}, nil},
-		{"ChargebackRefundedIsLost", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"charge_refunded"}`, &Reversal{PaymentID: "450789469", Kind: Dispute, Stage: DisputeLost}, nil},
-		{"AnOrderSentAsARefund", "refunds/create", `{"id":450789469,"financial_status":"paid","test":false}`, nil, ErrMalformed},
-		{"ADisputeSentAsARefund", "refunds/create", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"won"}`, nil, ErrMalformed},
-		{"ARefundSentAsADispute", "disputes/update", string(loadTestdata(t, "shopify/refund.json", nil)), nil, ErrMalformed},
-		{"ARefundSentAsAnOrder", "orders/paid", string(loadTestdata(t, "shopify/refund.json", nil)), nil, ErrMalformed},
+		{"ChargebackAcceptedIsLost", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"accepted"}`, &provider.Reversal{PaymentID: "450789469", Kind: provider.Dispute, Stage: provider.DisputeLost}, nil},
+		{"ChargebackRefundedIsLost", "disputes/update", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"charge_refunded"}`, &provider.Reversal{PaymentID: "450789469", Kind: provider.Dispute, Stage: provider.DisputeLost}, nil},
+		{"AnOrderSentAsARefund", "refunds/create", `{"id":450789469,"financial_status":"paid","test":false}`, nil, provider.ErrMalformed},
+		{"ADisputeSentAsARefund", "refunds/create", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"won"}`, nil, provider.ErrMalformed},
+		{"ARefundSentAsADispute", "disputes/update", string(loadTestdata(t, "shopify/refund.json", nil)), nil, provider.ErrMalformed},
+		{"ARefundSentAsAnOrder", "orders/paid", string(loadTestdata(t, "shopify/refund.json", nil)), nil, provider.ErrMalformed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ev, err := s.Verify(SignShopify([]byte(tt.body), secret, tt.topic, "evt-"+tt.name), []byte(tt.body), time.Now())
+			ev, err := s.Verify(providertest.SignShopify([]byte(tt.body), secret, tt.topic, "evt-"+tt.name), []byte(tt.body), time.Now())
 			if !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
 				t.Fatalf("Verify = %v, want %v", err, tt.err)
 			}

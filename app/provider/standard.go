@@ -13,6 +13,8 @@ import (
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/guardian-pay/guardian/app/settings"
 )
 
 // StandardConfig configures Standard Webhooks verification.
@@ -63,9 +65,9 @@ type Standard struct {
 // NewStandard returns a Standard provider, or an error if a secret is missing
 // or is not "whsec_" followed by base64.
 func NewStandard(cfg StandardConfig) (*Standard, error) {
-	secrets, err := cleanSecrets(cfg.Secrets)
+	keys, err := signingKeys("standard webhooks", cfg.Secrets, StandardSecret)
 	if err != nil {
-		return nil, fmt.Errorf("standard webhooks: %w", err)
+		return nil, err
 	}
 	path := strings.Split(cmp.Or(cfg.PaymentPath, DefaultStandardPaymentPath), ".")
 	if slices.Contains(path, "") {
@@ -76,13 +78,7 @@ func NewStandard(cfg StandardConfig) (*Standard, error) {
 		fulfilTypes: orDefault(cfg.FulfilTypes, DefaultStandardFulfilTypes),
 		refundTypes: orDefault(cfg.RefundTypes, DefaultStandardRefundTypes),
 		paymentPath: path,
-	}
-	for i, secret := range secrets {
-		key, err := StandardSecret(secret)
-		if err != nil {
-			return nil, fmt.Errorf("standard webhooks: secret %d is %w", i+1, err)
-		}
-		s.keys = append(s.keys, key)
+		keys:        keys,
 	}
 	if cfg.Tolerance < 0 {
 		return nil, errors.New("standard webhooks: tolerance must not be negative")
@@ -192,4 +188,39 @@ func (s *Standard) mapEnvelope(ev Event, env map[string]any) Event {
 	}
 	ev.PaymentID = pid
 	return ev
+}
+
+// Standard Webhooks' settings, and its registration: always served.
+var (
+	standardSecrets = settings.List(settings.Setting{
+		Name: "GUARDIAN_STANDARD_SECRETS", Default: "required", Secret: true,
+		Doc: "Standard Webhooks `whsec_` secrets (≥ 24 random bytes), space- or comma-separated",
+	}, " ,")
+	standardFulfilTypes = settings.List(settings.Setting{
+		Name: "GUARDIAN_STANDARD_FULFIL_TYPES", Default: "`payment.succeeded`", Doc: "Standard Webhooks types that fulfil",
+	}, ",")
+	standardPaymentPath = settings.String(settings.Setting{
+		Name: "GUARDIAN_STANDARD_PAYMENT_PATH", Default: "`data.payment_id`",
+		Doc: "dotted path of the payment id (a string) in a Standard Webhooks body; an event of a fulfilling type without one is stored and acknowledged, not fulfilled",
+	}, DefaultStandardPaymentPath)
+	standardRefundTypes = settings.List(settings.Setting{
+		Name: "GUARDIAN_STANDARD_REFUND_TYPES", Default: "`payment.refunded`",
+		Doc: "Standard Webhooks types that refund the payment at the payment path in full (taken back under `GUARDIAN_REVOKE_ON`)",
+	}, ",")
+)
+
+func init() {
+	Register(Driver{Name: "standard", Secrets: standardSecrets, Open: func(env *settings.Env, c Common) (Provider, error) {
+		secrets := standardSecrets.Read(env)
+		switch {
+		case len(secrets) == 0 && c.Dev:
+			secrets = []string{DevStandardSecret}
+		case len(secrets) == 0:
+			env.Fail(errors.New("GUARDIAN_STANDARD_SECRETS is empty: set the whsec_ signing secret(s), space- or comma-separated"))
+			return nil, nil
+		}
+		checkSecrets(env, c, standardSecrets.Name, secrets, StrongStandardSecret)
+		return NewStandard(StandardConfig{Secrets: secrets, Tolerance: c.Tolerance, FulfilTypes: standardFulfilTypes.Read(env),
+			PaymentPath: standardPaymentPath.Read(env), RefundTypes: standardRefundTypes.Read(env)})
+	}})
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v82/webhook"
+
+	"github.com/guardian-pay/guardian/app/settings"
 )
 
 // StripeConfig configures Stripe verification.
@@ -118,11 +120,10 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 	if hasNUL(id, typ) {
 		return Event{}, errNUL
 	}
-	if live, ok := env["livemode"].(bool); ok && s.mode.refuses(!live) {
-		if live {
-			return Event{}, fmt.Errorf("%w: a live-mode event at a test deployment (GUARDIAN_MODE=test)", ErrMode)
+	if live, ok := env["livemode"].(bool); ok {
+		if err := s.mode.refusal(!live, "a test-mode event", "a live-mode event", "a test endpoint's secret in GUARDIAN_STRIPE_SECRETS"); err != nil {
+			return Event{}, err
 		}
-		return Event{}, fmt.Errorf("%w: a test-mode event at a live deployment: is a test endpoint's secret in GUARDIAN_STRIPE_SECRETS?", ErrMode)
 	}
 	object, err := dataObject(env)
 	if err != nil {
@@ -336,4 +337,31 @@ func cleanSecrets(secrets []string) ([]string, error) {
 		return nil, errors.New("no signing secret configured")
 	}
 	return out, nil
+}
+
+// Stripe's settings, and its registration: always served.
+var (
+	stripeSecrets = settings.List(settings.Setting{
+		Name: "GUARDIAN_STRIPE_SECRETS", Default: "required", Secret: true,
+		Doc: "Stripe endpoint secrets (`whsec_` and ≥ 24 characters), comma-separated (old and new while rotating)",
+	}, ",")
+	stripeFulfilTypes = settings.List(settings.Setting{
+		Name: "GUARDIAN_STRIPE_FULFIL_TYPES", Default: "`checkout.session.completed,checkout.session.async_payment_succeeded`",
+		Doc: "Stripe types that may fulfil, each under its rule (docs/design.md); add `payment_intent.succeeded` and `invoice.paid` only as that table says",
+	}, ",")
+)
+
+func init() {
+	Register(Driver{Name: "stripe", Secrets: stripeSecrets, Open: func(env *settings.Env, c Common) (Provider, error) {
+		secrets := stripeSecrets.Read(env)
+		switch {
+		case len(secrets) == 0 && c.Dev:
+			secrets = []string{DevStripeSecret}
+		case len(secrets) == 0:
+			env.Fail(errors.New("GUARDIAN_STRIPE_SECRETS is empty: set the endpoint signing secret(s), comma-separated"))
+			return nil, nil
+		}
+		checkSecrets(env, c, stripeSecrets.Name, secrets, StripeSecret)
+		return NewStripe(StripeConfig{Secrets: secrets, Tolerance: c.Tolerance, FulfilTypes: stripeFulfilTypes.Read(env), Mode: c.Mode})
+	}})
 }

@@ -1,4 +1,4 @@
-package provider
+package provider_test
 
 import (
 	"encoding/json"
@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
 
 // fixtureObjects reads the Stripe objects of testdata (taken from Stripe's
@@ -71,7 +74,7 @@ func TestStripeRules(t *testing.T) {
 		{"UnknownPaymentStatusWaits", "checkout.session.completed", with(paid, map[string]any{"payment_status": "processing"}), "", ""},
 	}
 	def := newStripe(t, stripeSecret)
-	every, err := NewStripe(StripeConfig{Secrets: []string{stripeSecret}, FulfilTypes: all})
+	every, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}, FulfilTypes: all})
 	require.NoError(t, err)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,10 +83,10 @@ func TestStripeRules(t *testing.T) {
 				"type": tt.eventType, "data": map[string]any{"object": tt.object}})
 			require.NoError(t, err)
 			for _, c := range []struct {
-				p    *Stripe
+				p    *provider.Stripe
 				want string
 			}{{def, tt.wantDefault}, {every, tt.wantAll}} {
-				ev, err := c.p.Verify(SignStripe(body, stripeSecret, now), body, now)
+				ev, err := c.p.Verify(providertest.SignStripe(body, stripeSecret, now), body, now)
 				require.NoError(t, err, "a well-signed event is always accepted")
 				require.Equal(t, c.want, ev.PaymentID)
 				require.Equal(t, c.want != "", ev.Fulfils())
@@ -107,7 +110,7 @@ func TestStripeRules(t *testing.T) {
 			{"checkout.session.completed", paid},
 		} {
 			body, _ := json.Marshal(map[string]any{"id": "evt_x", "type": ev.typ, "data": map[string]any{"object": ev.obj}})
-			e, err := every.Verify(SignStripe(body, stripeSecret, now), body, now)
+			e, err := every.Verify(providertest.SignStripe(body, stripeSecret, now), body, now)
 			require.NoError(t, err)
 			if e.Fulfils() {
 				names[e.PaymentID] = true
@@ -130,21 +133,21 @@ func TestStripeReversals(t *testing.T) {
 	tests := []struct {
 		name, eventType string
 		object          map[string]any
-		want            *Reversal // nil: not a reversal
+		want            *provider.Reversal // nil: not a reversal
 	}{
-		{"ChargeFullyRefunded", "charge.refunded", of("charge", map[string]any{"amount_refunded": 100, "refunded": true}), &Reversal{PaymentID: pi, Kind: Refund, Full: true, Amount: &Money{100, "USD"}, Cumulative: true}},
-		{"ChargePartlyRefunded", "charge.refunded", of("charge", map[string]any{"amount_refunded": 40, "refunded": false}), &Reversal{PaymentID: pi, Kind: Refund, Amount: &Money{40, "USD"}, Cumulative: true}},
-		{"RefundSucceeded", "refund.created", of("refund", map[string]any{"id": "re_1", "amount": 250, "currency": "eur"}), &Reversal{PaymentID: pi, Kind: Refund, RefundID: "re_1", Amount: &Money{250, "EUR"}}},
+		{"ChargeFullyRefunded", "charge.refunded", of("charge", map[string]any{"amount_refunded": 100, "refunded": true}), &provider.Reversal{PaymentID: pi, Kind: provider.Refund, Full: true, Amount: &provider.Money{100, "USD"}, Cumulative: true}},
+		{"ChargePartlyRefunded", "charge.refunded", of("charge", map[string]any{"amount_refunded": 40, "refunded": false}), &provider.Reversal{PaymentID: pi, Kind: provider.Refund, Amount: &provider.Money{40, "USD"}, Cumulative: true}},
+		{"RefundSucceeded", "refund.created", of("refund", map[string]any{"id": "re_1", "amount": 250, "currency": "eur"}), &provider.Reversal{PaymentID: pi, Kind: provider.Refund, RefundID: "re_1", Amount: &provider.Money{250, "EUR"}}},
 		{"RefundPending", "refund.created", of("refund", map[string]any{"status": "pending"}), nil},
 		{"RefundFailed", "refund.updated", of("refund", map[string]any{"status": "failed"}), nil},
-		{"DisputeOpened", "charge.dispute.created", of("dispute", nil), &Reversal{PaymentID: pi, Kind: Dispute, Stage: DisputeOpened}},
-		{"DisputeFundsWithdrawn", "charge.dispute.funds_withdrawn", of("dispute", map[string]any{"status": "needs_response"}), &Reversal{PaymentID: pi, Kind: Dispute, Stage: DisputeOpened}},
-		{"DisputeLost", "charge.dispute.closed", of("dispute", map[string]any{"status": "lost"}), &Reversal{PaymentID: pi, Kind: Dispute, Stage: DisputeLost}},
-		{"DisputeWon", "charge.dispute.closed", of("dispute", map[string]any{"status": "won"}), &Reversal{PaymentID: pi, Kind: Dispute, Stage: DisputeWon}},
+		{"DisputeOpened", "charge.dispute.created", of("dispute", nil), &provider.Reversal{PaymentID: pi, Kind: provider.Dispute, Stage: provider.DisputeOpened}},
+		{"DisputeFundsWithdrawn", "charge.dispute.funds_withdrawn", of("dispute", map[string]any{"status": "needs_response"}), &provider.Reversal{PaymentID: pi, Kind: provider.Dispute, Stage: provider.DisputeOpened}},
+		{"DisputeLost", "charge.dispute.closed", of("dispute", map[string]any{"status": "lost"}), &provider.Reversal{PaymentID: pi, Kind: provider.Dispute, Stage: provider.DisputeLost}},
+		{"DisputeWon", "charge.dispute.closed", of("dispute", map[string]any{"status": "won"}), &provider.Reversal{PaymentID: pi, Kind: provider.Dispute, Stage: provider.DisputeWon}},
 		{"InquiryClosed", "charge.dispute.closed", of("dispute", map[string]any{"status": "warning_closed"}), nil},
 		{"StripesOwnFixtureNamesNoIntent", "charge.refunded", with(objs["charge"], map[string]any{"refunded": true}), nil},
 	}
-	s, err := NewStripe(StripeConfig{Secrets: []string{"whsec_test"}})
+	s, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{"whsec_test"}})
 	require.NoError(t, err)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -160,5 +163,5 @@ func TestStripeReversals(t *testing.T) {
 			}
 		})
 	}
-	require.Subset(t, s.RuleTypes(), StripeReversalTypes, "the backfill lists reversals too")
+	require.Subset(t, s.RuleTypes(), provider.StripeReversalTypes, "the backfill lists reversals too")
 }

@@ -2,16 +2,27 @@ package providertest
 
 import (
 	"bytes"
+	"context"
+	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"math/big"
+	"net/http"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/settings"
 )
 
 // PayPalCertificate makes a message-verification certificate naming name
@@ -96,4 +107,115 @@ func PadCRC32(prefix, suffix []byte, want uint32) ([]byte, error) {
 		}
 	}
 	return msg, nil
+}
+
+// SignPayPal returns the headers PayPal sends with body: the transmission
+// id and time, the certificate URL, and the RSA-SHA256 signature by key of
+// "<id>|<time>|<webhook id>|<crc32 of body>". For tests and the demo.
+func SignPayPal(body []byte, key *rsa.PrivateKey, certURL, webhookID, transmissionID string, at time.Time) (http.Header, error) {
+	sent := at.UTC().Format(time.RFC3339)
+	digest := sha256.Sum256([]byte(transmissionID + "|" + sent + "|" + webhookID + "|" + strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10)))
+	sig, err := rsa.SignPKCS1v15(nil, key, crypto.SHA256, digest[:])
+	if err != nil {
+		return nil, err
+	}
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("Paypal-Transmission-Id", transmissionID)
+	h.Set("Paypal-Transmission-Time", sent)
+	h.Set("Paypal-Transmission-Sig", base64.StdEncoding.EncodeToString(sig))
+	h.Set("Paypal-Cert-Url", certURL)
+	h.Set("Paypal-Auth-Algo", "SHA256withRSA")
+	return h, nil
+}
+
+// The PayPal sample: the webhook's id and an older webhook's still
+// served, and the certificate URLs its test fetch answers.
+const (
+	PayPalWebhook    = "8PT597110X687430LKGECATA"
+	PayPalOldWebhook = "3TR748995U920805P"
+	// PayPalCertURL is the sample's message-verification certificate
+	// (PayPalTestCertificate).
+	PayPalCertURL = "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-00000eb0"
+	// PayPalCertDownURL is a certificate whose host does not answer.
+	PayPalCertDownURL = "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-0000d0e0"
+)
+
+// PayPalTestCertificate is the sample's message-verification certificate
+// and its key, made once per test binary.
+var PayPalTestCertificate = sync.OnceValues(func() (*rsa.PrivateKey, []byte) {
+	key, pemBytes, err := NewPayPalCertificate("messageverificationcerts.paypal.com", time.Now().Add(-time.Hour))
+	if err != nil {
+		panic(err)
+	}
+	return key, pemBytes
+})
+
+// PayPalFetch answers a certificate fetch in place of PayPal's host:
+// PayPalCertURL is the sample's certificate, PayPalCertDownURL a host that
+// does not answer, any other URL no certificate.
+func PayPalFetch(_ context.Context, url string) ([]byte, error) {
+	switch url {
+	case PayPalCertURL:
+		_, pemBytes := PayPalTestCertificate()
+		return pemBytes, nil
+	case PayPalCertDownURL:
+		return nil, fmt.Errorf("%w: PayPal's host did not answer", provider.ErrUnavailable)
+	}
+	return nil, fmt.Errorf("%w: no such certificate", provider.ErrSignature)
+}
+
+// OpenPayPal builds a PayPal provider as its settings say, its
+// certificates fetched by PayPalFetch, and confirming deliveries with event
+// when it is not nil (provider.PayPalConfig.Event).
+func OpenPayPal(t testing.TB, vars map[string]string, event func(ctx context.Context, id string) ([]byte, error)) provider.Provider {
+	t.Helper()
+	env := settings.FromMap(vars)
+	p, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: settings.Split(vars["GUARDIAN_PAYPAL_WEBHOOK_IDS"], ","),
+		Mode: provider.ReadCommon(env, false).Mode, Fetch: PayPalFetch, Event: event})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// PayPalEvent is a PayPal webhook event about capture resource.
+func PayPalEvent(id, typ, resource, status string) []byte {
+	return fmt.Appendf(nil, `{"id":%q,"event_version":"1.0","create_time":"2026-12-01T00:00:00.000Z","resource_type":"capture","event_type":%q,"summary":"a test's","resource":{"id":%q,"status":%q,"amount":{"currency_code":"USD","value":"19.99"}}}`, id, typ, resource, status)
+}
+
+func init() {
+	RegisterSample(Sample{
+		Name:     "paypal",
+		Settings: map[string]string{"GUARDIAN_PAYPAL_WEBHOOK_IDS": PayPalWebhook + "," + PayPalOldWebhook},
+		// PayPal's certificates come from PayPal's hosts alone: the
+		// sample's provider fetches them with PayPalFetch.
+		Open: func(t testing.TB, vars map[string]string) provider.Provider { return OpenPayPal(t, vars, nil) },
+		Sign: func(t testing.TB, id string, body []byte, at time.Time, old bool) http.Header {
+			webhook := PayPalWebhook
+			if old {
+				webhook = PayPalOldWebhook
+			}
+			key, _ := PayPalTestCertificate()
+			h, err := SignPayPal(body, key, PayPalCertURL, webhook, "tx-"+id+"-"+at.Format("150405.000"), at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return h
+		},
+		Paid: func(p string) (string, []byte) {
+			return "WH-PAID-" + p, PayPalEvent("WH-PAID-"+p, "PAYMENT.CAPTURE.COMPLETED", "CAP"+p, "COMPLETED")
+		},
+		// The order's approval comes first and never pays.
+		Other: func(p string) (string, []byte) {
+			return "WH-APPROVED-" + p, PayPalEvent("WH-APPROVED-"+p, "CHECKOUT.ORDER.APPROVED", "ORDER"+p, "APPROVED")
+		},
+		Unpaid: func(p string) (string, []byte) {
+			return "WH-PENDING-" + p, PayPalEvent("WH-PENDING-"+p, "PAYMENT.CAPTURE.COMPLETED", "CAPU"+p, "PENDING")
+		},
+		Reversed: func(p string) (string, []byte) {
+			id := "WH-DISPUTE-LOST-" + p
+			return id, fmt.Appendf(nil, `{"id":%q,"event_type":"CUSTOMER.DISPUTE.RESOLVED","resource_type":"dispute","resource":{"dispute_id":"PP-D-%s","disputed_transactions":[{"seller_transaction_id":"CAP%s"}],"dispute_outcome":{"outcome_code":"RESOLVED_BUYER_FAVOUR"}}}`, id, p, p)
+		},
+	})
 }

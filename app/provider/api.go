@@ -1,4 +1,4 @@
-package backfill
+package provider
 
 import (
 	"context"
@@ -12,48 +12,60 @@ import (
 	"time"
 )
 
-// apiClient reads one provider's JSON API: every request to the one
-// configured origin, the credentials in a header, never in an error.
-type apiClient struct {
+// API reads one provider's JSON API (its events, for a backfill; one
+// event, for PayPal's confirmation): every request to the one configured
+// origin, the credentials in a header, never in an error. Safe for
+// concurrent use.
+type API struct {
 	name   string // the provider, for errors
 	origin *url.URL
 	client *http.Client
 }
 
-func newAPIClient(name, apiURL string) (*apiClient, error) {
+// NewAPI returns the API of the provider name at apiURL, an absolute
+// http(s) URL; only its origin is kept. Redirects are not followed.
+func NewAPI(name, apiURL string) (*API, error) {
 	u, err := url.Parse(apiURL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, fmt.Errorf("backfill %s: API URL %q is not an absolute http(s) URL", name, apiURL)
+		return nil, fmt.Errorf("%s API: URL %q is not an absolute http(s) URL", name, apiURL)
 	}
-	return &apiClient{name: name, origin: &url.URL{Scheme: u.Scheme, Host: u.Host}, client: &http.Client{
+	return &API{name: name, origin: &url.URL{Scheme: u.Scheme, Host: u.Host}, client: &http.Client{
 		Timeout: 30 * time.Second,
 		// A redirect could carry the credentials to another host.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}, nil
 }
 
-// apiError is a provider API's answer other than 200: the status and the
+// APIError is a provider API's answer other than 200: the status and the
 // provider's own words, never the request.
-type apiError struct {
-	provider string
-	status   int
-	detail   string
+type APIError struct {
+	Provider string
+	Status   int
+	Detail   string
 }
 
-func (e *apiError) Error() string {
-	return fmt.Sprintf("%s answered %d: %s", e.provider, e.status, e.detail)
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s answered %d: %s", e.Provider, e.Status, e.Detail)
 }
 
-// throttled reports whether err is a provider API's 429.
-func throttled(err error) bool {
-	var aerr *apiError
-	return errors.As(err, &aerr) && aerr.status == http.StatusTooManyRequests
+// Throttled reports whether err is a provider API's 429.
+func Throttled(err error) bool {
+	return apiStatus(err) == http.StatusTooManyRequests
+}
+
+// apiStatus is the status of an APIError in err's chain, 0 without one.
+func apiStatus(err error) int {
+	var aerr *APIError
+	if errors.As(err, &aerr) {
+		return aerr.Status
+	}
+	return 0
 }
 
 // resolve makes ref (a path, or an absolute link the API answered) a URL
 // on the configured origin; a link elsewhere is refused, so the
 // credentials never leave it.
-func (c *apiClient) resolve(ref string) (string, error) {
+func (c *API) resolve(ref string) (string, error) {
 	u, err := c.origin.Parse(ref)
 	if err != nil || u.Scheme != c.origin.Scheme || u.Host != c.origin.Host {
 		return "", fmt.Errorf("%s linked to %q, off its API's origin %s: not followed", c.name, ref, c.origin)
@@ -61,9 +73,11 @@ func (c *apiClient) resolve(ref string) (string, error) {
 	return u.String(), nil
 }
 
-// do sends a request with the authorization header and decodes a 200's
-// JSON body into into.
-func (c *apiClient) do(ctx context.Context, method, ref, authorization string, form url.Values, into any) error {
+// Do sends a request to ref (a path, or a link the API answered, which
+// must be on its origin) with the Authorization header authorization and,
+// when form is not nil, the form as its body, and decodes a 200's JSON body
+// into into. Any other status is an *APIError.
+func (c *API) Do(ctx context.Context, method, ref, authorization string, form url.Values, into any) error {
 	target, err := c.resolve(ref)
 	if err != nil {
 		return err
@@ -95,7 +109,7 @@ func (c *apiClient) do(ctx context.Context, method, ref, authorization string, f
 		return fmt.Errorf("%s API: reading the answer: %w", c.name, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return &apiError{provider: c.name, status: resp.StatusCode, detail: errorDetail(raw)}
+		return &APIError{Provider: c.name, Status: resp.StatusCode, Detail: errorDetail(raw)}
 	}
 	if err := json.Unmarshal(raw, into); err != nil {
 		return fmt.Errorf("%s API: the answer is not the JSON expected: %w", c.name, err)
@@ -120,11 +134,4 @@ func errorDetail(raw []byte) string {
 		}
 	}
 	return "no description"
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
