@@ -91,7 +91,7 @@ func TestZeroAmountAuthorisationPaysNothing(t *testing.T) {
 func TestShopifyRelabelledTopicBuysNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	order := shopifyOrder("orders/paid", "7001", "paid")
+	order := providertest.ShopifyOrder("orders/paid", "7001", "paid")
 	got := b.post(t, "/webhooks/shopify", providertest.SignShopify(order, shopifySecret, "orders/paid", "evt-paid-7001"), order)
 	require.Equal(t, http.StatusOK, got.code, string(got.raw))
 	require.Eventually(t, func() bool { return len(b.rec.Calls()) == 1 }, 15*time.Second, 10*time.Millisecond)
@@ -116,7 +116,7 @@ func TestForeignShopIsRefused(t *testing.T) {
 	b := setup(t, setupOpts{shopifyShops: []string{"ours.myshopify.com"}})
 	order := func(shop, id string) []byte {
 		var o map[string]any
-		require.NoError(t, json.Unmarshal(shopifyOrder("orders/paid", id, "paid"), &o))
+		require.NoError(t, json.Unmarshal(providertest.ShopifyOrder("orders/paid", id, "paid"), &o))
 		o["order_status_url"] = "https://" + shop + "/548380009/orders/b1946ac92492d2347c6235b4d2611184/authenticate?key=k"
 		out, err := json.Marshal(o)
 		require.NoError(t, err)
@@ -206,7 +206,7 @@ func payPalForgery(t *testing.T) (genuine, forged []byte, h http.Header) {
 		`"amount":{"currency_code":"USD","value":"500.00"}},"x":"`), []byte(`"}`), crc32.ChecksumIEEE(genuine))
 	require.NoError(t, err)
 	require.Equal(t, crc32.ChecksumIEEE(genuine), crc32.ChecksumIEEE(forged))
-	h, err = providertest.SignPayPal(genuine, payPalCert.key, payPalCertURL, payPalWebhook, "tx-captured", time.Now())
+	h, err = providertest.SignPayPal(genuine, payPalKey(), payPalCertURL, payPalWebhook, "tx-captured", time.Now())
 	require.NoError(t, err)
 	return genuine, forged, h
 }
@@ -229,7 +229,7 @@ func TestPayPalCRC32ForgeryBuysNothing(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{})
 		genuine, forged, h := payPalForgery(t)
-		p, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{payPalWebhook}, Fetch: func(context.Context, string) ([]byte, error) { return payPalCert.pem, nil }})
+		p, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{payPalWebhook}, Fetch: providertest.PayPalFetch})
 		require.NoError(t, err)
 		ev, err := p.Verify(h, forged, time.Now())
 		require.NoError(t, err, "the forgery verifies: PayPal's signature binds only the CRC32")

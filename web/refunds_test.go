@@ -43,7 +43,7 @@ func TestARefundThatDoesNotSayWholeIsWeighed(t *testing.T) {
 
 	paypal := func(id, typ, resource string) {
 		body := []byte(fmt.Sprintf(`{"id":%q,"event_type":%q,"resource":%s}`, id, typ, resource))
-		h, err := providertest.SignPayPal(body, payPalCert.key, payPalCertURL, payPalWebhook, "tx-"+id, time.Now())
+		h, err := providertest.SignPayPal(body, payPalKey(), payPalCertURL, payPalWebhook, "tx-"+id, time.Now())
 		require.NoError(t, err)
 		got := b.post(t, "/webhooks/paypal", h, body)
 		require.Equal(t, http.StatusOK, got.code, string(got.raw))

@@ -42,45 +42,24 @@ import (
 
 const (
 	// adminToken is an environment token (GUARDIAN_ADMIN_TOKEN).
-	adminToken     = "operator-token-for-tests"
-	stripeSecret   = "whsec_test_stripe"
-	standardSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-	// paddleSecrets: the destination's current secret, and the one being
-	// rotated out.
-	paddleSecret    = "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_testsecretforguardian"
-	paddleOldSecret = "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_retiredsecretguardian"
-	// shopifySecrets: the app's current client secret, and the one being
-	// rotated out.
-	shopifySecret    = "shopify_client_secret_for_guardian_tests_0001"
-	shopifyOldSecret = "shopify_client_secret_for_guardian_tests_0000"
-	// lemonSecrets: the webhook's current signing secret, and the one being
-	// rotated out.
-	lemonSecret    = "lemonsqueezy_signing_secret_tests_01"
-	lemonOldSecret = "lemonsqueezy_signing_secret_tests_00"
-	// adyenKeys: the webhook's current HMAC key, and the one being rotated
-	// out.
-	adyenKey    = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
-	adyenOldKey = "0B4E2A3C5F7D9E1A2B3C4D5E6F708192A3B4C5D6E7F8091A2B3C4D5E6F708192"
-	// payPalWebhooks: the webhook's id, and an older webhook's still served.
-	payPalWebhook    = "8PT597110X687430LKGECATA"
-	payPalOldWebhook = "3TR748995U920805P"
-	payPalCertURL    = "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-00000eb0"
-	// payPalCertDownURL is a certificate whose host does not answer.
-	payPalCertDownURL = "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-0000d0e0"
+	adminToken = "operator-token-for-tests"
+	// The providers' secrets are their providertest samples'.
+	stripeSecret     = providertest.StripeSecret
+	standardSecret   = providertest.StandardSecret
+	paddleSecret     = providertest.PaddleSecret
+	shopifySecret    = providertest.ShopifySecret
+	shopifyOldSecret = providertest.ShopifyOldSecret
+	lemonSecret      = providertest.LemonSqueezySecret
+	adyenKey         = providertest.AdyenKey
+	payPalWebhook    = providertest.PayPalWebhook
+	payPalCertURL    = providertest.PayPalCertURL
 )
 
-// payPalCert is the message-verification certificate the tests' fetch
-// answers in place of PayPal's host, and its key.
-var payPalCert = func() (c struct {
-	key *rsa.PrivateKey
-	pem []byte
-}) {
-	var err error
-	if c.key, c.pem, err = providertest.NewPayPalCertificate("messageverificationcerts.paypal.com", time.Now().Add(-time.Hour)); err != nil {
-		panic(err)
-	}
-	return c
-}()
+// payPalKey is the key of the PayPal sample's certificate.
+func payPalKey() *rsa.PrivateKey {
+	key, _ := providertest.PayPalTestCertificate()
+	return key
+}
 
 type filterMode int
 
@@ -121,7 +100,8 @@ type setupOpts struct {
 	fulfilment func(*fulfilment.Config)
 	// shopifyShops is GUARDIAN_SHOPIFY_SHOPS.
 	shopifyShops []string
-	// stripeMode is the mode Stripe's provider serves.
+	// stripeMode is GUARDIAN_MODE for every provider (the samples' are
+	// live, but Adyen's test).
 	stripeMode provider.Mode
 	// maxBody is GUARDIAN_MAX_BODY_BYTES; 64 KiB when zero.
 	maxBody int64
@@ -174,29 +154,21 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	}})
 	st.Start(t)
 	service, client := st.Service, st.Client
-	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}, Mode: opts.stripeMode})
-	require.NoError(t, err)
-	standard, err := provider.NewStandard(provider.StandardConfig{Secrets: []string{standardSecret}})
-	require.NoError(t, err)
-	paddle, err := provider.NewPaddle(provider.PaddleConfig{Secrets: []string{paddleSecret, paddleOldSecret}})
-	require.NoError(t, err)
-	shopify, err := provider.NewShopify(provider.ShopifyConfig{Secrets: []string{shopifySecret, shopifyOldSecret}, Shops: opts.shopifyShops})
-	require.NoError(t, err)
-	lemon, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: []string{lemonSecret, lemonOldSecret}})
-	require.NoError(t, err)
-	adyen, err := provider.NewAdyen(provider.AdyenConfig{HMACKeys: []string{adyenKey, adyenOldKey}})
-	require.NoError(t, err)
-	paypal, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{payPalWebhook, payPalOldWebhook},
-		Fetch: func(_ context.Context, url string) ([]byte, error) {
-			if url == payPalCertDownURL {
-				return nil, fmt.Errorf("%w: PayPal's host did not answer", provider.ErrUnavailable)
-			}
-			if url != payPalCertURL {
-				return nil, fmt.Errorf("%w: no such certificate", provider.ErrSignature)
-			}
-			return payPalCert.pem, nil
-		}, Event: opts.payPalEvent})
-	require.NoError(t, err)
+	vars := map[string]string{}
+	if opts.stripeMode != "" {
+		vars["GUARDIAN_MODE"] = string(opts.stripeMode)
+	}
+	if len(opts.shopifyShops) > 0 {
+		vars["GUARDIAN_SHOPIFY_SHOPS"] = strings.Join(opts.shopifyShops, ",")
+	}
+	var providers []provider.Provider
+	for _, sample := range providertest.Samples() {
+		p := sample.Build(t, vars)
+		if sample.Name == "paypal" && opts.payPalEvent != nil {
+			p = providertest.OpenPayPal(t, sample.Settings, opts.payPalEvent)
+		}
+		providers = append(providers, p)
+	}
 	ui, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client.River(), nil), Logger: logger, Prefix: "/riverui"})
 	require.NoError(t, err)
 	b.operators = operators.New(db.New(d.Pool), []string{"old-operator-token", adminToken})
@@ -205,7 +177,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	key, err := b.operators.SessionKey(ctx)
 	require.NoError(t, err)
 	s, err := web.New(web.Config{
-		Providers: []provider.Provider{stripe, standard, paddle, shopify, lemon, adyen, paypal}, Service: service, Logger: logger,
+		Providers: providers, Service: service, Logger: logger,
 		Ready: func(ctx context.Context) error { return d.Pool.Ping(ctx) }, MaxBodyBytes: cmp.Or(opts.maxBody, 64<<10),
 		Operators: b.operators, SessionKey: key, Store: db.New(d.Pool),
 		RiverUI: ui, Tokens: tokens.New(tokens.Postgres{Store: db.New(d.Pool)}, nil),

@@ -1,6 +1,15 @@
 // Package provider verifies payment providers' webhook deliveries and reads
-// the event each one carries. A provider is a signature scheme plus a payload
-// shape; adding one is a new file implementing Provider.
+// the event each one carries. A provider is a signature scheme plus a
+// payload shape, in a file of its own that registers it (Register): its
+// settings, how they build it, and so its route /webhooks/<name>.
+// Nothing else in Guardian lists providers.
+//
+// Adding one is its file here, its testdata (the provider's own samples
+// and signed vectors), its sample and signer in providertest (which
+// web.TestEveryProviderConforms runs through the suite every provider
+// passes, failing for a registered provider without one), its backfill in
+// app/backfill when it has an events API, and its row in docs/design.md's
+// rule table. The README's settings table follows from its registration.
 package provider
 
 import (

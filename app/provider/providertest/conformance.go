@@ -135,11 +135,12 @@ func refuses(t *testing.T, s Sample, e Edge, id string, body []byte, h http.Head
 	if string(alter(sent)) == string(sent) {
 		t.Fatal("the sample's Alter changes nothing")
 	}
-	refused := []struct {
+	type refusal struct {
 		name   string
 		header http.Header
 		body   []byte
-	}{
+	}
+	refused := []refusal{
 		{"Unsigned", http.Header{}, body},
 		{"AlteredByOneByte", h, alter(sent)},
 	}
@@ -155,16 +156,8 @@ func refuses(t *testing.T, s Sample, e Edge, id string, body []byte, h http.Head
 		}
 	} else {
 		refused = append(refused,
-			struct {
-				name   string
-				header http.Header
-				body   []byte
-			}{"Stale", s.Sign(t, id, body, now.Add(-time.Hour), false), body},
-			struct {
-				name   string
-				header http.Header
-				body   []byte
-			}{"FromTheFuture", s.Sign(t, id, body, now.Add(time.Hour), false), body})
+			refusal{"Stale", s.Sign(t, id, body, now.Add(-time.Hour), false), body},
+			refusal{"FromTheFuture", s.Sign(t, id, body, now.Add(time.Hour), false), body})
 	}
 	for _, r := range refused {
 		if code := e.Post(t, s.Name, r.header, r.body); code != http.StatusBadRequest {

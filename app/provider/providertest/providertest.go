@@ -1,4 +1,8 @@
-// Package providertest makes verified events for tests that start after
+// Package providertest is what tests and tools need of the providers: each
+// provider's signer, made as the provider (or its own SDK) signs; each
+// provider's Sample, registered in its file beside the signer; the
+// conformance suite every provider passes (Run), which the web edge's
+// tests drive over HTTP; and verified events for tests that start after
 // verification (the domain's, the workers').
 package providertest
 
