@@ -21,7 +21,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,14 +33,16 @@ import (
 	"github.com/guardian-pay/guardian/app/settings"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/goose"
+	"github.com/guardian-pay/guardian/web/client"
 )
 
-// Exit codes scripts can rely on.
+// Exit codes scripts can rely on: the operator commands' (client.ExitOK
+// and on).
 const (
-	ExitOK       = 0
-	ExitFailure  = 1 // the command ran and failed
-	ExitUsage    = 2 // bad arguments or configuration
-	ExitNotFound = 3 // the thing asked for does not exist
+	ExitOK       = client.ExitOK
+	ExitFailure  = client.ExitFailure
+	ExitUsage    = client.ExitUsage
+	ExitNotFound = client.ExitNotFound
 )
 
 const usage = `guardian: exactly-once fulfilment for payment webhooks
@@ -63,7 +64,7 @@ Usage:
 
 Configuration comes from the environment; see README.md.
 
-` + opsUsage
+` + client.Usage
 
 // Main runs the command in args and returns the process exit code.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -94,13 +95,15 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	case "backfill":
 		return runBackfill(ctx, rest, getenv, stdout, stderr)
 	case "demo":
-		return runDemo(ctx, rest, getenv, stdout, stderr)
+		env := settings.NewEnv(getenv)
+		return client.Demo(ctx, rest, client.DemoConfig{Config: client.ReadConfig(env, first(adminTokens.Read(env), DevAdminToken)),
+			StripeSecret: provider.SigningSecret(env, "stripe"), StandardSecret: provider.SigningSecret(env, "standard")}, stdout, stderr)
 	case "bench":
 		env := settings.NewEnv(getenv)
-		return loadgen.Main(ctx, rest, loadgen.Target{URL: guardianURL.Read(env), MetricsURL: metricsURL.Read(env),
-			Secret: provider.SigningSecret(env, "stripe")}, stdout, stderr)
+		return loadgen.Main(ctx, rest, loadgen.ReadTarget(env, client.ReadConfig(env, "").URL, provider.SigningSecret(env, "stripe")), stdout, stderr)
 	case "fulfilments", "reconcile", "events":
-		return runOps(ctx, cmd, rest, getenv, stdout, stderr)
+		env := settings.NewEnv(getenv)
+		return client.Run(ctx, cmd, rest, client.ReadConfig(env, first(adminTokens.Read(env), "")), stdout, stderr)
 	case "connector":
 		return runConnector(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
@@ -119,23 +122,26 @@ var commandUsage = map[string]string{
 	"operators":   operatorsUsage,
 	"backfill":    backfillUsage,
 	"config":      "usage: guardian config check|list [--markdown]\n  check: reads the configuration from the environment and names every problem; exit 2 if any\n  list: every setting Guardian reads, its value here (a secret only as set or unset) and its default;\n  --markdown prints the README's configuration table instead\n",
-	"fulfilments": opsUsage,
-	"reconcile":   opsUsage,
-	"events":      opsUsage,
+	"fulfilments": client.Usage,
+	"reconcile":   client.Usage,
+	"events":      client.Usage,
 	"connector":   connectorUsage,
 }
 
-func isHelp(arg string) bool {
-	return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help"
-}
+// The command line's helpers are the client commands'.
+var (
+	isHelp    = client.IsHelp
+	usageExit = client.UsageExit
+	fail      = client.Fail
+	table     = client.Table
+)
 
-// usageExit is the exit code for a flag parse error: 0 for -h, else 2 (the
-// flag package has printed the usage either way).
-func usageExit(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return ExitOK
+// first is the first of list, or def when it is empty.
+func first(list []string, def string) string {
+	if len(list) == 0 {
+		return def
 	}
-	return ExitUsage
+	return list[0]
 }
 
 // runConfig runs `guardian config check` and `guardian config list`.
@@ -378,13 +384,3 @@ func openDatabase(ctx context.Context, getenv func(string) string) (*pgxpool.Poo
 	}
 	return db.Connect(ctx, url, pooler)
 }
-
-// fail reports err as the command's failure and returns code, for
-// `return fail(stderr, ExitFailure, err)`.
-func fail(stderr io.Writer, code int, err error) int {
-	fmt.Fprintf(stderr, "guardian: %v\n", err)
-	return code
-}
-
-// table returns the writer every listing aligns its columns with.
-func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }

@@ -12,6 +12,7 @@ import (
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/settings"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 const connectorUsage = `usage: guardian connector test [--provider NAME[,NAME...]] [--json]
@@ -21,8 +22,8 @@ const connectorUsage = `usage: guardian connector test [--provider NAME[,NAME...
   key sent twice at once acts once, a finished key replays its answer, a key
   reused with another body is refused, lookups of unknown, in-progress,
   finished and declined keys, and declines that stay declined.
-  It sends test deliveries only (event type "` + connector.TestEventType + `", keys
-  starting "` + connector.TestKeyPrefix + `", payment "` + connector.TestPaymentID + `"): a
+  It sends test deliveries only (event type "` + contract.TestEventType + `", keys
+  starting "` + contract.TestKeyPrefix + `", payment "` + contract.TestPaymentID + `"): a
   receiver that keeps the contract records their keys and never acts on them.
   The checks run once for each provider the configuration serves (or those
   --provider names), the deliveries naming it, so a receiver that routes by
@@ -47,9 +48,9 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 		fmt.Fprint(stderr, connectorUsage)
 		return ExitUsage
 	}
-	providers, code := providersToTest(getenv, *only, stderr)
-	if providers == nil {
-		return code
+	providers, ok := providersToTest(getenv, *only, stderr)
+	if !ok {
+		return ExitUsage
 	}
 	env := settings.NewEnv(getenv)
 	cfg := connector.HTTPConfig{URL: connectorURL.Read(env), Secret: connectorSecret.Read(env),
@@ -73,7 +74,7 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 		Verdict  string `json:"verdict"`
 	}
 	var steps []step
-	ok := true
+	ok = true
 	for _, p := range providers {
 		for _, s := range h.Conform(ctx, p) {
 			steps = append(steps, step{p, s.Name, s.Status, s.OK, s.Verdict})
@@ -103,9 +104,9 @@ func runConnector(ctx context.Context, args []string, getenv func(string) string
 
 // providersToTest is the providers whose deliveries the conformance run
 // sends: those --provider names, each registered, or else every one the
-// configuration serves. Nil and the exit code when --provider names one
-// Guardian does not know.
-func providersToTest(getenv func(string) string, only string, stderr io.Writer) ([]string, int) {
+// configuration serves (Stripe and Standard Webhooks always). False when
+// --provider names one Guardian does not know.
+func providersToTest(getenv func(string) string, only string, stderr io.Writer) ([]string, bool) {
 	var known []string
 	for _, d := range provider.Drivers() {
 		known = append(known, d.Name)
@@ -114,17 +115,18 @@ func providersToTest(getenv func(string) string, only string, stderr io.Writer) 
 	for _, p := range names {
 		if !slices.Contains(known, p) {
 			fmt.Fprintf(stderr, "guardian: --provider: %q is not a provider Guardian serves (%s)\n", p, strings.Join(known, ", "))
-			return nil, ExitUsage
+			return nil, false
 		}
 	}
 	if len(names) > 0 {
-		return names, ExitOK
+		return names, true
 	}
-	// Only which providers the settings serve is read; their problems are
-	// `guardian config check`'s.
+	// Only which providers the settings serve is read, as the development
+	// profile reads them (where Stripe and Standard Webhooks are served
+	// without secrets); their problems are `guardian config check`'s.
 	env := settings.NewEnv(getenv)
-	for _, p := range provider.Open(env, provider.ReadCommon(env, dev.Read(env))) {
+	for _, p := range provider.Open(env, provider.ReadCommon(env, true)) {
 		names = append(names, p.Name())
 	}
-	return names, ExitOK
+	return names, true
 }

@@ -23,7 +23,7 @@ demo:
 # The packages with concurrency of their own (the domain's batching, the
 # filter's pipelines, group commit, tokens, locks, River's workers, the
 # receiver kit): `just test` runs them under the race detector.
-racy := "./app/fulfilment ./app/filter ./app/batch ./app/tokens ./app/lock ./jobs ./app/receiver"
+racy := "./app/fulfilment ./app/filter ./app/batch ./app/tokens ./app/lock ./jobs ./receiver"
 
 # Every suite: unit, storage, integration and black-box, against real Postgres
 # and Redis (the packages in `racy` under the race detector), the protocol's
@@ -75,7 +75,7 @@ fuzz time="30s":
     go test ./app/provider -run '^$' -fuzz FuzzPayPalHeaders -fuzztime {{time}}
     go test ./app/provider -run '^$' -fuzz FuzzPaddleVerify -fuzztime {{time}}
     go test ./app/provider -run '^$' -fuzz FuzzLemonSqueezyVerify -fuzztime {{time}}
-    go test ./app/receiver -run '^$' -fuzz FuzzRead -fuzztime {{time}}
+    go test ./receiver -run '^$' -fuzz FuzzRead -fuzztime {{time}}
     go test ./app/connector -run '^$' -fuzz FuzzStatement -fuzztime {{time}}
 
 # Measure Guardian against pgbench, redis-benchmark and bare River on this

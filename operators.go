@@ -10,6 +10,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/operators"
 	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/web/client"
 )
 
 const operatorsUsage = `usage:
@@ -53,7 +54,7 @@ func runOperators(ctx context.Context, args []string, getenv func(string) string
 		fs.Usage()
 		return ExitOK
 	}
-	pos, err := parseInterspersed(fs, args[1:])
+	pos, err := client.ParseInterspersed(fs, args[1:])
 	if err != nil {
 		return usageExit(err)
 	}

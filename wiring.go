@@ -25,7 +25,6 @@ import (
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/operators"
 	"github.com/guardian-pay/guardian/app/provider"
-	"github.com/guardian-pay/guardian/app/refusals"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/goose"
@@ -198,12 +197,7 @@ func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, conn connector
 		return nil, nil, err
 	}
 	a.metrics = m
-	for record, kept := range map[string]time.Duration{
-		"event": 0, "event_body": cfg.PayloadRetention, "fulfilment": 0, "transition": 0,
-		"completed_job": cfg.JobRetention, "discarded_job": max(cfg.JobRetention, jobs.DiscardedJobRetention),
-		"refused_delivery": refusals.Retention, "single_use_token": jobs.TokenGrace,
-		"dispatch_outcome_minute": db.OutcomeRetention,
-	} {
+	for record, kept := range jobs.Retention(cfg.PayloadRetention, cfg.JobRetention) {
 		m.Retention(record, kept)
 	}
 	enqueuer, err := jobs.NewEnqueuer(a.pool, a.logger)

@@ -22,12 +22,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/db/dbtest/faultproxy"
 	"github.com/guardian-pay/guardian/db/dbtest/pgbouncer"
 	"github.com/guardian-pay/guardian/db/dbtest/redistest"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 // The chaos suite tries to make Guardian fulfil twice or lose an event. It
@@ -515,7 +515,7 @@ func (h *chaosHarness) check(payments int) report {
 	acted, revoked := map[string]int{}, map[string]int{}
 	for _, e := range h.conn.entries(t) {
 		switch {
-		case e.Acted && e.Action == connector.ActionRevoke:
+		case e.Acted && e.Action == contract.ActionRevoke:
 			revoked[e.Payment]++
 		case e.Acted:
 			acted[e.Payment]++

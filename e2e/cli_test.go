@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/provider/providertest"
-	"github.com/guardian-pay/guardian/app/receiver"
+	"github.com/guardian-pay/guardian/receiver"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/web"
@@ -269,8 +269,8 @@ func TestConnectorTestCLI(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &report), out)
 	require.True(t, report.OK)
 	require.Len(t, report.Steps, 28, "every check, once for each provider served: Stripe and Standard Webhooks")
-	require.Equal(t, "stripe", report.Steps[0].Provider)
-	require.Equal(t, "standard", report.Steps[14].Provider)
+	require.Equal(t, "standard", report.Steps[0].Provider, "providers by name")
+	require.Equal(t, "stripe", report.Steps[14].Provider)
 	out, code = run(good.URL, connectorSecret, "--json", "--provider", "adyen")
 	require.Zero(t, code, out)
 	require.NoError(t, json.Unmarshal([]byte(out), &report), out)
@@ -310,7 +310,7 @@ func TestDemo(t *testing.T) {
 	e := baseEnv(t, d, conn)
 	g := start(t, e)
 	cmd := exec.Command(binary, "demo", "--url", g.url)
-	cmd.Env = []string{"DATABASE_URL=" + e["DATABASE_URL"], "GUARDIAN_STRIPE_SECRETS=" + stripeSecret, "GUARDIAN_STANDARD_SECRETS=" + standardSecret}
+	cmd.Env = []string{"GUARDIAN_OPERATOR_TOKEN=" + e["GUARDIAN_ADMIN_TOKEN"], "GUARDIAN_STRIPE_SECRETS=" + stripeSecret, "GUARDIAN_STANDARD_SECRETS=" + standardSecret}
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "9 deliveries, 2 payments, 2 fulfilments, 2 fulfilled.")

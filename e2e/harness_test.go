@@ -20,9 +20,9 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/db/dbtest/redistest"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 const (
@@ -107,8 +107,8 @@ func newFakeConnector(t *testing.T) *fakeConnector {
 		if reject {
 			// A decline is the receiver's signed word (docs/receivers.md):
 			// an unsigned 422 would only park the payment.
-			_ = connector.WriteStatement(w, connectorSecret, http.StatusUnprocessableEntity,
-				connector.Statement{IdempotencyKey: key, Status: connector.StatusDeclined, Reason: "card_declined"}, time.Now())
+			_ = contract.WriteStatement(w, connectorSecret, http.StatusUnprocessableEntity,
+				contract.Statement{IdempotencyKey: key, Status: contract.StatusDeclined, Reason: "card_declined"}, time.Now())
 			return
 		}
 		if c.deny != "" && bytes.Contains(body, []byte(c.deny)) {

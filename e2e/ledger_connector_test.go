@@ -18,7 +18,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 // The chaos suite's connector runs as its own process (this test binary,
@@ -94,12 +94,12 @@ func runLedgerConnector(addr string) int {
 		if mode == "idempotent" {
 			key := r.PathValue("key")
 			mu.Lock()
-			status := connector.StatusNotDone
+			status := contract.StatusNotDone
 			if k := keys[key]; k != nil {
 				status = k.status
 			}
 			mu.Unlock()
-			_ = connector.WriteStatement(w, connectorSecret, http.StatusOK, connector.Statement{IdempotencyKey: key, Status: status}, time.Now())
+			_ = contract.WriteStatement(w, connectorSecret, http.StatusOK, contract.Statement{IdempotencyKey: key, Status: status}, time.Now())
 			return
 		}
 		if mode == "hostile" && rand.Float64() < 0.2 {
@@ -110,11 +110,11 @@ func runLedgerConnector(addr string) int {
 		mu.Lock()
 		done := acted[key]
 		mu.Unlock()
-		status := connector.StatusNotDone
+		status := contract.StatusNotDone
 		if done {
-			status = connector.StatusDone
+			status = contract.StatusDone
 		}
-		_ = connector.WriteStatement(w, connectorSecret, http.StatusOK, connector.Statement{IdempotencyKey: key, Status: status}, time.Now())
+		_ = contract.WriteStatement(w, connectorSecret, http.StatusOK, contract.Statement{IdempotencyKey: key, Status: status}, time.Now())
 	})
 	mux.HandleFunc("POST /", func(w http.ResponseWriter, r *http.Request) {
 		received := time.Now()
@@ -206,7 +206,7 @@ func runLedgerConnector(addr string) int {
 
 // keyState is what the idempotency layer keeps per key.
 type keyState struct {
-	status string // connector.StatusInProgress, StatusDone or StatusDeclined
+	status string // contract.StatusInProgress, StatusDone or StatusDeclined
 	hash   [32]byte
 	code   int // the stored answer's status
 }
@@ -215,7 +215,7 @@ type keyState struct {
 // front of a slow, faulty action (runLedgerConnector's "idempotent" mode).
 func serveIdempotent(w http.ResponseWriter, r *http.Request, body []byte, e ledgerEntry, mu *sync.Mutex, keys map[string]*keyState, write func(ledgerEntry)) {
 	state := func(code int, status string) {
-		_ = connector.WriteStatement(w, connectorSecret, code, connector.Statement{IdempotencyKey: e.Key, Status: status}, time.Now())
+		_ = contract.WriteStatement(w, connectorSecret, code, contract.Statement{IdempotencyKey: e.Key, Status: status}, time.Now())
 	}
 	hash := sha256.Sum256(body)
 	mu.Lock()
@@ -224,14 +224,14 @@ func serveIdempotent(w http.ResponseWriter, r *http.Request, body []byte, e ledg
 		mu.Unlock()
 		e.Acted = false
 		switch {
-		case k.status == connector.StatusInProgress:
+		case k.status == contract.StatusInProgress:
 			e.Answer = "409"
 			write(e)
-			state(http.StatusConflict, connector.StatusInProgress)
+			state(http.StatusConflict, contract.StatusInProgress)
 		case k.hash != hash:
 			e.Answer = "422-mismatch"
 			write(e)
-			state(http.StatusUnprocessableEntity, connector.StatusMismatch)
+			state(http.StatusUnprocessableEntity, contract.StatusMismatch)
 		default:
 			e.Answer = "replay"
 			write(e)
@@ -239,7 +239,7 @@ func serveIdempotent(w http.ResponseWriter, r *http.Request, body []byte, e ledg
 		}
 		return
 	}
-	k = &keyState{status: connector.StatusInProgress, hash: hash}
+	k = &keyState{status: contract.StatusInProgress, hash: hash}
 	keys[e.Key] = k
 	mu.Unlock()
 	finish := func(status string, code int) {
@@ -251,8 +251,8 @@ func serveIdempotent(w http.ResponseWriter, r *http.Request, body []byte, e ledg
 	case roll < 0.03: // declined: nothing done, for good
 		e.Acted, e.Answer = false, "declined"
 		write(e)
-		finish(connector.StatusDeclined, http.StatusUnprocessableEntity)
-		state(http.StatusUnprocessableEntity, connector.StatusDeclined)
+		finish(contract.StatusDeclined, http.StatusUnprocessableEntity)
+		state(http.StatusUnprocessableEntity, contract.StatusDeclined)
 		return
 	case roll < 0.08: // the handler failed: nothing done, the key is free again
 		e.Acted, e.Answer = false, "500-nothing-done"
@@ -269,7 +269,7 @@ func serveIdempotent(w http.ResponseWriter, r *http.Request, body []byte, e ledg
 		e.Answer = "reset"
 	}
 	write(e) // durable before the key is done and before any answer
-	finish(connector.StatusDone, http.StatusOK)
+	finish(contract.StatusDone, http.StatusOK)
 	if e.Answer == "reset" {
 		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
 			_ = conn.(*net.TCPConn).SetLinger(0)
@@ -277,7 +277,7 @@ func serveIdempotent(w http.ResponseWriter, r *http.Request, body []byte, e ledg
 		}
 		return
 	}
-	state(http.StatusOK, connector.StatusDone)
+	state(http.StatusOK, contract.StatusDone)
 }
 
 // ledgerConnector is the test's handle on the connector process.

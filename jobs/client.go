@@ -34,7 +34,8 @@ const (
 const (
 	// DefaultDispatchWorkers is how many dispatches run at once in a process.
 	DefaultDispatchWorkers = 50
-	// DefaultSweepInterval is how often the leader sweeps.
+	// DefaultSweepInterval is how often the leader runs each of the three
+	// sweeps (sweeps).
 	DefaultSweepInterval = 30 * time.Second
 	// DefaultReconcileInterval is how often the leader runs the reconciler.
 	DefaultReconcileInterval = time.Minute
@@ -125,12 +126,12 @@ type Config struct {
 	// (discarded ones a week, or JobRetention if longer). Defaults to
 	// DefaultJobRetention.
 	JobRetention time.Duration
-	// Metrics counts what maintenance prunes; nil counts nothing.
+	// Metrics counts each maintenance round; nil counts nothing.
 	Metrics *metrics.Metrics
-	// MaintenanceInterval is how often the leader prunes. Defaults to
-	// DefaultMaintenanceInterval.
-	MaintenanceInterval time.Duration
-	// SweepInterval is how often the leader sweeps. Defaults to
+	// PruneInterval is how often the leader runs each pruner. Defaults to
+	// DefaultPruneInterval.
+	PruneInterval time.Duration
+	// SweepInterval is how often the leader runs each sweep. Defaults to
 	// DefaultSweepInterval; at least 1 second.
 	SweepInterval time.Duration
 	// DispatchWorkers is how many dispatches run at once in this process.
@@ -214,9 +215,12 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	dispatch := &DispatchWorker{service: cfg.Service, tracer: cfg.Tracer}
-	sweep := &SweepWorker{service: cfg.Service, locker: cfg.Locker, logger: cfg.Logger}
-	maintenance := &MaintenanceWorker{tokens: cfg.Tokens, refusals: cfg.Refusals, bodies: cfg.Bodies, retention: cfg.PayloadRetention,
-		metrics: cfg.Metrics, locker: cfg.Locker, logger: cfg.Logger}
+	var actor string // "sweeper <River client id>", once River names the client
+	maintainers := append(sweeps(cfg, &actor), pruners(cfg)...)
+	maintain := &MaintainWorker{services: map[string]Maintainer{}, locker: cfg.Locker, metrics: cfg.Metrics, logger: cfg.Logger}
+	for _, m := range maintainers {
+		maintain.services[m.Name] = m
+	}
 	reconcile := &ReconcileWorker{service: cfg.Service, locker: cfg.Locker, logger: cfg.Logger}
 	tally := &TallyWorker{folder: cfg.Tally, logger: cfg.Logger}
 	workers := river.NewWorkers()
@@ -226,8 +230,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	for _, add := range []func() error{
 		func() error { return river.AddWorkerSafely(workers, dispatch) },
-		func() error { return river.AddWorkerSafely(workers, sweep) },
-		func() error { return river.AddWorkerSafely(workers, maintenance) },
+		func() error { return river.AddWorkerSafely(workers, maintain) },
 		func() error { return river.AddWorkerSafely(workers, reconcile) },
 		func() error { return river.AddWorkerSafely(workers, fill) },
 		func() error { return river.AddWorkerSafely(workers, tally) },
@@ -237,15 +240,9 @@ func New(cfg Config) (*Client, error) {
 		}
 	}
 
-	periodic := []*river.PeriodicJob{
-		river.NewPeriodicJob(river.PeriodicInterval(cfg.SweepInterval),
-			func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
-			&river.PeriodicJobOpts{ID: "guardian_sweep", RunOnStart: true}),
-	}
-	if cfg.Tokens != nil || cfg.Refusals != nil || (cfg.Bodies != nil && cfg.PayloadRetention > 0) {
-		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cmp.Or(cfg.MaintenanceInterval, DefaultMaintenanceInterval)),
-			func() (river.JobArgs, *river.InsertOpts) { return MaintenanceArgs{}, nil },
-			&river.PeriodicJobOpts{ID: "guardian_maintenance", RunOnStart: true}))
+	var periodic []*river.PeriodicJob
+	for _, m := range maintainers {
+		periodic = append(periodic, m.periodic())
 	}
 	if cfg.Tally != nil {
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(TallyInterval),
@@ -286,7 +283,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	dispatch.actor = func(jobID int64) string { return fmt.Sprintf("dispatcher %s job %d", rc.ID(), jobID) }
-	sweep.actor = "sweeper " + rc.ID()
+	actor = "sweeper " + rc.ID()
 	reconcile.actor = "reconciler " + rc.ID()
 	return &Client{river: rc}, nil
 }
@@ -311,4 +308,22 @@ func (c *Client) Stop(ctx context.Context) error {
 		return c.river.StopAndCancel(cctx)
 	}
 	return err
+}
+
+// sweepRound bounds one sweep's round.
+const sweepRound = 30 * time.Second
+
+// sweeps are the Maintainers of the protocol's scans that no event
+// triggers (fulfilment.Service.ParkStale and its neighbours), each every
+// SweepInterval; they write as *actor.
+func sweeps(cfg Config, actor *string) []Maintainer {
+	s := cfg.Service
+	every := func(name string, run func(ctx context.Context, l lock.Lease) (int, error)) Maintainer {
+		return Maintainer{Name: name, Interval: cfg.SweepInterval, Timeout: sweepRound, Run: run}
+	}
+	return []Maintainer{
+		every("sweep_stale", func(ctx context.Context, l lock.Lease) (int, error) { return s.ParkStale(ctx, *actor, l) }),
+		every("sweep_reversed", func(ctx context.Context, l lock.Lease) (int, error) { return s.TakeBackReversed(ctx, *actor, l) }),
+		every("sweep_stranded", s.RequeueStranded),
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/jobs"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 func TestDispatchWorker(t *testing.T) {
@@ -72,8 +73,8 @@ func TestConnectorOutcomes(t *testing.T) {
 	}{
 		{"2xxFulfils", status(200), state.Fulfilled},
 		{"SignedDeclineFails", func(w http.ResponseWriter, r *http.Request) {
-			_ = connector.WriteStatement(w, secret, http.StatusUnprocessableEntity,
-				connector.Statement{IdempotencyKey: r.Header.Get("Idempotency-Key"), Status: connector.StatusDeclined}, time.Now())
+			_ = contract.WriteStatement(w, secret, http.StatusUnprocessableEntity,
+				contract.Statement{IdempotencyKey: r.Header.Get("Idempotency-Key"), Status: contract.StatusDeclined}, time.Now())
 		}, state.Failed},
 		{"5xxParks", status(503), state.NeedsReconciliation},
 		{"TimeoutParks", func(w http.ResponseWriter, r *http.Request) {

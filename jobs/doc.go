@@ -7,12 +7,15 @@
 // # Workers
 //
 //   - DispatchWorker runs one fulfilment's dispatch (claim, call, record).
-//   - SweepWorker, every SweepInterval on the leader, parks fulfilments whose
-//     dispatch lease and claim deadline ran out, and gives stranded pending
-//     fulfilments a job.
-//   - MaintenanceWorker, every MaintenanceInterval on the leader, prunes
-//     expired single-use tokens and old refused-request records: apart from
-//     the sweep, so a slow delete never delays parking a stale claim.
+//   - MaintainWorker, the one periodic adapter of the leader's maintenance
+//     services (Maintainer), each doing one thing on its own interval,
+//     under its own lock, counted under its own label: the three sweeps,
+//     every SweepInterval (sweep_stale parks fulfilments whose dispatch
+//     lease ran out, sweep_reversed takes back reversed payments whose
+//     fulfilment settled, sweep_stranded gives stranded pending
+//     fulfilments a job), and the pruners, every PruneInterval
+//     (prune_tokens, prune_refusals, prune_transmissions, prune_bodies). A
+//     slow delete never delays parking a stale claim.
 //   - TallyWorker, every TallyInterval on the leader, folds the changes to
 //     the settled states' counts and the dispatch outcomes into their tables
 //     (db.FoldTally), so a read of the counts stays small whatever the
@@ -26,8 +29,8 @@
 //
 // Periodic work (the tally's fold aside, which is safe twice at once) runs
 // under a Guardian lock as well as River's leadership, so
-// a round never overlaps itself across processes; the sweep writes under
-// the lock's fencing number.
+// a round never overlaps itself across processes; the sweeps write under
+// their lock's fencing number.
 //
 // # Inserting
 //

@@ -47,7 +47,10 @@ func TestOneLeaderRunsPeriodicWork(t *testing.T) {
 		require.NoError(t, err)
 		return c
 	}
-	count := func(kind string) int { return d.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, kind) }
+	// count counts the jobs of a kind, or the rounds of a maintenance service.
+	count := func(kind string) int {
+		return d.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 OR (kind = 'guardian_maintain' AND args->>'service' = $1)`, kind)
+	}
 	var electedAt time.Time
 	leader := func() string {
 		var id string
@@ -66,7 +69,7 @@ func TestOneLeaderRunsPeriodicWork(t *testing.T) {
 	a := newClient("guardian-a", logger)
 	require.NoError(t, a.Start(ctx))
 	require.Eventually(t, func() bool {
-		return leader() == "guardian-a" && count("guardian_sweep") == 1 && count("guardian_reconcile") == 1
+		return leader() == "guardian-a" && count("sweep_stale") == 1 && count("guardian_reconcile") == 1
 	},
 		15*time.Second, 20*time.Millisecond)
 
@@ -84,12 +87,12 @@ func TestOneLeaderRunsPeriodicWork(t *testing.T) {
 	}
 	// A still leads, and B enqueued nothing of its own.
 	require.Equal(t, "guardian-a", leader())
-	require.Equal(t, 1, count("guardian_sweep"), "a second process enqueued the sweep")
+	require.Equal(t, 1, count("sweep_stale"), "a second process enqueued the sweep")
 	require.Equal(t, 1, count("guardian_reconcile"), "a second process enqueued the reconciler")
 
 	stop(a) // A resigns
 	require.Eventually(t, func() bool {
-		return leader() == "guardian-b" && count("guardian_sweep") == 2 && count("guardian_reconcile") == 2
+		return leader() == "guardian-b" && count("sweep_stale") == 2 && count("guardian_reconcile") == 2
 	},
 		15*time.Second, 20*time.Millisecond, "B took over and ran its start-up work once")
 

@@ -2,15 +2,19 @@ package jobs_test
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/metrics"
+	"github.com/guardian-pay/guardian/app/metrics/metricstest"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/refusals"
 	"github.com/guardian-pay/guardian/app/state"
@@ -19,7 +23,7 @@ import (
 	"github.com/guardian-pay/guardian/jobs"
 )
 
-func TestSweepWorker(t *testing.T) {
+func TestSweeps(t *testing.T) {
 	t.Parallel()
 
 	t.Run("SweepRunsOnStart", func(t *testing.T) {
@@ -38,10 +42,33 @@ func TestSweepWorker(t *testing.T) {
 		require.Regexp(t, `^sweeper `, ts[len(ts)-1].Actor)
 	})
 
+	// Each sweep is its own service: its own periodic job, its own lock
+	// (and fence), its own count of rounds and rows.
+	t.Run("EachSweepIsItsOwnService", func(t *testing.T) {
+		t.Parallel()
+		reg := prometheus.NewRegistry()
+		m, err := metrics.New(reg, nil, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		b := setup(t, &connectortest.Recorder{}, false, options{Jobs: func(c *jobs.Config) { c.Metrics = m }})
+		// A pending row whose job is gone, an hour old: only sweep_stranded
+		// gives it one.
+		id := b.pay(t, "evt_1", "pi_1")
+		_, err = b.db.Pool.Exec(b.ctx, `DELETE FROM river_job WHERE kind = 'guardian_dispatch'`)
+		require.NoError(t, err)
+		b.db.Backdate(t, id, time.Now().Add(-time.Hour))
+		b.start(t)
+		b.db.WaitState(t, id, state.Fulfilled)
+		for _, name := range []string{"sweep_stale", "sweep_reversed", "sweep_stranded"} {
+			b.waitJobs(t, `kind = 'guardian_maintain' AND args->>'service' = '`+name+`' AND state = 'completed'`, 1)
+			require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM lock_fence WHERE name = $1`, "guardian_"+name), "%s writes under a fence of its own", name)
+			require.Equal(t, 1.0, metricstest.Value(t, reg, "guardian_maintenance_runs_total", map[string]string{"service": name, "outcome": "ok"}), name)
+		}
+		require.Equal(t, 1.0, metricstest.Value(t, reg, "guardian_maintenance_rows_total", map[string]string{"service": "sweep_stranded"}), "the stranded row, counted by its service")
+	})
 }
 
-// TestMaintenanceWorker: the leader's housekeeping, apart from the sweep.
-func TestMaintenanceWorker(t *testing.T) {
+// TestPruners: the leader's housekeeping, each table its own service.
+func TestPruners(t *testing.T) {
 	t.Parallel()
 
 	t.Run("PrunesTokensExpiredADayAgo", func(t *testing.T) {
@@ -53,7 +80,7 @@ func TestMaintenanceWorker(t *testing.T) {
 			require.NoError(t, pruner.Put(b.ctx, tokens.Hash(name), tokens.Record{Purpose: "test", Payload: []byte(`{}`), ExpiresAt: time.Now().Add(expired)}))
 		}
 		b.start(t)
-		b.waitJobs(t, `kind = 'guardian_maintenance' AND state = 'completed'`, 1)
+		b.waitJobs(t, `kind = 'guardian_maintain' AND args->>'service' = 'prune_tokens' AND state = 'completed'`, 1)
 		require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM single_use_token`))
 		require.Zero(t, b.db.Count(t, `SELECT count(*) FROM single_use_token WHERE hash = $1`, tokens.Hash("old")))
 	})
@@ -68,13 +95,13 @@ func TestMaintenanceWorker(t *testing.T) {
 			{At: time.Now().Add(-time.Hour), Provider: "stripe", Reason: "timestamp"},
 		}))
 		b.start(t)
-		b.waitJobs(t, `kind = 'guardian_maintenance' AND state = 'completed'`, 1)
+		b.waitJobs(t, `kind = 'guardian_maintain' AND args->>'service' = 'prune_refusals' AND state = 'completed'`, 1)
 		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM refused_delivery`))
 		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM refused_delivery WHERE reason = 'timestamp'`), "the recent one stays")
 	})
 }
 
-func TestMaintenanceWorkerPrunesBodies(t *testing.T) {
+func TestPruneBodies(t *testing.T) {
 	t.Parallel()
 	pruner := &laterStore{}
 	b := setup(t, &connectortest.Recorder{}, false, options{Jobs: func(c *jobs.Config) {
@@ -86,7 +113,7 @@ func TestMaintenanceWorkerPrunesBodies(t *testing.T) {
 		       ('stripe', 'evt_new', 'customer.created', '{"email":"bo@example.com"}', now())`)
 	require.NoError(t, err)
 	b.start(t)
-	b.waitJobs(t, `kind = 'guardian_maintenance' AND state = 'completed'`, 1)
+	b.waitJobs(t, `kind = 'guardian_maintain' AND args->>'service' = 'prune_bodies' AND state = 'completed'`, 1)
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE pruned_at IS NOT NULL AND body = '' AND event_id = 'evt_old'`))
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE pruned_at IS NULL AND event_id = 'evt_new'`), "a recent body stays")
 }

@@ -21,7 +21,7 @@ type Fulfilment struct {
 	Attempt   int         `json:"attempt"`
 	// Action is what the row does at the receiver: "fulfil", or "revoke"
 	// (taking the payment back after a refund or dispute).
-	Action string `json:"action"`
+	Action state.Action `json:"action"`
 	// IdempotencyKey is the key every attempt is sent under (derived from
 	// the payment; the fulfilment id for fulfilments made before keys were
 	// derived): what to ask the receiver about.
@@ -87,7 +87,7 @@ type Check struct {
 
 func apiFulfilment(f db.Fulfilment) Fulfilment {
 	return Fulfilment{
-		ID: f.ID, Provider: f.Provider, PaymentID: f.PaymentID, State: f.State, Attempt: f.Attempt, Action: string(f.Action),
+		ID: f.ID, Provider: f.Provider, PaymentID: f.PaymentID, State: f.State, Attempt: f.Attempt, Action: f.Action,
 		IdempotencyKey: f.Key, Deadline: f.Deadline, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, DispatchedAt: f.DispatchedAt, Checks: f.Checks, NextCheckAt: f.NextCheckAt,
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/operators"
@@ -25,6 +24,7 @@ import (
 	"github.com/guardian-pay/guardian/app/refusals"
 	"github.com/guardian-pay/guardian/app/tokens"
 	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 // Defaults for a Server, each written once.
@@ -32,7 +32,7 @@ const (
 	// DefaultAddr is the listen address.
 	DefaultAddr = ":8080"
 	// DefaultMaxBodyBytes caps a webhook body: 1 MiB.
-	DefaultMaxBodyBytes = connector.DefaultMaxPayloadBytes
+	DefaultMaxBodyBytes = contract.DefaultMaxPayloadBytes
 	// DefaultSessionTTL is how long a dashboard sign-in lasts.
 	DefaultSessionTTL = 8 * time.Hour
 )

@@ -15,33 +15,9 @@ import (
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
-
-// TestEventType is the event type of a conformance run's deliveries. A
-// receiver keeping the contract never performs the merchant's action for
-// it: it records the key like any other and acts on nothing
-// (docs/receivers.md, "Test deliveries").
-const TestEventType = "guardian.connector.test"
-
-// TestKeyPrefix starts every key a conformance run sends, and no key
-// Guardian derives from a payment.
-const TestKeyPrefix = "gtest_"
-
-// TestPaymentID is the payment a test delivery names: none.
-const TestPaymentID = "guardian-connector-test"
-
-// TestPayload is the payload of a test delivery: what the receiver's test
-// action does instead of acting.
-type TestPayload struct {
-	// HoldMillis keeps the key in progress this long (at most 10 s) before
-	// finishing it, so the run can see it in progress.
-	HoldMillis int `json:"hold_ms,omitempty"`
-	// Decline makes the receiver decline the key.
-	Decline bool `json:"decline,omitempty"`
-	// Variant changes the body without changing anything else, to send a
-	// key again with another body.
-	Variant int `json:"variant,omitempty"`
-}
 
 // Step is one check of a conformance run and what the receiver's answers
 // showed.
@@ -102,7 +78,7 @@ type run struct {
 // answer is one answer of the receiver.
 type answer struct {
 	status int
-	st     Statement
+	st     contract.Statement
 	signed string // why the answer holds no signed statement about the key; "" when it does
 	err    error
 }
@@ -117,13 +93,13 @@ func (a answer) receipt() string {
 func newTestKey() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	return TestKeyPrefix + hex.EncodeToString(b[:])
+	return contract.TestKeyPrefix + hex.EncodeToString(b[:])
 }
 
 // send POSTs a test delivery for key, signed by signer at at.
-func (r *run) send(key string, p TestPayload, signer *standardwebhooks.Webhook, at time.Time) answer {
+func (r *run) send(key string, p contract.TestPayload, signer *standardwebhooks.Webhook, at time.Time) answer {
 	payload, _ := json.Marshal(p)
-	body, err := EncodeRequest(Request{Key: key, Attempt: 1, Provider: r.provider, PaymentID: TestPaymentID, EventID: key, EventType: TestEventType, Payload: payload})
+	body, err := EncodeRequest(Request{Key: key, Attempt: 1, Provider: r.provider, PaymentID: contract.TestPaymentID, EventID: key, EventType: contract.TestEventType, Payload: payload})
 	if err != nil {
 		return answer{err: err}
 	}
@@ -133,7 +109,7 @@ func (r *run) send(key string, p TestPayload, signer *standardwebhooks.Webhook, 
 	if err != nil {
 		return answer{err: err}
 	}
-	h, err := signHeaders(signer, key, body, at)
+	h, err := contract.SignHeaders(signer, key, body, at)
 	if err != nil {
 		return answer{err: err}
 	}
@@ -142,7 +118,7 @@ func (r *run) send(key string, p TestPayload, signer *standardwebhooks.Webhook, 
 	}
 	req.Header["idempotency-key"] = []string{key}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(HeaderAttempt, "1")
+	req.Header.Set(contract.HeaderAttempt, "1")
 	resp, err := r.c.client.Do(req)
 	if err != nil {
 		return answer{err: fmt.Errorf("no answer (%s)", classifyError(err))}
@@ -153,7 +129,9 @@ func (r *run) send(key string, p TestPayload, signer *standardwebhooks.Webhook, 
 	return answer{status: resp.StatusCode, st: st, signed: why}
 }
 
-func (r *run) post(key string, p TestPayload) answer { return r.send(key, p, r.c.signer, r.c.now()) }
+func (r *run) post(key string, p contract.TestPayload) answer {
+	return r.send(key, p, r.c.signer, r.c.now())
+}
 
 // lookup asks the lookup endpoint about key; why says why the answer was
 // no signed statement, when it was none.
@@ -210,21 +188,21 @@ func (r *run) wrongSecret() Step {
 	_, _ = rand.Read(secret[:])
 	wrong, _ := standardwebhooks.NewWebhook("whsec_" + base64.StdEncoding.EncodeToString(secret[:]))
 	key := newTestKey()
-	return r.refused("request signed with a wrong secret", r.send(key, TestPayload{}, wrong, r.c.now()), key)
+	return r.refused("request signed with a wrong secret", r.send(key, contract.TestPayload{}, wrong, r.c.now()), key)
 }
 
 func (r *run) staleTimestamp() Step {
 	key := newTestKey()
-	return r.refused("request signed 10 minutes ago (a replay)", r.send(key, TestPayload{}, r.c.signer, r.c.now().Add(-10*time.Minute)), key)
+	return r.refused("request signed 10 minutes ago (a replay)", r.send(key, contract.TestPayload{}, r.c.signer, r.c.now().Add(-10*time.Minute)), key)
 }
 
 // testUnderRealKey sends a test delivery under a key without
 // TestKeyPrefix: a receiver keeping the test-key guard refuses it (400)
 // and records nothing.
 func (r *run) testUnderRealKey() Step {
-	key := "conformance_probe_" + strings.TrimPrefix(newTestKey(), TestKeyPrefix)
-	a := r.post(key, TestPayload{})
-	s := Step{Name: "test delivery under a key without the " + TestKeyPrefix + " prefix", Status: a.status}
+	key := "conformance_probe_" + strings.TrimPrefix(newTestKey(), contract.TestKeyPrefix)
+	a := r.post(key, contract.TestPayload{})
+	s := Step{Name: "test delivery under a key without the " + contract.TestKeyPrefix + " prefix", Status: a.status}
 	switch {
 	case a.err != nil:
 		s.Verdict = a.err.Error()
@@ -277,7 +255,7 @@ func (r *run) concurrent() []Step {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[i] = r.post(key, TestPayload{HoldMillis: int(hold / time.Millisecond)})
+			answers[i] = r.post(key, contract.TestPayload{HoldMillis: int(hold / time.Millisecond)})
 		}()
 	}
 	wg.Wait()
@@ -312,7 +290,7 @@ func (r *run) concurrent() []Step {
 	s.OK, s.Verdict = true, "one act; the other request answered 409 (in progress) or the stored answer"
 	receipt := receipts[0]
 
-	again := r.post(key, TestPayload{HoldMillis: int(hold / time.Millisecond)})
+	again := r.post(key, contract.TestPayload{HoldMillis: int(hold / time.Millisecond)})
 	s2 := Step{Name: "a finished key sent again", Status: again.status}
 	switch {
 	case again.err != nil:
@@ -327,7 +305,7 @@ func (r *run) concurrent() []Step {
 		s2.OK, s2.Verdict = true, "the stored answer, same receipt: no new act"
 	}
 
-	other := r.post(key, TestPayload{Variant: 1})
+	other := r.post(key, contract.TestPayload{Variant: 1})
 	s3 := Step{Name: "a finished key with another body", Status: other.status}
 	switch {
 	case other.err != nil:
@@ -349,7 +327,7 @@ func (r *run) concurrent() []Step {
 func (r *run) inProgress() []Step {
 	key := newTestKey()
 	first := make(chan answer, 1)
-	go func() { first <- r.post(key, TestPayload{HoldMillis: int(hold / time.Millisecond)}) }()
+	go func() { first <- r.post(key, contract.TestPayload{HoldMillis: int(hold / time.Millisecond)}) }()
 
 	// Let the first request take the key: a receiver that has not seen it
 	// yet would rightly say "not done".
@@ -358,7 +336,7 @@ func (r *run) inProgress() []Step {
 	case <-r.ctx.Done():
 	}
 	s1 := r.judgeLookup("lookup of a key in progress", key, InProgress, " while the key was in progress: \"not_done\" would send it again while the first request still runs, \"done\" would record an act that may fail")
-	dup := r.post(key, TestPayload{HoldMillis: int(hold / time.Millisecond)})
+	dup := r.post(key, contract.TestPayload{HoldMillis: int(hold / time.Millisecond)})
 	s2 := Step{Name: "a key sent again while in progress", Status: dup.status}
 	a := <-first
 	switch {
@@ -388,7 +366,7 @@ func (r *run) declined() []Step {
 			s.Verdict = fmt.Sprintf("answered %d: the key was declined, and a declined key stays declined", a.status)
 		case a.signed != "":
 			s.Verdict = fmt.Sprintf("answered %d without a signed statement (%s): Guardian would park the payment instead of freeing it", a.status, a.signed)
-		case a.st.Status != StatusDeclined:
+		case a.st.Status != contract.StatusDeclined:
 			s.Verdict = fmt.Sprintf("answered %d, %q: want a signed \"declined\"", a.status, a.st.Status)
 		case a.status/100 != 4 || notDelivered[a.status] || a.status == http.StatusConflict:
 			s.Verdict = fmt.Sprintf("a decline answered %d: send it with a 4xx such as 422", a.status)
@@ -398,13 +376,13 @@ func (r *run) declined() []Step {
 		return s
 	}
 	steps := []Step{
-		judge("a key the receiver declines", r.post(key, TestPayload{Decline: true})),
-		judge("a declined key sent again", r.post(key, TestPayload{Decline: true})),
+		judge("a key the receiver declines", r.post(key, contract.TestPayload{Decline: true})),
+		judge("a declined key sent again", r.post(key, contract.TestPayload{Decline: true})),
 	}
 	// The same key with a body that would act: a receiver that forgot the
 	// decline acts now, under a key Guardian counts as declined, and
 	// Guardian's next key for the payment would act a second time.
-	acting := r.post(key, TestPayload{})
+	acting := r.post(key, contract.TestPayload{})
 	s := Step{Name: "a declined key sent with a body that would act", Status: acting.status}
 	switch {
 	case acting.err != nil:

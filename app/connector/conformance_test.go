@@ -14,10 +14,12 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 // memReceiver is an in-memory receiver that keeps the contract, unless bug
-// names the rule it breaks. (app/receiver is the real kit; its example's
+// names the rule it breaks. (receiver is the real kit; its example's
 // test runs the same conformance against Postgres.)
 type memReceiver struct {
 	bug string
@@ -31,15 +33,15 @@ type memReceiver struct {
 
 type memKey struct {
 	hash [32]byte
-	st   Statement
+	st   contract.Statement
 }
 
 func (m *memReceiver) serve(t *testing.T) *httptest.Server {
 	wh, err := standardwebhooks.NewWebhook(secret)
 	require.NoError(t, err)
 	m.finished, m.inflight, m.providers = map[string]memKey{}, map[string]bool{}, map[string]int{}
-	state := func(w http.ResponseWriter, code int, st Statement) {
-		require.NoError(t, WriteStatement(w, secret, code, st, time.Now()))
+	state := func(w http.ResponseWriter, code int, st contract.Statement) {
+		require.NoError(t, contract.WriteStatement(w, secret, code, st, time.Now()))
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -54,35 +56,35 @@ func (m *memReceiver) serve(t *testing.T) *httptest.Server {
 			m.mu.Unlock()
 			switch {
 			case done:
-				state(w, 200, Statement{IdempotencyKey: key, Status: k.st.Status, Receipt: k.st.Receipt})
+				state(w, 200, contract.Statement{IdempotencyKey: key, Status: k.st.Status, Receipt: k.st.Receipt})
 			case busy && m.bug != "not_done_in_progress":
-				state(w, 200, Statement{IdempotencyKey: key, Status: StatusInProgress})
+				state(w, 200, contract.Statement{IdempotencyKey: key, Status: contract.StatusInProgress})
 			default:
-				state(w, 200, Statement{IdempotencyKey: key, Status: StatusNotDone})
+				state(w, 200, contract.Statement{IdempotencyKey: key, Status: contract.StatusNotDone})
 			}
 			return
 		}
-		var b Body
+		var b contract.Body
 		require.NoError(t, json.Unmarshal(body, &b))
-		if (b.EventType == TestEventType) != strings.HasPrefix(b.IdempotencyKey, TestKeyPrefix) && m.bug != "no_test_guard" {
+		if (b.EventType == contract.TestEventType) != strings.HasPrefix(b.IdempotencyKey, contract.TestKeyPrefix) && m.bug != "no_test_guard" {
 			http.Error(w, "test deliveries use test keys, and only they do", http.StatusBadRequest)
 			return
 		}
 		m.mu.Lock()
 		m.providers[b.Provider]++
 		m.mu.Unlock()
-		var p TestPayload
+		var p contract.TestPayload
 		require.NoError(t, json.Unmarshal(b.Payload, &p))
 		key, hash := b.IdempotencyKey, sha256.Sum256(body)
 		m.mu.Lock()
-		if k, ok := m.finished[key]; ok && !(m.bug == "forgets_declines" && k.st.Status == StatusDeclined) {
+		if k, ok := m.finished[key]; ok && !(m.bug == "forgets_declines" && k.st.Status == contract.StatusDeclined) {
 			m.mu.Unlock()
 			switch {
 			case m.bug == "409_for_done":
-				state(w, http.StatusConflict, Statement{IdempotencyKey: key, Status: StatusInProgress})
+				state(w, http.StatusConflict, contract.Statement{IdempotencyKey: key, Status: contract.StatusInProgress})
 			case k.hash != hash:
-				state(w, http.StatusUnprocessableEntity, Statement{IdempotencyKey: key, Status: StatusMismatch})
-			case k.st.Status == StatusDeclined:
+				state(w, http.StatusUnprocessableEntity, contract.Statement{IdempotencyKey: key, Status: contract.StatusMismatch})
+			case k.st.Status == contract.StatusDeclined:
 				state(w, http.StatusUnprocessableEntity, k.st)
 			default:
 				state(w, http.StatusOK, k.st)
@@ -91,7 +93,7 @@ func (m *memReceiver) serve(t *testing.T) *httptest.Server {
 		}
 		if m.inflight[key] && m.bug != "acts_twice" {
 			m.mu.Unlock()
-			state(w, http.StatusConflict, Statement{IdempotencyKey: key, Status: StatusInProgress})
+			state(w, http.StatusConflict, contract.Statement{IdempotencyKey: key, Status: contract.StatusInProgress})
 			return
 		}
 		m.inflight[key] = true
@@ -99,9 +101,9 @@ func (m *memReceiver) serve(t *testing.T) *httptest.Server {
 		receipt := fmt.Sprintf("rcpt_%d", m.acts)
 		m.mu.Unlock()
 		time.Sleep(time.Duration(p.HoldMillis) * time.Millisecond)
-		st, code := Statement{IdempotencyKey: key, Status: StatusDone, Receipt: receipt}, http.StatusOK
+		st, code := contract.Statement{IdempotencyKey: key, Status: contract.StatusDone, Receipt: receipt}, http.StatusOK
 		if p.Decline {
-			st, code = Statement{IdempotencyKey: key, Status: StatusDeclined, Reason: "asked"}, http.StatusUnprocessableEntity
+			st, code = contract.Statement{IdempotencyKey: key, Status: contract.StatusDeclined, Reason: "asked"}, http.StatusUnprocessableEntity
 		}
 		m.mu.Lock()
 		m.finished[key], m.inflight[key] = memKey{hash: hash, st: st}, false

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 
 	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 // Request is one attempt at one fulfilment's action.
@@ -35,11 +36,6 @@ type Request struct {
 	Action  state.Action
 	Payload json.RawMessage
 }
-
-// ActionRevoke is the body's "action" of a request that takes a fulfilled
-// payment back (state.Revoke on the wire); a fulfilment's body has none,
-// so its bytes are what they always were.
-const ActionRevoke = string(state.Revoke)
 
 // Result is what one call established, by fact.
 type Result struct {
@@ -97,13 +93,13 @@ const (
 func (a Answer) String() string {
 	switch a {
 	case Performed:
-		return StatusDone
+		return contract.StatusDone
 	case NotPerformed:
-		return StatusNotDone
+		return contract.StatusNotDone
 	case InProgress:
-		return StatusInProgress
+		return contract.StatusInProgress
 	case Declined:
-		return StatusDeclined
+		return contract.StatusDeclined
 	default:
 		return "cannot_tell"
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 // TestReceiversDocExample: the worked signing example of
@@ -32,7 +33,7 @@ func TestReceiversDocExample(t *testing.T) {
 			v[strings.TrimSpace(name)] = strings.TrimSpace(value)
 		}
 	}
-	signer, err := newSigner(v["secret"])
+	signer, err := contract.NewSigner(v["secret"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestReceiversDocExample(t *testing.T) {
 	}
 	check := func(what, id string, body []byte, ts time.Time, want string) {
 		t.Helper()
-		h, err := signHeaders(signer, id, body, ts)
+		h, err := contract.SignHeaders(signer, id, body, ts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +55,7 @@ func TestReceiversDocExample(t *testing.T) {
 		}
 	}
 
-	var req Body
+	var req contract.Body
 	if err := json.Unmarshal([]byte(v["action body"]), &req); err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +73,11 @@ func TestReceiversDocExample(t *testing.T) {
 	check("action", v["action webhook-id"], body, at("action webhook-timestamp"), v["action webhook-signature"])
 	check("lookup", v["lookup webhook-id"], nil, at("lookup webhook-timestamp"), v["lookup webhook-signature"])
 
-	var st Statement
+	var st contract.Statement
 	if err := json.Unmarshal([]byte(v["answer body"]), &st); err != nil {
 		t.Fatal(err)
 	}
-	stBody, h, err := SignStatement(v["secret"], st, at("answer webhook-timestamp"))
+	stBody, h, err := contract.SignStatement(v["secret"], st, at("answer webhook-timestamp"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 // HTTPConfig configures the HTTP connector.
@@ -75,7 +76,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, errors.New("connector URL must be an absolute http(s) URL")
 	}
-	signer, err := newSigner(cfg.Secret)
+	signer, err := contract.NewSigner(cfg.Secret)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +155,7 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 		return notSent("sign request", map[string]any{})
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(HeaderAttempt, strconv.Itoa(r.Attempt))
+	req.Header.Set(contract.HeaderAttempt, strconv.Itoa(r.Attempt))
 
 	if ctx.Err() != nil {
 		// The deadline passed before a byte left (a dispatcher that stalled
@@ -187,7 +188,7 @@ func (c *HTTP) Fulfil(ctx context.Context, r Request) Result {
 	if outcome == state.Refused {
 		// A refusal frees the payment only on the receiver's signed word.
 		st, why := c.statement(answer, resp.Header, r.Key)
-		if st.Status == StatusDeclined {
+		if st.Status == contract.StatusDeclined {
 			outcome = state.Declined
 			evidence["declined_reason"] = st.Reason
 		} else if why != "" {
@@ -206,41 +207,6 @@ func notSent(why string, evidence map[string]any) Result {
 	return Result{Outcome: state.NotSent, Error: why, Evidence: evidence}
 }
 
-// HeaderAttempt carries the attempt number. It is not in the body: every
-// attempt under a key sends the same bytes.
-const HeaderAttempt = "Guardian-Attempt"
-
-// The size of a request: the event's payload as the provider sent it,
-// which intake capped, inside an envelope of at most EnvelopeBytes (the key,
-// the provider, ids and type of at most 255 bytes each, JSON-escaped). A
-// receiver that accepts MaxRequestBytes(the intake cap) accepts every
-// request for an event Guardian acknowledged: the Go kit does by default,
-// and docs/receivers.md says so for every other.
-const (
-	// DefaultMaxPayloadBytes is intake's default cap on a webhook body
-	// (GUARDIAN_MAX_BODY_BYTES): 1 MiB.
-	DefaultMaxPayloadBytes = 1 << 20
-	// EnvelopeBytes bounds what a request adds around its payload: 8 KiB.
-	EnvelopeBytes = 8 << 10
-)
-
-// MaxRequestBytes is the largest request body Guardian sends for payloads
-// of at most payloadCap bytes.
-func MaxRequestBytes(payloadCap int64) int64 { return payloadCap + EnvelopeBytes }
-
-// Body is the JSON body of every request under one key.
-type Body struct {
-	IdempotencyKey string `json:"idempotency_key"`
-	Provider       string `json:"provider"`
-	PaymentID      string `json:"payment_id"`
-	EventID        string `json:"event_id"`
-	EventType      string `json:"event_type"`
-	// Action is "revoke" for taking a payment back; absent for a
-	// fulfilment, so a fulfilment's body is what it always was.
-	Action  string          `json:"action,omitempty"`
-	Payload json.RawMessage `json:"payload"`
-}
-
 // EncodeRequest writes a call's JSON body (Body) with the event's payload
 // embedded byte for byte, as the provider signed it: json.Marshal would
 // compact and HTML-escape a json.RawMessage. The same request always gives
@@ -255,9 +221,9 @@ func EncodeRequest(r Request) ([]byte, error) {
 	}
 	var action string // a fulfilment's body names no action
 	if r.Action == state.Revoke {
-		action = ActionRevoke
+		action = contract.ActionRevoke
 	}
-	head, err := json.Marshal(Body{IdempotencyKey: r.Key, Provider: r.Provider, PaymentID: r.PaymentID, EventID: r.EventID, EventType: r.EventType, Action: action, Payload: json.RawMessage("0")})
+	head, err := json.Marshal(contract.Body{IdempotencyKey: r.Key, Provider: r.Provider, PaymentID: r.PaymentID, EventID: r.EventID, EventType: r.EventType, Action: action, Payload: json.RawMessage("0")})
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +237,7 @@ func EncodeRequest(r Request) ([]byte, error) {
 // sign sets the Standard Webhooks headers for body under msgID, and the
 // Idempotency-Key, on req.
 func (c *HTTP) sign(req *http.Request, msgID, key string, body []byte) error {
-	h, err := signHeaders(c.signer, msgID, body, c.now())
+	h, err := contract.SignHeaders(c.signer, msgID, body, c.now())
 	if err != nil {
 		return err
 	}
@@ -430,13 +396,13 @@ func (c *HTTP) Lookup(ctx context.Context, key string) (Answer, map[string]any, 
 		return CannotTell, evidence, nil
 	}
 	switch st.Status {
-	case StatusDone:
+	case contract.StatusDone:
 		return Performed, evidence, nil
-	case StatusNotDone:
+	case contract.StatusNotDone:
 		return NotPerformed, evidence, nil
-	case StatusInProgress:
+	case contract.StatusInProgress:
 		return InProgress, evidence, nil
-	case StatusDeclined:
+	case contract.StatusDeclined:
 		if st.Reason != "" {
 			evidence["declined_reason"] = st.Reason
 		}

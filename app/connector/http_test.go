@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -24,9 +25,9 @@ var req = Request{Key: "gk1_0b6f3c388a7e4a579d0e2d1f4f6a4b11aa55", FulfilmentID:
 
 // stating answers code with the statement st about key, signed with
 // withSecret at at.
-func stating(code int, st Statement, withSecret string, at time.Time) http.HandlerFunc {
+func stating(code int, st contract.Statement, withSecret string, at time.Time) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		_ = WriteStatement(w, withSecret, code, st, at)
+		_ = contract.WriteStatement(w, withSecret, code, st, at)
 	}
 }
 
@@ -55,7 +56,7 @@ func TestHTTPOutcomes(t *testing.T) {
 		// 409 is "a request with this key is still being processed" (the
 		// IETF Idempotency-Key draft): not known yet, never done.
 		{"ConflictIsInProgressNotDone", status(409), state.Unknown},
-		{"SignedInProgressConflictUnknown", stating(409, Statement{IdempotencyKey: req.Key, Status: StatusInProgress}, secret, time.Now()), state.Unknown},
+		{"SignedInProgressConflictUnknown", stating(409, contract.Statement{IdempotencyKey: req.Key, Status: contract.StatusInProgress}, secret, time.Now()), state.Unknown},
 		// A status alone never frees a payment: a framework, a proxy or an
 		// idempotency layer (422: key reused with another body) answers
 		// these without saying anything about the key.
@@ -63,17 +64,17 @@ func TestHTTPOutcomes(t *testing.T) {
 		{"UnprocessableRefused", status(422), state.Refused},
 		{"PaymentRequiredRefused", status(402), state.Refused},
 		{"GoneRefused", status(410), state.Refused},
-		{"SignedDeclineDeclines", stating(422, Statement{IdempotencyKey: req.Key, Status: StatusDeclined, Reason: "card blocked"}, secret, time.Now()), state.Declined},
-		{"SignedDeclineWithBadRequestDeclines", stating(400, Statement{IdempotencyKey: req.Key, Status: StatusDeclined}, secret, time.Now()), state.Declined},
-		{"SignedMismatchRefused", stating(422, Statement{IdempotencyKey: req.Key, Status: StatusMismatch}, secret, time.Now()), state.Refused},
-		{"DeclineForAnotherKeyRefused", stating(422, Statement{IdempotencyKey: "gk1_other", Status: StatusDeclined}, secret, time.Now()), state.Refused},
-		{"DeclineSignedWithAnotherSecretRefused", stating(422, Statement{IdempotencyKey: req.Key, Status: StatusDeclined}, otherSecret, time.Now()), state.Refused},
-		{"StaleDeclineRefused", stating(422, Statement{IdempotencyKey: req.Key, Status: StatusDeclined}, secret, time.Now().Add(-time.Hour)), state.Refused},
+		{"SignedDeclineDeclines", stating(422, contract.Statement{IdempotencyKey: req.Key, Status: contract.StatusDeclined, Reason: "card blocked"}, secret, time.Now()), state.Declined},
+		{"SignedDeclineWithBadRequestDeclines", stating(400, contract.Statement{IdempotencyKey: req.Key, Status: contract.StatusDeclined}, secret, time.Now()), state.Declined},
+		{"SignedMismatchRefused", stating(422, contract.Statement{IdempotencyKey: req.Key, Status: contract.StatusMismatch}, secret, time.Now()), state.Refused},
+		{"DeclineForAnotherKeyRefused", stating(422, contract.Statement{IdempotencyKey: "gk1_other", Status: contract.StatusDeclined}, secret, time.Now()), state.Refused},
+		{"DeclineSignedWithAnotherSecretRefused", stating(422, contract.Statement{IdempotencyKey: req.Key, Status: contract.StatusDeclined}, otherSecret, time.Now()), state.Refused},
+		{"StaleDeclineRefused", stating(422, contract.Statement{IdempotencyKey: req.Key, Status: contract.StatusDeclined}, secret, time.Now().Add(-time.Hour)), state.Refused},
 		{"UnsignedDeclineRefused", func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(422)
 			_, _ = w.Write([]byte(`{"idempotency_key":"` + req.Key + `","status":"declined"}`))
 		}, state.Refused},
-		{"DeclineWithServerErrorUnknown", stating(500, Statement{IdempotencyKey: req.Key, Status: StatusDeclined}, secret, time.Now()), state.Unknown},
+		{"DeclineWithServerErrorUnknown", stating(500, contract.Statement{IdempotencyKey: req.Key, Status: contract.StatusDeclined}, secret, time.Now()), state.Unknown},
 		{"UnauthorizedNotDelivered", status(401), state.NotDelivered},
 		{"ForbiddenNotDelivered", status(403), state.NotDelivered},
 		{"NotFoundNotDelivered", status(404), state.NotDelivered},
@@ -158,9 +159,9 @@ func TestHTTPRequest(t *testing.T) {
 	require.Equal(t, req.Key, got.Get("Idempotency-Key"))
 	require.Equal(t, req.Key, got.Get("Webhook-Id"), "every attempt is the same message")
 	require.Equal(t, "1", got.Get("Guardian-Attempt"))
-	var sent Body
+	var sent contract.Body
 	require.NoError(t, json.Unmarshal(body, &sent))
-	require.Equal(t, Body{IdempotencyKey: req.Key, Provider: "stripe", PaymentID: "pi_1", EventID: "evt_1", EventType: "payment_intent.succeeded", Payload: json.RawMessage(`{"id":"evt_1"}`)}, sent)
+	require.Equal(t, contract.Body{IdempotencyKey: req.Key, Provider: "stripe", PaymentID: "pi_1", EventID: "evt_1", EventType: "payment_intent.succeeded", Payload: json.RawMessage(`{"id":"evt_1"}`)}, sent)
 	require.NotContains(t, res.Evidence, "secret")
 
 	t.Run("EveryAttemptSendsTheSameBytes", func(t *testing.T) {
@@ -189,7 +190,7 @@ func TestHTTPHandsOnTheExactPayload(t *testing.T) {
 	r.Payload = payload
 	require.Equal(t, state.Done, newHTTP(t, srv.URL, time.Second).Fulfil(context.Background(), r).Outcome)
 	require.True(t, bytes.Contains(got, append([]byte(`"payload":`), payload...)), "the payload left as signed: %s", got)
-	var sent Body
+	var sent contract.Body
 	require.NoError(t, json.Unmarshal(got, &sent), "the body is still JSON")
 	require.Equal(t, r.Key, sent.IdempotencyKey)
 }
@@ -212,26 +213,26 @@ func TestHTTPLookup(t *testing.T) {
 	t.Parallel()
 
 	signed := func(key, status, withSecret string, at time.Time) http.HandlerFunc {
-		return stating(http.StatusOK, Statement{IdempotencyKey: key, Status: status}, withSecret, at)
+		return stating(http.StatusOK, contract.Statement{IdempotencyKey: key, Status: status}, withSecret, at)
 	}
 	tests := []struct {
 		name    string
 		handler http.HandlerFunc
 		want    Answer
 	}{
-		{"SignedDone", signed(req.FulfilmentID, StatusDone, secret, time.Now()), Performed},
-		{"SignedNotDone", signed(req.FulfilmentID, StatusNotDone, secret, time.Now()), NotPerformed},
-		{"SignedInProgress", signed(req.FulfilmentID, StatusInProgress, secret, time.Now()), InProgress},
-		{"SignedDeclined", signed(req.FulfilmentID, StatusDeclined, secret, time.Now()), Declined},
+		{"SignedDone", signed(req.FulfilmentID, contract.StatusDone, secret, time.Now()), Performed},
+		{"SignedNotDone", signed(req.FulfilmentID, contract.StatusNotDone, secret, time.Now()), NotPerformed},
+		{"SignedInProgress", signed(req.FulfilmentID, contract.StatusInProgress, secret, time.Now()), InProgress},
+		{"SignedDeclined", signed(req.FulfilmentID, contract.StatusDeclined, secret, time.Now()), Declined},
 		{"SignedOtherStatus", signed(req.FulfilmentID, "processing", secret, time.Now()), CannotTell},
 		{"BareNotFoundCannotTell", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, CannotTell},
 		{"UnsignedNotDoneCannotTell", func(w http.ResponseWriter, r *http.Request) {
 			_, _ = w.Write([]byte(`{"idempotency_key":"` + req.FulfilmentID + `","status":"not_done"}`))
 		}, CannotTell},
 		{"UnsignedDoneCannotTell", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{"status":"done"}`)) }, CannotTell},
-		{"OtherSecretCannotTell", signed(req.FulfilmentID, StatusNotDone, otherSecret, time.Now()), CannotTell},
-		{"StaleAnswerCannotTell", signed(req.FulfilmentID, StatusNotDone, secret, time.Now().Add(-time.Hour)), CannotTell},
-		{"AnotherKeysAnswerCannotTell", signed("another-key", StatusNotDone, secret, time.Now()), CannotTell},
+		{"OtherSecretCannotTell", signed(req.FulfilmentID, contract.StatusNotDone, otherSecret, time.Now()), CannotTell},
+		{"StaleAnswerCannotTell", signed(req.FulfilmentID, contract.StatusNotDone, secret, time.Now().Add(-time.Hour)), CannotTell},
+		{"AnotherKeysAnswerCannotTell", signed("another-key", contract.StatusNotDone, secret, time.Now()), CannotTell},
 		{"ServerErrorCannotTell", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }, CannotTell},
 	}
 	for _, tt := range tests {

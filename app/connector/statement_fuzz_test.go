@@ -3,6 +3,8 @@ package connector
 import (
 	"testing"
 	"time"
+
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 // FuzzStatement: an answer is a statement about a key only when it is
@@ -11,8 +13,8 @@ import (
 // statements a receiver signs.
 func FuzzStatement(f *testing.F) {
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-	for _, st := range []Statement{{IdempotencyKey: "gk1_a", Status: StatusDone, Receipt: "r1"}, {IdempotencyKey: "gk1_b", Status: StatusDeclined, Reason: "out of stock"}} {
-		body, _, err := SignStatement(secret, st, time.Now())
+	for _, st := range []contract.Statement{{IdempotencyKey: "gk1_a", Status: contract.StatusDone, Receipt: "r1"}, {IdempotencyKey: "gk1_b", Status: contract.StatusDeclined, Reason: "out of stock"}} {
+		body, _, err := contract.SignStatement(secret, st, time.Now())
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -26,7 +28,7 @@ func FuzzStatement(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, key string, sign bool) {
 		header := map[string][]string{}
 		if sign {
-			h, err := signHeaders(c.signer, "msg_fuzz", body, time.Now())
+			h, err := contract.SignHeaders(c.signer, "msg_fuzz", body, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -181,9 +181,9 @@ func TestDispatch(t *testing.T) {
 		go func() { _, err := b.dispatch(t, id); done <- err }()
 		<-entered
 		now = b.db.Fulfilment(t, id).DispatchedAt.Add(time.Hour)
-		sum, err := b.svc.Sweep(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep", Fence: 1})
+		parked, err := b.svc.ParkStale(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep_stale", Fence: 1})
 		require.NoError(t, err)
-		require.Equal(t, 1, sum.Parked)
+		require.Equal(t, 1, parked)
 		close(release)
 		require.NoError(t, <-done)
 		require.Equal(t, 1, b.rec.CallsFor(id))

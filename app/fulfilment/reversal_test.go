@@ -63,11 +63,17 @@ func (b *testBundle) revocation(t *testing.T, paymentID string) db.Fulfilment {
 	return out[0]
 }
 
-func (b *testBundle) sweep(t *testing.T) fulfilment.SweepResult {
+// sweep runs a round of each sweep, as the leader's services would, and
+// returns the rows the take-back moved.
+func (b *testBundle) sweep(t *testing.T) int {
 	t.Helper()
-	sum, err := b.svc.Sweep(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep", Fence: 1})
+	_, err := b.svc.ParkStale(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep_stale", Fence: 1})
 	require.NoError(t, err)
-	return sum
+	n, err := b.svc.TakeBackReversed(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep_reversed", Fence: 1})
+	require.NoError(t, err)
+	_, err = b.svc.RequeueStranded(b.ctx, lock.Lease{Name: "guardian_sweep_stranded", Fence: 1})
+	require.NoError(t, err)
+	return n
 }
 
 // TestTakeBackWindowOutlivesItsLeader: where the sweep's revocation
@@ -79,7 +85,7 @@ func (b *testBundle) sweep(t *testing.T) fulfilment.SweepResult {
 func TestTakeBackWindowOutlivesItsLeader(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	require.Zero(t, b.sweep(t).Revoking, "the first round, full, finds nothing")
+	require.Zero(t, b.sweep(t), "the first round, full, finds nothing")
 	// A payment fulfilled two hours ago, and a refund for it that no round
 	// has acted on (the windowed rounds read only recent settlements).
 	fid := b.settle(t, "evt_pay", "pi_1", state.Done, state.Fulfilled)
@@ -90,17 +96,17 @@ func TestTakeBackWindowOutlivesItsLeader(t *testing.T) {
 
 	next, err := fulfilment.New(b.cfg) // the next leader, after a deploy
 	require.NoError(t, err)
-	sweep := func() fulfilment.SweepResult {
-		sum, err := next.Sweep(b.ctx, "next sweeper", lock.Lease{Name: "guardian_sweep", Fence: 1})
+	sweep := func() int {
+		n, err := next.TakeBackReversed(b.ctx, "next sweeper", lock.Lease{Name: "guardian_sweep_reversed", Fence: 1})
 		require.NoError(t, err)
-		return sum
+		return n
 	}
-	require.Zero(t, sweep().Revoking, "the new leader's first round reads the window, not every reversal")
+	require.Zero(t, sweep(), "the new leader's first round reads the window, not every reversal")
 	require.Empty(t, b.rows(t, "pi_1", state.Revoke))
 
 	_, err = b.db.Pool.Exec(b.ctx, `UPDATE take_back_window SET last_full = last_full - $1::interval`, fulfilment.FullTakeBackEvery.String())
 	require.NoError(t, err)
-	require.Equal(t, 1, sweep().Revoking, "the hourly full round finds it")
+	require.Equal(t, 1, sweep(), "the hourly full round finds it")
 	require.Equal(t, state.Pending, b.revocation(t, "pi_1").State)
 }
 

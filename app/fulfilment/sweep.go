@@ -14,61 +14,83 @@ import (
 // leaseExpired is the reason the sweep parks a claim past its lease.
 const leaseExpired = "dispatch lease expired: the connector call may or may not have happened"
 
-// SweepResult counts what one Sweep did.
-type SweepResult struct {
-	// Parked counts dispatching fulfilments whose lease ran out.
-	Parked int
-	// Requeued counts pending fulfilments that had no live dispatch job and
-	// got a new one.
-	Requeued int
-	// Cancelled and Revoking count reversed payments' pending fulfilments
-	// stopped (cancelled, or parked to ask the receiver when a lookup is
-	// configured: reversedPending), and revocations created for fulfilled
-	// ones.
-	Cancelled, Revoking int
-}
-
 // strandedBatch caps the pending rows one sweep gives new jobs.
 const strandedBatch = 1000
 
-// Sweep does the periodic scans that no event triggers:
+// The sweeps are the scans no event triggers, each its own service on
+// the leader (jobs runs them, each on its interval, under its own lock):
 //
-//   - It moves every fulfilment that has been dispatching for longer than
-//     the dispatch lease to needs_reconciliation: a dispatcher that died
+//   - ParkStale moves every fulfilment dispatching for longer than the
+//     dispatch lease to needs_reconciliation: a dispatcher that died
 //     mid-call is noticed by a scan, not by an event a crash never sends.
-//   - It takes back reversed payments (takeBack): a reversal that arrived
-//     while the payment's fulfilment was in flight or parked is acted on
-//     once the fulfilment settles. It reads the fulfilments settled since
-//     its last round, and every reversed payment once an hour
-//     (FullTakeBackEvery), whoever leads: where it stands is kept in the
-//     database, written in the round's own transaction.
-//   - It gives a new dispatch job to every pending fulfilment that has none
-//     alive (River's retries exhausted, a job cancelled or deleted in River
-//     UI, a job whose fetch answer was lost with its connection and that
-//     sits "running" without ever claiming). A pending row waits at most a
-//     job timeout (ConnectorTimeout plus RecordMargin) plus one sweep
-//     interval for its job. A duplicate job is harmless: claims are
-//     conditional, and a job finding another live claim leaves it alone.
+//   - TakeBackReversed takes back reversed payments (takeBack): a reversal
+//     that arrived while the payment's fulfilment was in flight or parked
+//     is acted on once the fulfilment settles. It reads the fulfilments
+//     settled since its last round, and every reversed payment once an
+//     hour (FullTakeBackEvery), whoever leads: where it stands is kept in
+//     the database, written in the round's own transaction.
+//   - RequeueStranded gives a new dispatch job to every pending
+//     fulfilment that has none alive (River's retries exhausted, a job
+//     cancelled or deleted in River UI, a job whose fetch answer was lost
+//     with its connection and that sits "running" without ever claiming).
+//     A pending row waits at most a job timeout (ConnectorTimeout plus
+//     RecordMargin) plus one interval for its job. A duplicate job is
+//     harmless: claims are conditional, and a job finding another live
+//     claim leaves it alone.
 //
-// The caller holds lease on a lock; the sweep writes under its fencing
-// number, so a sweeper that stalled past its lock's TTL finds its write
-// refused (db.ErrStaleFence) instead of racing its successor.
-func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (SweepResult, error) {
+// Each is one transaction, written under the fencing number of the lease
+// its caller holds, so a sweeper that stalled past its lock's TTL finds
+// its write refused (db.ErrStaleFence) instead of racing its successor.
+// Each returns the rows it moved or gave a job.
+
+// ParkStale parks the claims whose dispatch lease ran out.
+func (s *Service) ParkStale(ctx context.Context, actor string, lease lock.Lease) (int, error) {
 	var moved []db.Fulfilment
-	var requeued, cancelled, revoking []string
-	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
-		if err := db.CheckFence(ctx, tx, lease.Name, lease.Fence); err != nil {
-			return err
-		}
-		var err error
-		if moved, err = db.SweepStale(ctx, tx, s.cfg.DispatchLease, RecordMargin, actor, leaseExpired, s.dbNow()); err != nil {
-			return err
-		}
-		// Reversals whose fulfilment settled since (a call in flight or
-		// parked when the refund came) or raced it: taken back now.
-		if cancelled, revoking, err = s.sweepTakeBack(ctx, tx, actor); err != nil {
-			return err
-		}
+	err := s.fenced(ctx, lease, func(tx pgx.Tx) (err error) {
+		moved, err = db.SweepStale(ctx, tx, s.cfg.DispatchLease, RecordMargin, actor, leaseExpired, s.dbNow())
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.cfg.Metrics.Transition(state.Dispatching, state.NeedsReconciliation, len(moved))
+	for _, f := range moved {
+		s.cfg.Logger.WarnContext(ctx, "sweep: dispatch lease expired; parked for reconciliation",
+			"fulfilment_id", f.ID, "payment_id", f.PaymentID, "attempt", f.Attempt)
+	}
+	return len(moved), nil
+}
+
+// TakeBackReversed takes back the reversed payments whose fulfilment
+// settled since its last round (or all of them, once an hour): a pending
+// fulfilment of a reversed payment is stopped (reversedPending), a
+// fulfilled one gets its revocation.
+func (s *Service) TakeBackReversed(ctx context.Context, actor string, lease lock.Lease) (int, error) {
+	var stopped, revoking []string
+	err := s.fenced(ctx, lease, func(tx pgx.Tx) (err error) {
+		stopped, revoking, err = s.sweepTakeBack(ctx, tx, actor)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	to, _ := s.reversedPending()
+	s.cfg.Metrics.Transition(state.Pending, to, len(stopped))
+	s.cfg.Metrics.Transition("", state.Pending, len(revoking))
+	for _, id := range stopped {
+		s.cfg.Logger.InfoContext(ctx, "sweep: payment reversed before its fulfilment went out; not sent", "fulfilment_id", id, "state", to)
+	}
+	for _, id := range revoking {
+		s.cfg.Logger.InfoContext(ctx, "sweep: fulfilled payment reversed; revocation created", "fulfilment_id", id)
+	}
+	return len(stopped) + len(revoking), nil
+}
+
+// RequeueStranded gives the pending fulfilments that have no live
+// dispatch job a new one, at most strandedBatch a round.
+func (s *Service) RequeueStranded(ctx context.Context, lease lock.Lease) (int, error) {
+	var requeued []string
+	err := s.fenced(ctx, lease, func(tx pgx.Tx) (err error) {
 		if requeued, err = db.StrandedPending(ctx, tx, s.cfg.Enqueuer.DispatchJobs(), s.cfg.ConnectorTimeout+RecordMargin, strandedBatch); err != nil {
 			return err
 		}
@@ -80,24 +102,21 @@ func (s *Service) Sweep(ctx context.Context, actor string, lease lock.Lease) (Sw
 		return nil
 	})
 	if err != nil {
-		return SweepResult{}, err
+		return 0, err
 	}
 	for _, id := range requeued {
 		s.cfg.Logger.WarnContext(ctx, "sweep: pending fulfilment had no live dispatch job; enqueued one", "fulfilment_id", id)
 	}
-	to, _ := s.reversedPending()
-	s.cfg.Metrics.Transition(state.Pending, to, len(cancelled))
-	s.cfg.Metrics.Transition("", state.Pending, len(revoking))
-	for _, id := range cancelled {
-		s.cfg.Logger.InfoContext(ctx, "sweep: payment reversed before its fulfilment went out; not sent", "fulfilment_id", id, "state", to)
-	}
-	for _, id := range revoking {
-		s.cfg.Logger.InfoContext(ctx, "sweep: fulfilled payment reversed; revocation created", "fulfilment_id", id)
-	}
-	s.cfg.Metrics.Transition(state.Dispatching, state.NeedsReconciliation, len(moved))
-	for _, f := range moved {
-		s.cfg.Logger.WarnContext(ctx, "sweep: dispatch lease expired; parked for reconciliation",
-			"fulfilment_id", f.ID, "payment_id", f.PaymentID, "attempt", f.Attempt)
-	}
-	return SweepResult{Parked: len(moved), Requeued: len(requeued), Cancelled: len(cancelled), Revoking: len(revoking)}, nil
+	return len(requeued), nil
+}
+
+// fenced runs fn in a transaction that first checks lease's fencing
+// number.
+func (s *Service) fenced(ctx context.Context, lease lock.Lease, fn func(pgx.Tx) error) error {
+	return s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
+		if err := db.CheckFence(ctx, tx, lease.Name, lease.Fence); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/guardian-pay/guardian/db"
 )
 
-func TestSweep(t *testing.T) {
+func TestParkStale(t *testing.T) {
 	t.Parallel()
 
 	t.Run("AtTheLeaseBoundary", func(t *testing.T) {
@@ -22,18 +22,18 @@ func TestSweep(t *testing.T) {
 		id := b.pay(t, "evt_1", "pi_1")
 		at := time.Now().UTC().Truncate(time.Millisecond)
 		b.db.ForceDispatching(t, id, at)
-		lease := lock.Lease{Name: "guardian_sweep", Fence: 1}
+		lease := lock.Lease{Name: "guardian_sweep_stale", Fence: 1}
 
 		now = at.Add(20 * time.Second) // exactly the lease: still live
-		sum, err := b.svc.Sweep(b.ctx, "test sweeper", lease)
+		parked, err := b.svc.ParkStale(b.ctx, "test sweeper", lease)
 		require.NoError(t, err)
-		require.Zero(t, sum.Parked)
+		require.Zero(t, parked)
 		require.Equal(t, state.Dispatching, b.db.Fulfilment(t, id).State)
 
 		now = at.Add(20*time.Second + time.Millisecond) // a millisecond past it
-		sum, err = b.svc.Sweep(b.ctx, "test sweeper", lease)
+		parked, err = b.svc.ParkStale(b.ctx, "test sweeper", lease)
 		require.NoError(t, err)
-		require.Equal(t, 1, sum.Parked)
+		require.Equal(t, 1, parked)
 		f := b.db.Fulfilment(t, id)
 		require.Equal(t, state.NeedsReconciliation, f.State)
 		ts := b.db.Transitions(t, id)
@@ -49,17 +49,17 @@ func TestSweep(t *testing.T) {
 		id := b.pay(t, "evt_1", "pi_1")
 		b.db.ForceDispatching(t, id, time.Now())
 		now = time.Now().Add(time.Hour)
-		_, err := b.svc.Sweep(b.ctx, "new holder", lock.Lease{Name: "guardian_sweep", Fence: 2})
+		_, err := b.svc.ParkStale(b.ctx, "new holder", lock.Lease{Name: "guardian_sweep_stale", Fence: 2})
 		require.NoError(t, err)
 		id2 := b.pay(t, "evt_2", "pi_2")
 		b.db.ForceDispatching(t, id2, time.Now())
-		_, err = b.svc.Sweep(b.ctx, "stalled holder", lock.Lease{Name: "guardian_sweep", Fence: 1})
+		_, err = b.svc.ParkStale(b.ctx, "stalled holder", lock.Lease{Name: "guardian_sweep_stale", Fence: 1})
 		require.ErrorIs(t, err, db.ErrStaleFence)
 		require.Equal(t, state.Dispatching, b.db.Fulfilment(t, id2).State)
 	})
 }
 
-func TestSweepRequeuesStrandedPending(t *testing.T) {
+func TestRequeueStranded(t *testing.T) {
 	t.Parallel()
 
 	// Each case leaves a pending fulfilment, pending for an hour, with the
@@ -97,13 +97,13 @@ func TestSweepRequeuesStrandedPending(t *testing.T) {
 				require.NoError(t, err)
 			}
 			before := b.enqueuer.count(id)
-			sum, err := b.svc.Sweep(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep", Fence: 1})
+			requeued, err := b.svc.RequeueStranded(b.ctx, lock.Lease{Name: "guardian_sweep_stranded", Fence: 1})
 			require.NoError(t, err)
 			want := 0
 			if tt.requeued {
 				want = 1
 			}
-			require.Equal(t, want, sum.Requeued)
+			require.Equal(t, want, requeued)
 			require.Equal(t, want, b.enqueuer.count(id)-before)
 			require.Equal(t, state.Pending, b.db.Fulfilment(t, id).State, "requeueing moves no state")
 		})
@@ -113,8 +113,8 @@ func TestSweepRequeuesStrandedPending(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.pay(t, "evt_1", "pi_1") // no job in river_job, but just created
-		sum, err := b.svc.Sweep(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep", Fence: 1})
+		requeued, err := b.svc.RequeueStranded(b.ctx, lock.Lease{Name: "guardian_sweep_stranded", Fence: 1})
 		require.NoError(t, err)
-		require.Zero(t, sum.Requeued)
+		require.Zero(t, requeued)
 	})
 }

@@ -1,7 +1,12 @@
-// Package loadgen is the load generator behind `guardian bench`: it sends
-// correctly signed Stripe deliveries, a share of them duplicates, to a
-// running Guardian and reports throughput, latency and end-to-end
-// fulfilment read from Guardian's metrics.
+// Package loadgen is Guardian's one load tool: every request a
+// measurement sends comes from here. Main is `guardian bench`: correctly
+// signed Stripe deliveries, a share of them duplicates, sent to a running
+// Guardian, with throughput, latency and end-to-end fulfilment read from
+// its metrics. Flood sends forged deliveries (ForgedDeliveries), to price
+// a refusal. `just bench` (e2e/bench) is the harness around it: it starts
+// Guardian, runs these against it and against the baselines (pgbench,
+// redis-benchmark, bare River) in the same run, and reports the ratios;
+// it sends nothing itself.
 package loadgen
 
 import (
@@ -26,6 +31,7 @@ import (
 	"time"
 
 	"github.com/guardian-pay/guardian/app/provider/providertest"
+	"github.com/guardian-pay/guardian/app/settings"
 )
 
 // Exit codes, as the rest of the CLI uses them.
@@ -50,6 +56,18 @@ type Result struct {
 	Fulfilled       float64 `json:"fulfilled"`
 	FulfilPerSecond float64 `json:"fulfilments_per_second"`
 	FulfilSeconds   float64 `json:"fulfil_seconds"`
+}
+
+// metricsURL is where a run reads /metrics, to count fulfilments.
+var metricsURL = settings.String(settings.Setting{
+	Name: "GUARDIAN_METRICS_URL", Default: "`http://127.0.0.1:9090`", Client: true,
+	Doc: "the operations listener `guardian bench` reads `/metrics` from, to count fulfilments",
+}, "http://127.0.0.1:9090")
+
+// ReadTarget is the Guardian at url a run loads, signing with secret, its
+// operations listener read from env.
+func ReadTarget(env *settings.Env, url, secret string) Target {
+	return Target{URL: url, MetricsURL: metricsURL.Read(env), Secret: secret}
 }
 
 // Target is the Guardian a run loads, as the settings name it: the flags

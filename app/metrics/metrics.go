@@ -34,7 +34,8 @@ type Metrics struct {
 	refused         *prometheus.CounterVec
 	refusedDropped  prometheus.Counter
 	unmapped        *prometheus.CounterVec
-	pruned          prometheus.Counter
+	maintenanceRuns *prometheus.CounterVec
+	maintenanceRows *prometheus.CounterVec
 	retention       *prometheus.GaugeVec
 	table           *tableCollector
 }
@@ -90,10 +91,14 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 		Name: "guardian_unmapped_events_total",
 		Help: "Events that say they are paid but name no payment Guardian can read, by provider: stored, acknowledged and flagged (GET /api/v1/events?unmapped=true). Alert on any.",
 	}, []string{"provider"})
-	m.pruned = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "guardian_event_bodies_pruned_total",
-		Help: "Event bodies emptied after GUARDIAN_PAYLOAD_RETENTION: the provider's payload is gone, the event's identity and the fulfilment record stay.",
-	})
+	m.maintenanceRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "guardian_maintenance_runs_total",
+		Help: "The leader's maintenance rounds, by service (sweep_stale, sweep_reversed, sweep_stranded, prune_tokens, prune_refusals, prune_transmissions, prune_bodies) and outcome (ok, error).",
+	}, []string{"service", "outcome"})
+	m.maintenanceRows = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "guardian_maintenance_rows_total",
+		Help: "Rows the leader's maintenance moved, requeued or pruned, by service: prune_bodies counts event bodies emptied after GUARDIAN_PAYLOAD_RETENTION (the payload gone, the event's identity and the fulfilment record kept).",
+	}, []string{"service"})
 	m.retention = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "guardian_retention_seconds",
 		Help: "How long each kind of record is kept, by the configuration (docs/operations.md, \"What Guardian keeps\"); 0: kept for good.",
@@ -106,7 +111,7 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 	})
 	buildInfo.Set(1)
 	for _, c := range []prometheus.Collector{
-		buildInfo, m.refused, m.refusedDropped, m.unmapped, m.pruned, m.retention,
+		buildInfo, m.refused, m.refusedDropped, m.unmapped, m.maintenanceRuns, m.maintenanceRows, m.retention,
 		m.deliveries, m.intakeSeconds, m.transitions, m.dispatchSeconds, m.dispatches, m.connectorErrors, m.filterErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.table,
@@ -216,12 +221,18 @@ func (m *Metrics) Retention(record string, d time.Duration) {
 	m.retention.WithLabelValues(record).Set(d.Seconds())
 }
 
-// Pruned counts n event bodies emptied after the payload retention.
-func (m *Metrics) Pruned(n int) {
+// Maintained counts one round of the maintenance service, the n rows it
+// changed, and whether it failed.
+func (m *Metrics) Maintained(service string, n int, err error) {
 	if m == nil {
 		return
 	}
-	m.pruned.Add(float64(n))
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.maintenanceRuns.WithLabelValues(service, outcome).Inc()
+	m.maintenanceRows.WithLabelValues(service).Add(float64(n))
 }
 
 // Refused counts one refused webhook request.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/metrics"
+	"github.com/guardian-pay/guardian/app/metrics/metricstest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
@@ -140,25 +141,11 @@ func series(t *testing.T, reg *prometheus.Registry, name string) map[string]floa
 
 func gauge(t *testing.T, reg *prometheus.Registry, name, stateLabel string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, metric := range f.GetMetric() {
-			if stateLabel == "" {
-				return metric.GetGauge().GetValue()
-			}
-			for _, l := range metric.GetLabel() {
-				if l.GetName() == "state" && l.GetValue() == stateLabel {
-					return metric.GetGauge().GetValue()
-				}
-			}
-		}
+	labels := map[string]string{}
+	if stateLabel != "" {
+		labels["state"] = stateLabel
 	}
-	t.Fatalf("no %s{state=%q}", name, stateLabel)
-	return 0
+	return metricstest.Value(t, reg, name, labels)
 }
 
 // TestRetentionIsShown: each policy's retention is a gauge.

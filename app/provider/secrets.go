@@ -1,11 +1,11 @@
 package provider
 
 import (
-	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 // What a signing secret looks like. Every check of a secret's format, for
@@ -23,21 +23,12 @@ const (
 
 // ErrSecretFormat means a Standard Webhooks secret is not "whsec_"
 // followed by base64. Its text names no secret.
-var ErrSecretFormat = errors.New("not whsec_ followed by base64")
+var ErrSecretFormat = contract.ErrSecretFormat
 
 // StandardSecret decodes a Standard Webhooks secret ("whsec_" and base64)
-// to its key, or returns ErrSecretFormat.
-func StandardSecret(secret string) ([]byte, error) {
-	raw, ok := strings.CutPrefix(secret, "whsec_")
-	if !ok || raw == "" {
-		return nil, ErrSecretFormat
-	}
-	key, err := base64.StdEncoding.DecodeString(raw)
-	if err != nil {
-		return nil, ErrSecretFormat
-	}
-	return key, nil
-}
+// to its key, or returns ErrSecretFormat: the connector secret's format
+// (contract.DecodeSecret) is the scheme's.
+func StandardSecret(secret string) ([]byte, error) { return contract.DecodeSecret(secret) }
 
 // StrongStandardSecret checks a Standard Webhooks secret's format and that
 // it holds at least MinSecretBytes random bytes.

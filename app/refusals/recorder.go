@@ -1,6 +1,6 @@
 // Package refusals is the record of refused webhook requests: a bounded
 // recorder that never makes a sender wait, and the record's bounds, which
-// the leader's maintenance keeps (jobs.MaintenanceWorker). Nothing a sender
+// the leader's maintenance keeps (jobs: prune_refusals). Nothing a sender
 // wrote is kept: only why it was refused, Guardian's answer, the client's
 // address and the body's size (docs/security.md).
 package refusals

@@ -2,15 +2,15 @@ package main
 
 import (
 	"bufio"
-	"bytes"
+	"context"
 	"fmt"
 	"log"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/guardian-pay/guardian/app/loadgen"
 )
 
 // The flood: what an unsigned delivery costs Guardian to refuse, per
@@ -25,44 +25,6 @@ const (
 	floodRequests = 300
 	floodWorkers  = 8
 )
-
-// floodCase is one provider's unsigned delivery.
-type floodCase struct {
-	provider string
-	header   http.Header
-	body     []byte
-}
-
-func floodCases() []floodCase {
-	pad := func(prefix, suffix string) []byte {
-		return []byte(prefix + strings.Repeat("x", floodBody-len(prefix)-len(suffix)) + suffix)
-	}
-	plain := pad(`{"id":"evt_flood","type":"checkout.session.completed","note":"`, `"}`)
-	now := strconv.FormatInt(time.Now().Unix(), 10)
-	zeros := strings.Repeat("0", 64)
-	h := func(kv ...string) http.Header {
-		out := http.Header{"Content-Type": {"application/json"}}
-		for i := 0; i < len(kv); i += 2 {
-			out.Set(kv[i], kv[i+1])
-		}
-		return out
-	}
-	return []floodCase{
-		{"stripe", h("Stripe-Signature", "t="+now+",v1="+zeros), plain},
-		{"standard", h("webhook-id", "msg_flood", "webhook-timestamp", now, "webhook-signature", "v1,"+strings.Repeat("A", 43)+"="), plain},
-		{"paddle", h("Paddle-Signature", "ts="+now+";h1="+zeros), plain},
-		{"shopify", h("X-Shopify-Hmac-Sha256", strings.Repeat("A", 43)+"=", "X-Shopify-Topic", "orders/paid", "X-Shopify-Event-Id", "flood"), plain},
-		{"lemonsqueezy", h("X-Signature", zeros, "X-Event-Name", "order_created"), plain},
-		// Adyen's signature is inside the body: the item's fields come
-		// first, the filler after, as an attacker would send them.
-		{"adyen", h(), pad(`{"live":"false","notificationItems":[{"NotificationRequestItem":{"eventCode":"AUTHORISATION","pspReference":"FLOOD","success":"true",`+
-			`"amount":{"value":100,"currency":"EUR"},"additionalData":{"hmacSignature":"`+strings.Repeat("A", 43)+`=","filler":"`, `"}}}]}`)},
-		// A certificate URL that is not PayPal's: refused before anything
-		// is fetched (the bench reaches nothing beyond loopback).
-		{"paypal", h("Paypal-Transmission-Id", "flood", "Paypal-Transmission-Time", time.Now().UTC().Format(time.RFC3339), "Paypal-Transmission-Sig", "AAAA",
-			"Paypal-Auth-Algo", "SHA256withRSA", "Paypal-Cert-Url", "https://evil.example/v1/notifications/certs/CERT-00000000-00000000-00000000"), plain},
-	}
-}
 
 // floodEnv serves every provider, with secrets of the bench's own.
 var floodEnv = map[string]string{
@@ -90,33 +52,17 @@ func measureFlood(bin, dbURL, connURL string) []floodCost {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: floodWorkers}}
 	var out []floodCost
 	var seq atomic.Int64
-	for _, fc := range floodCases() {
+	for _, fc := range loadgen.ForgedDeliveries(floodBody) {
 		send := func(n int) int {
-			var status atomic.Int64
-			var wg sync.WaitGroup
-			for range floodWorkers {
-				wg.Go(func() {
-					for range n / floodWorkers {
-						req, err := http.NewRequest(http.MethodPost, g.url+"/webhooks/"+fc.provider, bytes.NewReader(fc.body))
-						check(err)
-						req.Header = fc.header.Clone()
-						i := seq.Add(1)
-						req.Header.Set("X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255))
-						resp, err := client.Do(req)
-						check(err)
-						resp.Body.Close()
-						status.Store(int64(resp.StatusCode))
-					}
-				})
-			}
-			wg.Wait()
-			return int(status.Load())
+			status, err := loadgen.Flood(context.Background(), client, g.url, fc, n, floodWorkers, &seq)
+			check(err)
+			return status
 		}
 		send(floodWorkers * 4) // warm: connections, the refusal recorder
 		cpu0, alloc0 := cpuOf(g.cmd.Process.Pid), allocBytes(g)
 		status := send(floodRequests)
 		cpu, alloc := cpuOf(g.cmd.Process.Pid)-cpu0, allocBytes(g)-alloc0
-		out = append(out, floodCost{provider: fc.provider, status: status,
+		out = append(out, floodCost{provider: fc.Provider, status: status,
 			cpuMicros: float64(cpu.Microseconds()) / floodRequests, allocKiB: alloc / 1024 / floodRequests})
 	}
 	for i := range out {

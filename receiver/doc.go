@@ -12,7 +12,7 @@
 //
 // # Two actions
 //
-// A Delivery whose Action is connector.ActionRevoke takes the payment back:
+// A Delivery whose Action is contract.ActionRevoke takes the payment back:
 // a refund or dispute reversed a payment Guardian fulfilled, and Guardian's
 // policy says to revoke what was granted (docs/design.md, "Taking back what
 // was refunded or disputed"). It comes under a key of its own, at most once
@@ -24,7 +24,7 @@
 // # Answers
 //
 // The action endpoint (Action) answers, every answer but the first two
-// signed with the connector secret (connector.Statement):
+// signed with the connector secret (contract.Statement):
 //
 //   - 401: the signature or its timestamp is wrong. Guardian counts this
 //     as "not delivered" and retries; nothing is recorded.
@@ -49,8 +49,8 @@
 // # Test deliveries
 //
 // `guardian connector test` checks a receiver against the contract with
-// deliveries of event type connector.TestEventType under keys that start
-// with connector.TestKeyPrefix. A Receiver never runs the merchant's
+// deliveries of event type contract.TestEventType under keys that start
+// with contract.TestKeyPrefix. A Receiver never runs the merchant's
 // handler for them: it records their keys like any other (so every rule
 // above is exercised) and acts on nothing. A test delivery and a real key,
 // or a real delivery and a test key, are refused with 400.

@@ -1,4 +1,9 @@
-package main
+// Package client is the operator's side of Guardian's HTTP API: the
+// `guardian fulfilments`, `reconcile` and `events` commands, and `guardian
+// demo`, which sends signed sample deliveries to a development server and
+// shows what became of them through the API. Each takes its settings
+// parsed (Config); none reads the environment.
+package client
 
 import (
 	"bytes"
@@ -17,27 +22,39 @@ import (
 	"github.com/guardian-pay/guardian/web"
 )
 
-// defaultURL is where the client commands find a local Guardian.
-const defaultURL = "http://127.0.0.1" + web.DefaultAddr
+// DefaultURL is where the commands find a local Guardian.
+const DefaultURL = "http://127.0.0.1" + web.DefaultAddr
 
-// The operator commands' settings.
+// The commands' settings.
 var (
-	guardianURL = settings.String(settings.Setting{
+	urlSetting = settings.String(settings.Setting{
 		Name: "GUARDIAN_URL", Default: "`http://127.0.0.1:8080`", Client: true,
 		Doc: "the Guardian the operator commands (and `guardian demo`, `guardian bench`) talk to",
-	}, defaultURL)
-	operatorToken = settings.String(settings.Setting{
+	}, DefaultURL)
+	tokenSetting = settings.String(settings.Setting{
 		Name: "GUARDIAN_OPERATOR_TOKEN", Default: "the first `GUARDIAN_ADMIN_TOKEN`", Secret: true, Client: true,
 		Doc: "the operator token the commands present (`guardian operators add NAME` makes one)",
 	}, "")
-	metricsURL = settings.String(settings.Setting{
-		Name: "GUARDIAN_METRICS_URL", Default: "`http://127.0.0.1:9090`", Client: true,
-		Doc: "the operations listener `guardian bench` reads `/metrics` from, to count fulfilments",
-	}, "http://"+DefaultMetricsAddr)
 )
 
-// opsClient talks to a running Guardian's operator API.
-type opsClient struct {
+// Config is what the commands read: where Guardian is, and the operator
+// token they present.
+type Config struct {
+	// URL is Guardian's base URL. Defaults to DefaultURL.
+	URL string
+	// Token is the operator's token.
+	Token string
+}
+
+// ReadConfig reads the commands' settings from env; token is the token to
+// present when GUARDIAN_OPERATOR_TOKEN is unset (the first environment
+// admin token, which the server's own settings hold).
+func ReadConfig(env *settings.Env, token string) Config {
+	return Config{URL: urlSetting.Read(env), Token: cmp.Or(strings.TrimSpace(tokenSetting.Read(env)), token)}
+}
+
+// api talks to a running Guardian's operator API.
+type api struct {
 	base  string
 	token string
 	http  *http.Client
@@ -54,22 +71,21 @@ func (e *apiError) Error() string {
 	return fmt.Sprintf("%d %s: %s", e.Status, http.StatusText(e.Status), e.Msg)
 }
 
-func newOpsClient(getenv func(string) string) (*opsClient, error) {
-	env := settings.NewEnv(getenv)
-	token := cmp.Or(strings.TrimSpace(operatorToken.Read(env)), first(adminTokens.Read(env), ""))
-	if token == "" {
+// newAPI checks cfg and returns its API client.
+func newAPI(cfg Config) (*api, error) {
+	if cfg.Token == "" {
 		return nil, errors.New("GUARDIAN_OPERATOR_TOKEN is empty: set your operator token (from `guardian operators add NAME`) for the server in GUARDIAN_URL")
 	}
-	base := strings.TrimRight(guardianURL.Read(env), "/")
+	base := strings.TrimRight(cmp.Or(cfg.URL, DefaultURL), "/")
 	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, errors.New("GUARDIAN_URL must be an absolute http(s) URL")
 	}
-	return &opsClient{base: base, token: token, http: &http.Client{Timeout: 30 * time.Second}}, nil
+	return &api{base: base, token: cfg.Token, http: &http.Client{Timeout: 30 * time.Second}}, nil
 }
 
 // do sends a request and decodes a 2xx answer into out; it returns the raw
 // body too, for --json.
-func (c *opsClient) do(ctx context.Context, method, path string, in, out any) ([]byte, error) {
+func (c *api) do(ctx context.Context, method, path string, in, out any) ([]byte, error) {
 	var body io.Reader
 	if in != nil {
 		raw, err := json.Marshal(in)

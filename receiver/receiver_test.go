@@ -15,9 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/connector"
-	"github.com/guardian-pay/guardian/app/receiver"
+	"github.com/guardian-pay/guardian/receiver"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 const (
@@ -114,13 +115,13 @@ func TestReceiver(t *testing.T) {
 	t.Run("TestDeliveriesNeverRunTheHandler", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, func(int32) error { return nil })
-		test := connector.Request{Key: connector.TestKeyPrefix + "1", Attempt: 1, PaymentID: connector.TestPaymentID, EventType: connector.TestEventType, Payload: json.RawMessage(`{}`)}
+		test := connector.Request{Key: contract.TestKeyPrefix + "1", Attempt: 1, PaymentID: contract.TestPaymentID, EventType: contract.TestEventType, Payload: json.RawMessage(`{}`)}
 		require.Equal(t, state.Done, b.c.Fulfil(context.Background(), test).Outcome)
 		require.Zero(t, b.calls.Load())
 
 		// A real event under a test key, or a test event under a real
 		// key, is refused: no test can reach the handler by a real key.
-		real := request(connector.TestKeyPrefix + "2")
+		real := request(contract.TestKeyPrefix + "2")
 		res := b.c.Fulfil(context.Background(), real)
 		require.Equal(t, http.StatusBadRequest, res.Evidence["status"])
 		disguised := test
@@ -155,14 +156,14 @@ func TestTheKitTakesWhatIntakeTook(t *testing.T) {
 	b := setup(t, func(int32) error { return nil })
 	// A payload of exactly the intake cap, and the longest ids intake
 	// stores, of characters JSON writes as six bytes each.
-	pad := connector.DefaultMaxPayloadBytes - len(`{"x":""}`)
+	pad := contract.DefaultMaxPayloadBytes - len(`{"x":""}`)
 	payload := json.RawMessage(`{"x":"` + strings.Repeat("a", pad) + `"}`)
-	require.Len(t, payload, connector.DefaultMaxPayloadBytes)
+	require.Len(t, payload, contract.DefaultMaxPayloadBytes)
 	long := strings.Repeat("\x01", 255)
 	req := connector.Request{Key: "gk1_large", Attempt: 1, Provider: "stripe", PaymentID: long, EventID: long, EventType: long, Action: "revoke", Payload: payload}
 	body, err := connector.EncodeRequest(req)
 	require.NoError(t, err)
-	require.LessOrEqual(t, int64(len(body)), connector.MaxRequestBytes(connector.DefaultMaxPayloadBytes), "the envelope fits EnvelopeBytes")
+	require.LessOrEqual(t, int64(len(body)), contract.MaxRequestBytes(contract.DefaultMaxPayloadBytes), "the envelope fits EnvelopeBytes")
 	require.Equal(t, state.Done, b.c.Fulfil(context.Background(), req).Outcome)
 	require.EqualValues(t, 1, b.calls.Load())
 }

@@ -13,6 +13,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/guardian-pay/guardian/app/connector"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 // FuzzRead: whatever body and key a request carries, the kit takes it only
@@ -24,7 +25,7 @@ func FuzzRead(f *testing.F) {
 	for _, req := range []connector.Request{
 		{Key: "gk1_abc", Provider: "stripe", PaymentID: "pi_1", EventID: "evt_1", EventType: "checkout.session.completed", Payload: []byte(`{"id":"evt_1"}`)},
 		{Key: "gk1_rev", Provider: "paypal", PaymentID: "CAP1", EventID: "WH-1", EventType: "PAYMENT.CAPTURE.REFUNDED", Action: "revoke", Payload: []byte(`{}`)},
-		{Key: connector.TestKeyPrefix + "1", PaymentID: connector.TestPaymentID, EventType: connector.TestEventType, Payload: []byte(`{}`)},
+		{Key: contract.TestKeyPrefix + "1", PaymentID: contract.TestPaymentID, EventType: contract.TestEventType, Payload: []byte(`{}`)},
 	} {
 		body, err := connector.EncodeRequest(req)
 		if err != nil {
@@ -60,7 +61,7 @@ func FuzzRead(f *testing.F) {
 			t.Fatal("an unsigned request was taken")
 		case code == 0 && (d.IdempotencyKey != key || key == ""):
 			t.Fatalf("taken under key %q with the header's %q", d.IdempotencyKey, key)
-		case code == 0 && test != strings.HasPrefix(key, connector.TestKeyPrefix):
+		case code == 0 && test != strings.HasPrefix(key, contract.TestKeyPrefix):
 			t.Fatal("a test delivery under a real key, or the other way round")
 		case code != 0 && code != http.StatusUnauthorized && code != http.StatusBadRequest:
 			t.Fatalf("refused with %d", code)

@@ -19,17 +19,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/guardian-pay/guardian/app/connector"
-	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 // Delivery is one request from Guardian, as the handler sees it: the body
 // every attempt under the key carries (the key, the payment, the event, the
-// action, "" to fulfil or connector.ActionRevoke to take the payment back,
+// action, "" to fulfil or contract.ActionRevoke to take the payment back,
 // and the provider's payload byte for byte as it signed it), and the
 // attempt.
 type Delivery struct {
-	connector.Body
+	contract.Body
 	// Attempt is Guardian's attempt number for the key (1 first); the
 	// body is the same for every attempt.
 	Attempt int
@@ -73,11 +72,11 @@ type Config struct {
 	// Now is the clock for answers' signatures. Defaults to time.Now.
 	Now func() time.Time
 	// MaxBody caps a request's body. Defaults to
-	// connector.MaxRequestBytes(connector.DefaultMaxPayloadBytes): every
+	// contract.MaxRequestBytes(contract.DefaultMaxPayloadBytes): every
 	// request Guardian sends for a payload its intake took under the default
 	// cap (1 MiB and the envelope). A deployment that raises
 	// GUARDIAN_MAX_BODY_BYTES sets MaxBody to
-	// connector.MaxRequestBytes of that.
+	// contract.MaxRequestBytes of that.
 	MaxBody int64
 }
 
@@ -97,7 +96,7 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	r := &Receiver{cfg: cfg}
 	for i, s := range cfg.Secrets {
-		key, err := provider.StandardSecret(s)
+		key, err := contract.DecodeSecret(s)
 		if err != nil {
 			return nil, fmt.Errorf("receiver: secret %d is %w", i+1, err)
 		}
@@ -114,7 +113,7 @@ func New(cfg Config) (*Receiver, error) {
 		r.cfg.Now = time.Now
 	}
 	if r.cfg.MaxBody == 0 {
-		r.cfg.MaxBody = connector.MaxRequestBytes(connector.DefaultMaxPayloadBytes)
+		r.cfg.MaxBody = contract.MaxRequestBytes(contract.DefaultMaxPayloadBytes)
 	}
 	return r, nil
 }
@@ -134,7 +133,7 @@ func (r *Receiver) verify(body []byte, header http.Header) bool {
 type stored struct {
 	hash   []byte
 	status string
-	answer connector.Statement
+	answer contract.Statement
 }
 
 // Action returns the handler for Guardian's POSTs.
@@ -172,25 +171,25 @@ func (r *Receiver) serveAction(w http.ResponseWriter, req *http.Request) {
 
 // read checks an action request before anything is looked up: a fresh
 // signature by one of the secrets, a body that is exactly a
-// connector.Body whose key is the Idempotency-Key header's, and a test
+// contract.Body whose key is the Idempotency-Key header's, and a test
 // delivery under a test key and only then. It returns the delivery and
 // whether it is a test, or the status to refuse it with and why.
 func (r *Receiver) read(body []byte, header http.Header) (d Delivery, test bool, code int, why string) {
 	if !r.verify(body, header) {
 		return Delivery{}, false, http.StatusUnauthorized, "signature or timestamp not valid"
 	}
-	var b connector.Body
+	var b contract.Body
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&b); err != nil || b.IdempotencyKey == "" || b.IdempotencyKey != header.Get("Idempotency-Key") {
 		return Delivery{}, false, http.StatusBadRequest, "not a Guardian request: body and Idempotency-Key disagree"
 	}
-	test = b.EventType == connector.TestEventType
-	if test != strings.HasPrefix(b.IdempotencyKey, connector.TestKeyPrefix) {
+	test = b.EventType == contract.TestEventType
+	if test != strings.HasPrefix(b.IdempotencyKey, contract.TestKeyPrefix) {
 		return Delivery{}, false, http.StatusBadRequest, "test deliveries use test keys, and only they do"
 	}
 	d = Delivery{Body: b}
-	fmt.Sscan(header.Get(connector.HeaderAttempt), &d.Attempt)
+	fmt.Sscan(header.Get(contract.HeaderAttempt), &d.Attempt)
 	return d, test, 0, ""
 }
 
@@ -209,7 +208,7 @@ func (r *Receiver) act(w http.ResponseWriter, ctx context.Context, d Delivery, s
 		return
 	}
 	if !locked {
-		r.state(w, http.StatusConflict, connector.Statement{IdempotencyKey: d.IdempotencyKey, Status: connector.StatusInProgress})
+		r.state(w, http.StatusConflict, contract.Statement{IdempotencyKey: d.IdempotencyKey, Status: contract.StatusInProgress})
 		return
 	}
 	// The key may have finished between the first read and the lock.
@@ -223,17 +222,17 @@ func (r *Receiver) act(w http.ResponseWriter, ctx context.Context, d Delivery, s
 
 	herr := r.perform(ctx, tx, d, test)
 	var decline *DeclineError
-	var st connector.Statement
+	var st contract.Statement
 	code := http.StatusOK
 	switch {
 	case errors.As(herr, &decline):
-		st = connector.Statement{IdempotencyKey: d.IdempotencyKey, Status: connector.StatusDeclined, Reason: decline.Reason}
+		st = contract.Statement{IdempotencyKey: d.IdempotencyKey, Status: contract.StatusDeclined, Reason: decline.Reason}
 		code = http.StatusUnprocessableEntity
 	case herr != nil:
 		r.fail(w, ctx, "handler", herr)
 		return
 	default:
-		st = connector.Statement{IdempotencyKey: d.IdempotencyKey, Status: connector.StatusDone, Receipt: newReceipt()}
+		st = contract.Statement{IdempotencyKey: d.IdempotencyKey, Status: contract.StatusDone, Receipt: newReceipt()}
 	}
 	answer, _ := json.Marshal(st)
 	// The answer goes as text: bytes are bytea to pgx's exec mode (a
@@ -279,7 +278,7 @@ func (r *Receiver) perform(ctx context.Context, tx pgx.Tx, d Delivery, test bool
 // testAction is what a test delivery does: nothing, after an optional
 // hold (so a conformance run can see the key in progress), or a decline.
 func testAction(ctx context.Context, payload json.RawMessage) error {
-	var p connector.TestPayload
+	var p contract.TestPayload
 	_ = json.Unmarshal(payload, &p)
 	if hold := time.Duration(min(p.HoldMillis, 10_000)) * time.Millisecond; hold > 0 {
 		select {
@@ -298,11 +297,11 @@ func testAction(ctx context.Context, payload json.RawMessage) error {
 // mismatch for another.
 func (r *Receiver) replay(w http.ResponseWriter, row stored, sum []byte) {
 	if !bytes.Equal(row.hash, sum) {
-		r.state(w, http.StatusUnprocessableEntity, connector.Statement{IdempotencyKey: row.answer.IdempotencyKey, Status: connector.StatusMismatch})
+		r.state(w, http.StatusUnprocessableEntity, contract.Statement{IdempotencyKey: row.answer.IdempotencyKey, Status: contract.StatusMismatch})
 		return
 	}
 	code := http.StatusOK
-	if row.status == connector.StatusDeclined {
+	if row.status == contract.StatusDeclined {
 		code = http.StatusUnprocessableEntity
 	}
 	r.state(w, code, row.answer)
@@ -331,7 +330,7 @@ func (r *Receiver) serveLookup(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if ok {
-		r.state(w, http.StatusOK, connector.Statement{IdempotencyKey: key, Status: row.status, Reason: row.answer.Reason, Receipt: row.answer.Receipt})
+		r.state(w, http.StatusOK, contract.Statement{IdempotencyKey: key, Status: row.status, Reason: row.answer.Reason, Receipt: row.answer.Receipt})
 		return
 	}
 	// No row: either nothing happened, or the key's transaction is open.
@@ -347,7 +346,7 @@ func (r *Receiver) serveLookup(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if !locked {
-		r.state(w, http.StatusOK, connector.Statement{IdempotencyKey: key, Status: connector.StatusInProgress})
+		r.state(w, http.StatusOK, contract.Statement{IdempotencyKey: key, Status: contract.StatusInProgress})
 		return
 	}
 	row, ok, err = r.find(ctx, tx, key)
@@ -355,9 +354,9 @@ func (r *Receiver) serveLookup(w http.ResponseWriter, req *http.Request) {
 	case err != nil:
 		r.fail(w, ctx, "read key", err)
 	case ok:
-		r.state(w, http.StatusOK, connector.Statement{IdempotencyKey: key, Status: row.status, Reason: row.answer.Reason, Receipt: row.answer.Receipt})
+		r.state(w, http.StatusOK, contract.Statement{IdempotencyKey: key, Status: row.status, Reason: row.answer.Reason, Receipt: row.answer.Receipt})
 	default:
-		r.state(w, http.StatusOK, connector.Statement{IdempotencyKey: key, Status: connector.StatusNotDone})
+		r.state(w, http.StatusOK, contract.Statement{IdempotencyKey: key, Status: contract.StatusNotDone})
 	}
 }
 
@@ -393,8 +392,8 @@ func tryLock(ctx context.Context, tx pgx.Tx, key string) (bool, error) {
 }
 
 // state writes a signed statement with code.
-func (r *Receiver) state(w http.ResponseWriter, code int, st connector.Statement) {
-	_ = connector.WriteStatement(w, r.cfg.Secrets[0], code, st, r.cfg.Now())
+func (r *Receiver) state(w http.ResponseWriter, code int, st contract.Statement) {
+	_ = contract.WriteStatement(w, r.cfg.Secrets[0], code, st, r.cfg.Now())
 }
 
 // fail answers 500: nothing was recorded (or, after a failed commit,

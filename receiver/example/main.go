@@ -1,8 +1,8 @@
 // Command example is a receiver built on Guardian's receiver kit
-// (app/receiver): it grants one licence per paid payment, in its own
+// (receiver): it grants one licence per paid payment, in its own
 // Postgres, exactly once.
 //
-//	RECEIVER_DATABASE_URL=postgres://... RECEIVER_SECRET=whsec_... RECEIVER_ADDR=127.0.0.1:8081 go run ./app/receiver/example
+//	RECEIVER_DATABASE_URL=postgres://... RECEIVER_SECRET=whsec_... RECEIVER_ADDR=127.0.0.1:8081 go run ./receiver/example
 //
 // Point Guardian at it with GUARDIAN_CONNECTOR_URL=http://127.0.0.1:8081/fulfil
 // and GUARDIAN_CONNECTOR_LOOKUP_URL=http://127.0.0.1:8081/lookup/{key}, the
@@ -25,8 +25,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/guardian-pay/guardian/app/connector"
-	"github.com/guardian-pay/guardian/app/receiver"
+	"github.com/guardian-pay/guardian/receiver"
+	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
 func main() {
@@ -107,7 +107,7 @@ func grant(ctx context.Context, tx pgx.Tx, d receiver.Delivery) error {
 	if d.PaymentID == "" {
 		return receiver.Decline("no payment named: nothing to grant")
 	}
-	if d.Action == connector.ActionRevoke {
+	if d.Action == contract.ActionRevoke {
 		tag, err := tx.Exec(ctx, `UPDATE licence SET revoked_at = now() WHERE provider = $1 AND payment_id = $2 AND revoked_at IS NULL`, d.Provider, d.PaymentID)
 		if err == nil && tag.RowsAffected() == 0 {
 			return receiver.Decline("no granted licence for this payment: nothing to revoke")

@@ -1,7 +1,8 @@
-package main
+package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,62 +10,64 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/provider/providertest"
-	"github.com/guardian-pay/guardian/app/settings"
 	"github.com/guardian-pay/guardian/app/state"
-	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/web"
 )
 
-// runDemo sends signed sample deliveries, duplicates and forgeries included,
-// to a running development server and shows what became of them.
-func runDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// DemoConfig is what `guardian demo` reads.
+type DemoConfig struct {
+	Config
+	// StripeSecret and StandardSecret sign the sample deliveries: the
+	// server's own, or the development profile's.
+	StripeSecret, StandardSecret string
+}
+
+// Demo sends signed sample deliveries, duplicates and forgeries included,
+// to a running development server, and shows through the operator API
+// what became of them. It returns the process exit code.
+func Demo(ctx context.Context, args []string, cfg DemoConfig, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	base := fs.String("url", guardianURL.Read(settings.NewEnv(getenv)), "Guardian's base URL")
+	fs.StringVar(&cfg.URL, "url", cmp.Or(cfg.URL, DefaultURL), "Guardian's base URL")
 	if err := fs.Parse(args); err != nil {
-		return usageExit(err)
+		return UsageExit(err)
 	}
-	env := settings.NewEnv(getenv)
-	stripeSecret, standardSecret := provider.SigningSecret(env, "stripe"), provider.SigningSecret(env, "standard")
+	api, err := newAPI(cfg.Config)
+	if err != nil {
+		return Fail(stderr, ExitUsage, err)
+	}
 	run := randomID()
 	pi, pay := "pi_demo_"+run, "pay_demo_"+run
-	deliveries, err := demoDeliveries(run, pi, pay, stripeSecret, standardSecret)
+	deliveries, err := demoDeliveries(run, pi, pay, cfg.StripeSecret, cfg.StandardSecret)
 	if err != nil {
 		fmt.Fprintf(stderr, "guardian demo: standard secret: %v\n", err)
 		return ExitUsage
 	}
 
 	client := &http.Client{Timeout: 10 * time.Second}
-	tw := table(stdout)
+	tw := Table(stdout)
 	fmt.Fprintf(tw, "DELIVERY\tSTATUS\tANSWER\n")
 	for _, d := range deliveries {
-		if err := demoPost(ctx, client, tw, *base, d.what, d.path, d.body, d.header); err != nil {
+		if err := demoPost(ctx, client, tw, api.base, d.what, d.path, d.body, d.header); err != nil {
 			_ = tw.Flush()
-			fmt.Fprintf(stderr, "guardian demo: is `just run` serving at %s? %v\n", *base, err)
+			fmt.Fprintf(stderr, "guardian demo: is `just run` serving at %s? %v\n", api.base, err)
 			return ExitFailure
 		}
 	}
 	_ = tw.Flush()
 
-	pool, err := openDatabase(ctx, getenv)
-	if err != nil {
-		fmt.Fprintf(stderr, "guardian demo: cannot read fulfilments: %v\n", err)
-		return ExitFailure
-	}
-	defer pool.Close()
 	fmt.Fprintf(stdout, "\nFulfilments (waiting for dispatch):\n")
-	rows, err := demoSettled(ctx, pool, []db.Payment{{Provider: "stripe", PaymentID: pi}, {Provider: "standard", PaymentID: pay}}, 15*time.Second)
+	rows, err := demoSettled(ctx, api, []payment{{"stripe", pi}, {"standard", pay}}, 15*time.Second)
 	if err != nil {
 		fmt.Fprintf(stderr, "guardian demo: %v\n", err)
 		return ExitFailure
 	}
-	tw = table(stdout)
+	tw = Table(stdout)
 	fmt.Fprintf(tw, "PAYMENT\tFULFILMENT\tSTATE\tATTEMPT\n")
 	fulfilled := 0
 	for _, f := range rows {
@@ -78,7 +81,17 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	if fulfilled != 2 || len(rows) != 2 {
 		return ExitFailure
 	}
-	return demoRefund(ctx, client, pool, *base, stripeSecret, run, pi, stdout, stderr)
+	return demoRefund(ctx, client, api, cfg.StripeSecret, run, pi, stdout, stderr)
+}
+
+// payment names a payment of a provider.
+type payment struct{ provider, id string }
+
+// fulfilmentsOf lists the payment's fulfilments through the operator API.
+func fulfilmentsOf(ctx context.Context, api *api, p payment) ([]web.Fulfilment, error) {
+	var list web.FulfilmentList
+	_, err := api.do(ctx, http.MethodGet, "/api/v1/fulfilments?"+url.Values{"provider": {p.provider}, "payment_id": {p.id}}.Encode(), nil, &list)
+	return list.Fulfilments, err
 }
 
 // demoDelivery is one delivery the demo sends, and what it shows.
@@ -120,12 +133,12 @@ func demoDeliveries(run, pi, pay, stripeSecret, standardSecret string) ([]demoDe
 // demoSettled waits, up to wait, until every payment has a fulfilment and
 // none is pending or dispatching, and returns the payments' fulfilments as
 // they are then.
-func demoSettled(ctx context.Context, pool *pgxpool.Pool, payments []db.Payment, wait time.Duration) ([]db.Fulfilment, error) {
+func demoSettled(ctx context.Context, api *api, payments []payment, wait time.Duration) ([]web.Fulfilment, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		var rows []db.Fulfilment
+		var rows []web.Fulfilment
 		for _, p := range payments {
-			fs, err := db.FulfilmentsByPayment(ctx, pool, p.Provider, p.PaymentID)
+			fs, err := fulfilmentsOf(ctx, api, p)
 			if err != nil {
 				return nil, err
 			}
@@ -149,13 +162,13 @@ func demoSettled(ctx context.Context, pool *pgxpool.Pool, payments []db.Payment,
 // demoRefund refunds the Stripe payment in full, twice over (Stripe sends
 // charge.refunded and refund.updated for one refund), and shows the one
 // revocation that takes it back.
-func demoRefund(ctx context.Context, client *http.Client, pool *pgxpool.Pool, base, secret, run, pi string, stdout, stderr io.Writer) int {
+func demoRefund(ctx context.Context, client *http.Client, api *api, secret, run, pi string, stdout, stderr io.Writer) int {
 	refunded := fmt.Sprintf(`{"id":"evt_demo_rf_%s","object":"event","type":"charge.refunded","data":{"object":{"id":"ch_demo_%s","object":"charge","payment_intent":%q,"refunded":true}}}`, run, run, pi)
 	refund := fmt.Sprintf(`{"id":"evt_demo_re_%s","object":"event","type":"refund.updated","data":{"object":{"id":"re_demo_%s","object":"refund","payment_intent":%q,"status":"succeeded"}}}`, run, run, pi)
 	fmt.Fprintf(stdout, "\nThe customer is refunded in full:\n")
-	tw := table(stdout)
+	tw := Table(stdout)
 	for _, d := range []struct{ what, body string }{{"stripe charge.refunded", refunded}, {"stripe refund.updated, same refund", refund}} {
-		if err := demoPost(ctx, client, tw, base, d.what, "stripe", d.body, providertest.SignStripe([]byte(d.body), secret, time.Now())); err != nil {
+		if err := demoPost(ctx, client, tw, api.base, d.what, "stripe", d.body, providertest.SignStripe([]byte(d.body), secret, time.Now())); err != nil {
 			_ = tw.Flush()
 			fmt.Fprintf(stderr, "guardian demo: %v\n", err)
 			return ExitFailure
@@ -164,22 +177,22 @@ func demoRefund(ctx context.Context, client *http.Client, pool *pgxpool.Pool, ba
 	_ = tw.Flush()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		fs, err := db.FulfilmentsByPayment(ctx, pool, "stripe", pi)
+		fs, err := fulfilmentsOf(ctx, api, payment{"stripe", pi})
 		if err != nil {
 			fmt.Fprintf(stderr, "guardian demo: %v\n", err)
 			return ExitFailure
 		}
-		var revocations []db.Fulfilment
+		var revocations []web.Fulfilment
 		for _, f := range fs {
 			if f.Action == state.Revoke {
 				revocations = append(revocations, f)
 			}
 		}
 		if (len(revocations) == 1 && revocations[0].State == state.Fulfilled) || time.Now().After(deadline) {
-			tw := table(stdout)
+			tw := Table(stdout)
 			fmt.Fprintf(tw, "PAYMENT\tACTION\tSTATE\tKEY\n")
 			for _, f := range fs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.PaymentID, f.Action, f.State, f.Key)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.PaymentID, f.Action, f.State, f.IdempotencyKey)
 			}
 			_ = tw.Flush()
 			fmt.Fprintf(stdout, "\n2 refund events, %d revocation: the payment was taken back once (GUARDIAN_REVOKE_ON).\n", len(revocations))
@@ -212,13 +225,6 @@ func demoPost(ctx context.Context, client *http.Client, tw io.Writer, base, what
 	resp.Body.Close()
 	fmt.Fprintf(tw, "%s\t%d\t%s\n", what, resp.StatusCode, strings.TrimSpace(string(answer)))
 	return nil
-}
-
-func first(list []string, def string) string {
-	if len(list) == 0 {
-		return def
-	}
-	return list[0]
 }
 
 func randomID() string {

@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"cmp"
@@ -10,18 +10,24 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/guardian-pay/guardian/web"
 )
 
-// More exit codes of the operator commands.
+// Exit codes scripts can rely on, the guardian command's own among them.
 const (
+	ExitOK           = 0
+	ExitFailure      = 1 // the command ran and failed
+	ExitUsage        = 2 // bad arguments or configuration
+	ExitNotFound     = 3 // the thing asked for does not exist
 	ExitConflict     = 4 // the fulfilment moved: someone resolved it first
 	ExitUnauthorized = 5 // the token was refused
 )
 
-const opsUsage = `Operator commands (they talk to GUARDIAN_URL with GUARDIAN_OPERATOR_TOKEN, your
+// Usage is the operator commands' help.
+const Usage = `Operator commands (they talk to GUARDIAN_URL with GUARDIAN_OPERATOR_TOKEN, your
 credential from 'guardian operators add'; the audit log names its operator):
   guardian fulfilments list [--state S] [FILTERS] [--payment P] [--event E] [--limit N] [--cursor C] [--json]
   guardian fulfilments show ID [--json]
@@ -100,7 +106,7 @@ type opsCall struct {
 	group  string
 	pos    []string
 	f      *opsFlags
-	client *opsClient
+	client *api
 	out    *opsOutput
 	stdout io.Writer
 }
@@ -138,16 +144,17 @@ var opsCommands = map[string]opsCommand{
 	"events replay": {"PROVIDER EVENT_ID", "run a stored event through the dedup path again", []string{"json"}, nArgs(2), replay},
 }
 
-// runOps runs one operator command.
-func runOps(ctx context.Context, group string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// Run runs the operator command group ("fulfilments", "reconcile" or
+// "events") with args and returns the process exit code.
+func Run(ctx context.Context, group string, args []string, cfg Config, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, opsUsage)
+		fmt.Fprint(stderr, Usage)
 		return ExitUsage
 	}
 	verb, rest := args[0], args[1:]
 	cmd, known := opsCommands[group+" "+verb]
 	if !known {
-		fmt.Fprintf(stderr, "guardian: %s has no command %q\n\n%s", group, verb, opsUsage)
+		fmt.Fprintf(stderr, "guardian: %s has no command %q\n\n%s", group, verb, Usage)
 		return ExitUsage
 	}
 	fs := flag.NewFlagSet(group+" "+verb, flag.ContinueOnError)
@@ -158,22 +165,22 @@ func runOps(ctx context.Context, group string, args []string, getenv func(string
 		fmt.Fprintf(fs.Output(), "usage: guardian %s %s %s[flags]\n  %s\n", group, verb, cmd.args+strings.Repeat(" ", min(len(cmd.args), 1)), cmd.doc)
 		fs.PrintDefaults()
 	}
-	if len(rest) > 0 && isHelp(rest[0]) {
+	if len(rest) > 0 && IsHelp(rest[0]) {
 		fs.SetOutput(stdout)
 		fs.Usage()
 		return ExitOK
 	}
-	pos, err := parseInterspersed(fs, rest)
+	pos, err := ParseInterspersed(fs, rest)
 	if err != nil {
-		return usageExit(err)
+		return UsageExit(err)
 	}
 	c := opsCall{ctx: ctx, group: group, pos: pos, f: &f, out: &opsOutput{stdout: stdout, json: f.json}, stdout: stdout}
 	if !cmd.fits(c) {
 		fs.Usage()
 		return ExitUsage
 	}
-	if c.client, err = newOpsClient(getenv); err != nil {
-		return fail(stderr, ExitUsage, err)
+	if c.client, err = newAPI(cfg); err != nil {
+		return Fail(stderr, ExitUsage, err)
 	}
 	return exitFor(cmd.run(c), stderr)
 }
@@ -340,7 +347,7 @@ func printMoved(w io.Writer, f web.Fulfilment) {
 }
 
 func printFulfilments(w io.Writer, list web.FulfilmentList, parked bool) {
-	tw := table(w)
+	tw := Table(w)
 	if parked {
 		fmt.Fprintln(tw, "FULFILMENT\tPROVIDER\tPAYMENT\tACTION\tATTEMPT\tPARKED FOR\tCHECKS")
 	} else {
@@ -360,7 +367,7 @@ func printFulfilments(w io.Writer, list web.FulfilmentList, parked bool) {
 }
 
 func printBulk(w io.Writer, a web.BulkAnswer) {
-	tw := table(w)
+	tw := Table(w)
 	fmt.Fprintln(tw, "FULFILMENT\tRESULT\tNEW FULFILMENT")
 	for _, r := range a.Results {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.ID, r.Result, cmp.Or(r.FulfilmentID, "-"))
@@ -369,7 +376,7 @@ func printBulk(w io.Writer, a web.BulkAnswer) {
 }
 
 func printEvents(w io.Writer, list web.EventList) {
-	tw := table(w)
+	tw := Table(w)
 	fmt.Fprintln(tw, "PROVIDER\tEVENT\tTYPE\tPAYMENT\tDELIVERIES\tFIRST SEEN")
 	for _, e := range list.Events {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.Provider, e.EventID, e.Type, cmp.Or(e.PaymentID, "-"), e.Deliveries, e.FirstSeenAt.UTC().Format(time.RFC3339))
@@ -384,7 +391,7 @@ func printDetail(w io.Writer, d web.FulfilmentDetail) {
 	f := d.Fulfilment
 	fmt.Fprintf(w, "fulfilment %s\n  payment   %s %s\n  action    %s\n  key       %s\n  state     %s (attempt %d)\n  event     %s (%s), %d deliveries\n  created   %s\n\n",
 		f.ID, f.Provider, f.PaymentID, f.Action, f.IdempotencyKey, f.State, f.Attempt, d.Event.EventID, d.Event.Type, d.Event.Deliveries, f.CreatedAt.UTC().Format(time.RFC3339))
-	tw := table(w)
+	tw := Table(w)
 	fmt.Fprintln(tw, "WHEN\tFROM\tTO\tATTEMPT\tACTOR\tREASON\tEVIDENCE")
 	for _, t := range d.Transitions {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", t.CreatedAt.UTC().Format(time.RFC3339), cmp.Or(t.From, "-"), t.To, t.Attempt, t.Actor, t.Reason, string(t.Evidence))
@@ -392,7 +399,7 @@ func printDetail(w io.Writer, d web.FulfilmentDetail) {
 	_ = tw.Flush()
 	if len(d.Checks) > 0 {
 		fmt.Fprintln(w, "\nlookups:")
-		tw := table(w)
+		tw := Table(w)
 		for _, c := range d.Checks {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", c.CreatedAt.UTC().Format(time.RFC3339), c.Answer, string(c.Evidence))
 		}
@@ -410,9 +417,9 @@ func printEvent(w io.Writer, d web.EventDetail) {
 	fmt.Fprintf(w, "  payload     %s\n", string(e.Payload))
 }
 
-// parseInterspersed parses args with fs, flags before, between or after
+// ParseInterspersed parses args with fs, flags before, between or after
 // positional arguments, and returns the positional ones.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+func ParseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -425,3 +432,27 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		args = fs.Args()[1:]
 	}
 }
+
+// IsHelp reports whether arg asks for help.
+func IsHelp(arg string) bool {
+	return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help"
+}
+
+// UsageExit is the exit code for a flag parse error: 0 for -h, else 2 (the
+// flag package has printed the usage either way).
+func UsageExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	return ExitUsage
+}
+
+// Fail reports err as the command's failure and returns code, for
+// `return Fail(stderr, ExitFailure, err)`.
+func Fail(stderr io.Writer, code int, err error) int {
+	fmt.Fprintf(stderr, "guardian: %v\n", err)
+	return code
+}
+
+// Table returns the writer every listing aligns its columns with.
+func Table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
