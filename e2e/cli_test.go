@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/provider/providertest"
-	"github.com/guardian-pay/guardian/receiver"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/receiver"
 	"github.com/guardian-pay/guardian/web"
 )
 

@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/connector"
-	"github.com/guardian-pay/guardian/receiver"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/receiver"
 	"github.com/guardian-pay/guardian/receiver/contract"
 )
 
