@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -344,11 +345,14 @@ func TestConfigMode(t *testing.T) {
 // set, each built from its own settings.
 func TestEachProviderIsServedWhenItsSettingsAre(t *testing.T) {
 	t.Parallel()
-	cfg, err := ConfigFromEnv(production(map[string]string{
-		"GUARDIAN_PADDLE_SECRETS": "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_secret01", "GUARDIAN_ADYEN_HMAC_KEYS": "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
-		"GUARDIAN_PAYPAL_WEBHOOK_IDS": "WH1", "GUARDIAN_SHOPIFY_SECRETS": "shopify_client_secret_for_guardian_tests_0001",
-		"GUARDIAN_LEMONSQUEEZY_SECRETS": "lemonsqueezy_signing_secret_tests_01",
-	}))
+	// Every provider's sample settings at once (providertest): no list of
+	// providers here.
+	vars := map[string]string{}
+	for _, sample := range providertest.Samples() {
+		maps.Copy(vars, sample.Settings)
+	}
+	delete(vars, "GUARDIAN_MODE")
+	cfg, err := ConfigFromEnv(production(vars))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +360,7 @@ func TestEachProviderIsServedWhenItsSettingsAre(t *testing.T) {
 	for _, d := range provider.Drivers() {
 		all = append(all, d.Name)
 	}
-	if got := servedNames(cfg); !slices.Equal(got, all) || len(all) != 7 {
+	if got := servedNames(cfg); !slices.Equal(got, all) || len(all) < 7 {
 		t.Errorf("served %v, registered %v", got, all)
 	}
 }
