@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/guardian-pay/guardian/app/loadgen"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
 
 // The flood: what an unsigned delivery costs Guardian to refuse, per
@@ -26,12 +27,19 @@ const (
 	floodWorkers  = 8
 )
 
-// floodEnv serves every provider, with secrets of the bench's own.
-var floodEnv = map[string]string{
-	"GUARDIAN_WORKERS": "false", "GUARDIAN_TRUSTED_PROXIES": "127.0.0.1/32",
-	"GUARDIAN_PADDLE_SECRETS": "pdl_ntfset_01hsdn8d43dt7mezr1ef2jtbaw_benchsecret", "GUARDIAN_SHOPIFY_SECRETS": "shopify_bench_secret_0123456789abcdef",
-	"GUARDIAN_LEMONSQUEEZY_SECRETS": "lemonsqueezy_bench_secret_0123456789", "GUARDIAN_ADYEN_HMAC_KEYS": strings.Repeat("A1", 32),
-	"GUARDIAN_PAYPAL_WEBHOOK_IDS": "8PT597110X687430LKGECATA",
+// floodEnv serves every registered provider, with its providertest
+// sample's settings (Stripe's and Standard Webhooks' secrets stay the
+// bench's own).
+func floodEnv() map[string]string {
+	env := map[string]string{"GUARDIAN_WORKERS": "false", "GUARDIAN_TRUSTED_PROXIES": "127.0.0.1/32"}
+	for _, s := range providertest.Samples() {
+		for k, v := range s.Settings {
+			if k != "GUARDIAN_STRIPE_SECRETS" && k != "GUARDIAN_STANDARD_SECRETS" && k != "GUARDIAN_MODE" {
+				env[k] = v
+			}
+		}
+	}
+	return env
 }
 
 // floodCost is what one provider's refusals cost, per request.
@@ -47,7 +55,7 @@ type floodCost struct {
 // measureFlood sends each provider's unsigned delivery floodRequests times
 // and reports the cost of each refusal.
 func measureFlood(bin, dbURL, connURL string) []floodCost {
-	g := startGuardian(bin, dbURL, connURL, floodEnv)
+	g := startGuardian(bin, dbURL, connURL, floodEnv())
 	defer g.stop()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: floodWorkers}}
 	var out []floodCost
