@@ -2,14 +2,14 @@
 // happens exactly once. Run `guardian help` for its commands.
 //
 // This package is the composition root, the one place that imports every
-// layer: cli.go and its neighbours are the command (serve, migrate and the
-// operator commands; the client commands talk to a running Guardian's
-// operator API over HTTP, opsclient.go, and the operators and epoch
-// commands to its database); config.go reads the configuration from the
-// environment; wiring.go builds the pool, migrations, providers, connector,
-// filter, River client and HTTP server from it and starts and stops them in
-// order. Nothing in app/ imports web/ or jobs/: they are the edges, wired
-// here.
+// layer: cli.go and its neighbours are the command (serve, migrate,
+// backfill, config, and the operators and epoch commands, which talk to
+// the database; the client commands are web/client's, handed their
+// settings parsed); settings.go registers the server's own settings and
+// config.go reads them, with every registered provider's and backfill's,
+// into a Config; wiring.go builds the pool, migrations, connector, filter,
+// River client and HTTP server from it and starts and stops them in order.
+// Nothing in app/ imports web/ or jobs/: they are the edges, wired here.
 package main
 
 import (

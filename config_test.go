@@ -283,7 +283,7 @@ func TestUnknownVariables(t *testing.T) {
 		"GUARDIAN_STRIPE_SECRET is not a variable Guardian reads: it is ignored (did you mean GUARDIAN_STRIPE_SECRETS?)",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("UnknownVariables =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		t.Errorf("settings.Unknown =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
