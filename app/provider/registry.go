@@ -26,6 +26,9 @@ type Driver struct {
 	// the tools that sign sample deliveries (`guardian demo`, `guardian
 	// bench`); nil where they are not one list (PayPal's certificates).
 	Secrets *settings.Var[[]string]
+	// DevSecret is the development profile's public secret, where the
+	// provider is served without one there (Stripe, Standard Webhooks).
+	DevSecret string
 }
 
 // SigningSecret returns the first signing secret of the named provider
@@ -39,7 +42,7 @@ func SigningSecret(env *settings.Env, name string) string {
 	if s := d.Secrets.Read(env); len(s) > 0 {
 		return s[0]
 	}
-	return map[string]string{"stripe": DevStripeSecret, "standard": DevStandardSecret}[name]
+	return d.DevSecret
 }
 
 // Common is what every provider reads besides its own settings.

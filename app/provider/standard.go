@@ -210,14 +210,13 @@ var (
 )
 
 func init() {
-	Register(Driver{Name: "standard", Secrets: standardSecrets, Open: func(env *settings.Env, c Common) (Provider, error) {
+	Register(Driver{Name: "standard", Secrets: standardSecrets, DevSecret: DevStandardSecret, Open: func(env *settings.Env, c Common) (Provider, error) {
 		secrets := standardSecrets.Read(env)
 		switch {
 		case len(secrets) == 0 && c.Dev:
 			secrets = []string{DevStandardSecret}
 		case len(secrets) == 0:
-			env.Fail(errors.New("GUARDIAN_STANDARD_SECRETS is empty: set the whsec_ signing secret(s), space- or comma-separated"))
-			return nil, nil
+			return nil, errors.New("GUARDIAN_STANDARD_SECRETS is empty: set the whsec_ signing secret(s), space- or comma-separated")
 		}
 		checkSecrets(env, c, standardSecrets.Name, secrets, StrongStandardSecret)
 		return NewStandard(StandardConfig{Secrets: secrets, Tolerance: c.Tolerance, FulfilTypes: standardFulfilTypes.Read(env),

@@ -352,14 +352,13 @@ var (
 )
 
 func init() {
-	Register(Driver{Name: "stripe", Secrets: stripeSecrets, Open: func(env *settings.Env, c Common) (Provider, error) {
+	Register(Driver{Name: "stripe", Secrets: stripeSecrets, DevSecret: DevStripeSecret, Open: func(env *settings.Env, c Common) (Provider, error) {
 		secrets := stripeSecrets.Read(env)
 		switch {
 		case len(secrets) == 0 && c.Dev:
 			secrets = []string{DevStripeSecret}
 		case len(secrets) == 0:
-			env.Fail(errors.New("GUARDIAN_STRIPE_SECRETS is empty: set the endpoint signing secret(s), comma-separated"))
-			return nil, nil
+			return nil, errors.New("GUARDIAN_STRIPE_SECRETS is empty: set the endpoint signing secret(s), comma-separated")
 		}
 		checkSecrets(env, c, stripeSecrets.Name, secrets, StripeSecret)
 		return NewStripe(StripeConfig{Secrets: secrets, Tolerance: c.Tolerance, FulfilTypes: stripeFulfilTypes.Read(env), Mode: c.Mode})
