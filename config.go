@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/url"
 	"strings"
@@ -209,7 +208,9 @@ func readConfig(env *settings.Env) Config {
 	return cfg
 }
 
-// Validate reports every problem that must stop the server from starting.
+// Validate reports every problem that must stop the server from
+// starting, beyond a value its setting's parser refuses (settings.go):
+// settings that go together, exposure, and secrets' strength.
 func (c *Config) Validate() error {
 	var errs []error
 	errs = append(errs, c.validateExposure()...)
@@ -231,18 +232,10 @@ func (c *Config) Validate() error {
 	if c.ConnectorLookupURL != "" && c.ConnectorURL == "" {
 		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_LOOKUP_URL needs GUARDIAN_CONNECTOR_URL"))
 	}
-	switch {
-	case c.TokenStore != "postgres" && c.TokenStore != "redis":
-		errs = append(errs, fmt.Errorf("GUARDIAN_TOKEN_STORE: want postgres or redis, got %q", c.TokenStore))
-	case c.TokenStore == "redis" && c.RedisURL == "":
+	// The token store, the log level and the log format are one of a few
+	// words, which their settings' parsers hold them to (settings.go).
+	if c.TokenStore == "redis" && c.RedisURL == "" {
 		errs = append(errs, errors.New("GUARDIAN_TOKEN_STORE=redis needs REDIS_URL"))
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		errs = append(errs, fmt.Errorf("GUARDIAN_LOG_LEVEL: want debug, info, warn or error, got %q", c.LogLevel))
-	}
-	if c.LogFormat != "json" && c.LogFormat != "text" {
-		errs = append(errs, fmt.Errorf("GUARDIAN_LOG_FORMAT: want json or text, got %q", c.LogFormat))
 	}
 	return errors.Join(errs...)
 }
@@ -354,12 +347,5 @@ func (c *Config) secretProblems() []error {
 // loopback reports whether addr (host:port) listens on loopback only.
 func loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return err == nil && settings.Loopback(host)
 }

@@ -83,8 +83,12 @@ func pruners(cfg Config) []Maintainer {
 // pruneBodies empties the bodies of events seen before before, a batch at
 // a time, until the walk reaches it or the round's time runs out (the next
 // round goes on from there).
-func pruneBodies(ctx context.Context, bodies BodyPruner, before time.Time, logger *slog.Logger) (int, error) {
-	total := 0
+func pruneBodies(ctx context.Context, bodies BodyPruner, before time.Time, logger *slog.Logger) (total int, err error) {
+	defer func() {
+		if total > 0 {
+			logger.InfoContext(ctx, "maintenance: emptied event bodies past the payload retention", "events", total, "before", before)
+		}
+	}()
 	for ctx.Err() == nil {
 		n, done, err := bodies.PruneEventBodies(ctx, before, pruneBatch)
 		total += n
@@ -92,19 +96,16 @@ func pruneBodies(ctx context.Context, bodies BodyPruner, before time.Time, logge
 			return total, err
 		}
 	}
-	if total > 0 {
-		logger.InfoContext(ctx, "maintenance: emptied event bodies past the payload retention; the next round goes on", "events", total, "before", before)
-	}
 	return total, nil
 }
 
 // Retention is how long each kind of record is kept (0: for good), as the
 // pruners and River's cleaner keep them under a payload retention and a
 // job retention (docs/operations.md, "What Guardian keeps").
-func Retention(payload, jobs time.Duration) map[string]time.Duration {
+func Retention(payload, finishedJobs time.Duration) map[string]time.Duration {
 	return map[string]time.Duration{
 		"event": 0, "event_body": payload, "fulfilment": 0, "transition": 0,
-		"completed_job": cmp.Or(jobs, DefaultJobRetention), "discarded_job": max(jobs, DiscardedJobRetention),
+		"completed_job": cmp.Or(finishedJobs, DefaultJobRetention), "discarded_job": max(finishedJobs, DiscardedJobRetention),
 		"refused_delivery": refusals.Retention, "single_use_token": TokenGrace,
 		"dispatch_outcome_minute": db.OutcomeRetention,
 	}

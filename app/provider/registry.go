@@ -2,7 +2,6 @@ package provider
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"time"
 
@@ -144,14 +143,8 @@ func APIURL(env *settings.Env, c Common, v *settings.Var[string], live, sandbox 
 		}
 		return live
 	}
-	if u, err := url.Parse(set); !c.Dev && (err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && loopbackHost(u.Hostname())))) {
+	if u, err := url.Parse(set); !c.Dev && (err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && settings.Loopback(u.Hostname())))) {
 		env.Fail(fmt.Errorf("%s: want an https URL outside the development profile (http only to a loopback address): the credentials travel with every request", v.Name))
 	}
 	return set
-}
-
-// loopbackHost reports whether host is localhost or a loopback address.
-func loopbackHost(host string) bool {
-	ip := net.ParseIP(host)
-	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }

@@ -14,6 +14,7 @@ package settings
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -175,4 +176,12 @@ func Split(v, seps string) []string {
 		}
 	}
 	return out
+}
+
+// Loopback reports whether host (a name or an address, without a port) is
+// localhost or a loopback address: what the settings that keep a listener
+// or a credential on this machine accept.
+func Loopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
