@@ -91,7 +91,7 @@ func TestListAndMarkdown(t *testing.T) {
 	t.Parallel()
 	var list bytes.Buffer
 	if err := settings.WriteList(&list, func(k string) string {
-		return map[string]string{"SETTINGSTEST_TOKEN": "s3cret-value", "SETTINGSTEST_COLOUR": "blue"}[k]
+		return map[string]string{"SETTINGSTEST_TOKEN": "s3cret-value", "SETTINGSTEST_COLOUR": "blue", "SETTINGSTEST_NAMES": "https://ana:hunter2@example.com/x"}[k]
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestListAndMarkdown(t *testing.T) {
 			t.Errorf("list does not hold %q:\n%s", want, list.String())
 		}
 	}
-	if strings.Contains(list.String(), "s3cret-value") || strings.Contains(list.String(), "SETTINGSTEST_OLD") {
+	if strings.Contains(list.String(), "s3cret-value") || strings.Contains(list.String(), "hunter2") || strings.Contains(list.String(), "SETTINGSTEST_OLD") {
 		t.Errorf("list shows a secret or a gone variable:\n%s", list.String())
 	}
 	var md bytes.Buffer

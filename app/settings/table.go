@@ -3,6 +3,7 @@ package settings
 import (
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"text/tabwriter"
 )
@@ -33,7 +34,9 @@ func WriteMarkdown(w io.Writer) error {
 }
 
 // WriteList writes every setting with its value in env: a secret as "(set)"
-// or "(unset)", never its value; an unset setting as its default.
+// or "(unset)", never its value; a URL's password redacted, whatever the
+// setting (a connector URL may carry basic credentials); an unset setting
+// as its default.
 func WriteList(w io.Writer, getenv func(string) string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VARIABLE\tVALUE\tDEFAULT")
@@ -47,6 +50,10 @@ func WriteList(w io.Writer, getenv func(string) string) error {
 			v = "(set)"
 		case v == "":
 			v = "(unset)"
+		default:
+			if u, err := url.Parse(v); err == nil && u.User != nil {
+				v = u.Redacted()
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, v, plain(s.Default))
 	}
