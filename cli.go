@@ -58,6 +58,7 @@ Usage:
   guardian epoch show|rotate        the database's epoch, which scopes Redis marks (rotate after a restore or failover)
   guardian operators add|list|revoke|signout  named operator credentials (see guardian operators)
   guardian connector test [--json]    check the receiver against the contract (docs/receivers.md)
+  guardian actions list [--json]    the actions purchases pay for and the routes that decide them
   guardian demo [--url URL]         send signed sample deliveries to a dev server
   guardian bench [flags]            load a running Guardian with signed deliveries (see --help)
   guardian help                     show this
@@ -106,6 +107,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return client.Run(ctx, cmd, rest, client.ReadConfig(env, first(adminTokens.Read(env), "")), stdout, stderr)
 	case "connector":
 		return runConnector(ctx, rest, getenv, stdout, stderr)
+	case "actions":
+		return runActions(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK
@@ -126,6 +129,7 @@ var commandUsage = map[string]string{
 	"reconcile":   client.Usage,
 	"events":      client.Usage,
 	"connector":   connectorUsage,
+	"actions":     actionsUsage,
 }
 
 // The command line's helpers are the client commands'.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/guardian-pay/guardian/app/actions"
 	"github.com/guardian-pay/guardian/app/backfill"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
@@ -52,13 +53,21 @@ type Config struct {
 	// Defaults to jobs.DefaultJobRetention.
 	JobRetention time.Duration
 	// RevokeOn is what a refund or dispute takes a fulfilled payment back
-	// for (fulfilment.ReversalPolicy). Defaults to full_refund,dispute_lost.
-	RevokeOn fulfilment.ReversalPolicy
+	// for (actions.Policy). Defaults to full_refund,dispute_lost.
+	RevokeOn actions.Policy
 	// BackfillInterval is how often the leader backfills from each
 	// provider with an API key.
 	BackfillInterval time.Duration
 	// MaxBodyBytes caps webhook bodies. Defaults to 1 MiB.
 	MaxBodyBytes int64
+
+	// ActionsFile is the actions file's path (GUARDIAN_ACTIONS_FILE), and
+	// Actions what it declares; without a file Actions is nil and the
+	// connector settings are the one action, actions.Fulfil.
+	ActionsFile string
+	Actions     *actions.Set
+	// Mode is the money the deployment serves (GUARDIAN_MODE).
+	Mode provider.Mode
 
 	ConnectorURL    string
 	ConnectorSecret string
@@ -168,8 +177,12 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		env.Fail(err)
 	}
 	common := provider.ReadCommon(env, cfg.Dev)
+	cfg.Mode = common.Mode
 	cfg.Providers = provider.Open(env, common)
 	cfg.Backfills = backfill.Open(env, common, cfg.Providers)
+	if err := cfg.loadActions(getenv, common.Mode); err != nil {
+		env.Fail(err)
+	}
 	cfg.Warnings = env.Warnings()
 	return cfg, env.Err()
 }
@@ -181,6 +194,7 @@ func readConfig(env *settings.Env) Config {
 		Addr: addr.Read(env), RedisURL: redisURL.Read(env), RedisPrefix: redisPrefix.Read(env),
 		RevokeOn: revokeOn.Read(env), PayloadRetention: payloadRetention.Read(env), JobRetention: jobRetention.Read(env),
 		BackfillInterval: backfill.Interval(env), MaxBodyBytes: maxBodyBytes.Read(env),
+		ActionsFile:  actionsFile.Read(env),
 		ConnectorURL: connectorURL.Read(env), ConnectorSecret: connectorSecret.Read(env), ConnectorTimeout: connectorTimeout.Read(env),
 		DispatchLease: dispatchLease.Read(env), SweepInterval: sweepInterval.Read(env), DispatchWorkers: int(dispatchWorkers.Read(env)),
 		Workers: workers.Read(env), Batch: int(batch.Read(env)), BatchWriters: int(batchWriters.Read(env)),
@@ -214,8 +228,12 @@ func readConfig(env *settings.Env) Config {
 func (c *Config) Validate() error {
 	var errs []error
 	errs = append(errs, c.validateExposure()...)
-	if !c.Dev && c.ConnectorURL == "" {
-		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_URL is empty: Guardian needs a connector to fulfil payments (GUARDIAN_DEV=1 uses a logging connector for local development)"))
+	switch {
+	case c.ActionsFile != "" && (c.ConnectorURL != "" || c.ConnectorLookupURL != ""):
+		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_URL and GUARDIAN_CONNECTOR_LOOKUP_URL are set beside GUARDIAN_ACTIONS_FILE: the file declares every receiver; give the action that was the connector's the name fulfil there to keep its keys (docs/actions.md)"))
+	case c.ActionsFile != "":
+	case !c.Dev && c.ConnectorURL == "":
+		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_URL is empty: Guardian needs a connector to fulfil payments, or an actions file (GUARDIAN_ACTIONS_FILE); GUARDIAN_DEV=1 uses a logging connector for local development"))
 	}
 	if c.ConnectorURL != "" && c.ConnectorSecret == "" {
 		errs = append(errs, errors.New("GUARDIAN_CONNECTOR_SECRET is empty: set a whsec_ secret to sign connector requests"))
@@ -238,6 +256,66 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("GUARDIAN_TOKEN_STORE=redis needs REDIS_URL"))
 	}
 	return errors.Join(errs...)
+}
+
+// loadActions reads the actions file, when one is named, and holds its
+// receivers to the rules the connector's settings follow: strong secrets
+// outside the development profile, loopback receivers inside it (its
+// secrets are public), and the lease and grace above every action's
+// timeout.
+func (c *Config) loadActions(getenv func(string) string, mode provider.Mode) error {
+	if c.ActionsFile == "" {
+		return nil
+	}
+	names := make([]string, len(c.Providers))
+	for i, p := range c.Providers {
+		names[i] = p.Name()
+	}
+	set, err := actions.Load(c.ActionsFile, actions.Defaults{
+		Timeout: c.ConnectorTimeout, TakeBack: c.RevokeOn, Providers: names, Getenv: getenv, Mode: mode,
+	})
+	if err != nil {
+		return fmt.Errorf("GUARDIAN_ACTIONS_FILE: the actions file is refused:\n%w", err)
+	}
+	var errs []error
+	for _, a := range set.Actions {
+		where := fmt.Sprintf("GUARDIAN_ACTIONS_FILE: %s:%d: action %q", c.ActionsFile, a.Line, a.Name)
+		if c.Dev {
+			for _, raw := range []string{a.Receiver.URL, a.Receiver.LookupURL} {
+				if u, err := url.Parse(strings.ReplaceAll(raw, "{key}", "k")); raw != "" && (err != nil || !settings.Loopback(u.Hostname())) {
+					errs = append(errs, fmt.Errorf("%s: GUARDIAN_DEV=1 refuses a receiver off loopback (%s): the development profile's secrets are public", where, u.Host))
+				}
+			}
+		}
+		for _, s := range a.Receiver.Secrets {
+			if c.Dev {
+				break
+			}
+			if s == provider.DevStandardSecret {
+				errs = append(errs, fmt.Errorf("%s: %s holds a public development constant", where, a.Receiver.SecretEnv))
+			} else if err := provider.StrongStandardSecret(s); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %s %w", where, a.Receiver.SecretEnv, err))
+			}
+		}
+		if err := fulfilment.CheckTimings(a.Receiver.Timeout, c.DispatchLease, c.ReconcileGrace); err != nil {
+			errs = append(errs, fmt.Errorf("%s: timeout: %w", where, err))
+		}
+	}
+	c.Actions = set
+	return errors.Join(errs...)
+}
+
+// ActionSet is the deployment's actions: the actions file's, or without
+// one the connector's settings as the one action, actions.Fulfil.
+func (c *Config) ActionSet() *actions.Set {
+	if c.Actions != nil {
+		return c.Actions
+	}
+	r := actions.Receiver{URL: c.ConnectorURL, LookupURL: c.ConnectorLookupURL, Timeout: c.ConnectorTimeout}
+	if c.ConnectorURL != "" {
+		r.SecretEnv = connectorSecret.Name
+	}
+	return actions.Default(r, c.RevokeOn)
 }
 
 // DefaultPayloadRetention keeps an event's body 90 days: long past the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/guardian-pay/guardian/app/actions"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/settings"
@@ -70,10 +71,14 @@ var (
 	revokeOn = settings.New(settings.Setting{
 		Name: "GUARDIAN_REVOKE_ON", Default: "`full_refund,dispute_lost`",
 		Doc: "what a refund or dispute takes a fulfilled payment back for (any of `full_refund`, `any_refund`, `dispute_opened`, `dispute_lost`, or `none`): the receiver gets a second request, `\"action\":\"revoke\"`, once per payment (docs/design.md). A refund is `full_refund` when its event says so or when the payment's refunds add up to what its paid event says was paid, in the same currency (docs/design.md, \"Whole refunds\")",
-	}, fulfilment.DefaultReversalPolicy, fulfilment.ParseReversalPolicy)
+	}, actions.DefaultPolicy, actions.ParsePolicy)
 	maxBodyBytes = settings.Int(settings.Setting{
 		Name: "GUARDIAN_MAX_BODY_BYTES", Default: "`1048576`", Doc: "webhook body cap (413 beyond)",
 	}, web.DefaultMaxBodyBytes)
+	actionsFile = settings.String(settings.Setting{
+		Name: "GUARDIAN_ACTIONS_FILE", Default: "unset",
+		Doc: "the actions file: what purchases pay for, each action's receiver and take-back rule, and the routes that say which purchases pay for which actions (docs/actions.md); unset, `GUARDIAN_CONNECTOR_URL` is the one action `fulfil`, for every paid purchase",
+	}, "")
 	connectorURL = settings.String(settings.Setting{
 		Name: "GUARDIAN_CONNECTOR_URL", Default: "required", Doc: "where fulfilments and revocations are POSTed (docs/receivers.md)",
 	}, "")

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"riverqueue.com/riverui"
 
+	"github.com/guardian-pay/guardian/app/actions"
 	"github.com/guardian-pay/guardian/app/backfill"
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/filter"
@@ -97,6 +98,10 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	performers, err := a.buildPerformers()
+	if err != nil {
+		return err
+	}
 	dupFilter, err := a.buildFilter(ctx)
 	if err != nil {
 		return err
@@ -110,7 +115,10 @@ func (a *App) build(ctx context.Context) error {
 	// One reader of the table's counts for the gauges, the overview and
 	// /api/v1/stats: one count everywhere.
 	stats := db.NewStatsReader(a.pool)
-	service, enqueuer, err := a.buildDomain(store, stats, conn, looker, dupFilter, providers)
+	if performers == nil {
+		performers = map[string]fulfilment.Performer{actions.Fulfil: {Connector: conn, Looker: looker, Timeout: a.cfg.ConnectorTimeout}}
+	}
+	service, enqueuer, err := a.buildDomain(store, stats, fulfilment.Config{Actions: a.cfg.ActionSet(), Performers: performers}, dupFilter, providers)
 	if err != nil {
 		return err
 	}
@@ -151,9 +159,13 @@ func (a *App) buildSchema(ctx context.Context) error {
 
 // buildConnector makes the connector that acts, and its lookup when the
 // receiver serves one; without a URL (the development profile), a
-// connector that only logs.
+// connector that only logs. With an actions file there is none: each
+// action has its own (buildPerformers).
 func (a *App) buildConnector() (connector.Connector, connector.Looker, error) {
 	cfg := a.cfg
+	if cfg.Actions != nil {
+		return nil, nil, nil
+	}
 	if cfg.ConnectorURL == "" {
 		return connector.Log{Logger: a.logger}, nil, nil
 	}
@@ -165,6 +177,28 @@ func (a *App) buildConnector() (connector.Connector, connector.Looker, error) {
 		return h, h, nil
 	}
 	return h, nil, nil
+}
+
+// buildPerformers makes each action's connector and lookup from the
+// actions file; nil without one.
+func (a *App) buildPerformers() (map[string]fulfilment.Performer, error) {
+	if a.cfg.Actions == nil {
+		return nil, nil
+	}
+	out := map[string]fulfilment.Performer{}
+	for _, act := range a.cfg.Actions.Actions {
+		r := act.Receiver
+		h, err := connector.NewHTTP(connector.HTTPConfig{URL: r.URL, Secret: r.Secrets[0], Rotating: r.Secrets[1:], Timeout: r.Timeout, LookupURL: r.LookupURL})
+		if err != nil {
+			return nil, fmt.Errorf("action %s: %w", act.Name, err)
+		}
+		p := fulfilment.Performer{Connector: h, Timeout: r.Timeout}
+		if h.CanLookup() {
+			p.Looker = h
+		}
+		out[act.Name] = p
+	}
+	return out, nil
 }
 
 // buildFilter makes the optional Redis duplicate filter, scoped to the
@@ -188,8 +222,10 @@ func (a *App) buildFilter(ctx context.Context) (filter.Filter, error) {
 }
 
 // buildDomain makes the metrics, the insert-only enqueuer and the
-// fulfilment domain that uses both.
-func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, conn connector.Connector, looker connector.Looker, dupFilter filter.Filter, providers []provider.Provider) (*fulfilment.Service, *jobs.Enqueuer, error) {
+// fulfilment domain that uses both; perform holds what performs actions
+// (the connector and lookup, or the actions and their performers), the
+// rest of the domain's configuration is the settings'.
+func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, perform fulfilment.Config, dupFilter filter.Filter, providers []provider.Provider) (*fulfilment.Service, *jobs.Enqueuer, error) {
 	cfg := a.cfg
 	a.registry = prometheus.NewRegistry()
 	m, err := metrics.New(a.registry, stats, a.logger)
@@ -211,7 +247,8 @@ func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, conn connector
 		}
 	}
 	service, err := fulfilment.New(fulfilment.Config{
-		Store: store, Enqueuer: enqueuer, Logger: a.logger, Connector: conn, Looker: looker, Mappers: mappers, Reversals: cfg.RevokeOn,
+		Store: store, Enqueuer: enqueuer, Logger: a.logger, Mappers: mappers, Reversals: cfg.RevokeOn,
+		Actions: perform.Actions, Performers: perform.Performers, Mode: cfg.Mode,
 		Filter: dupFilter, Metrics: m, ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
 		ReconcileGrace: cfg.ReconcileGrace, Batch: cfg.Batch, BatchWriters: cfg.BatchWriters,
 	})

@@ -3,6 +3,9 @@ package db
 import (
 	"context"
 	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/guardian-pay/guardian/app/state"
 )
@@ -36,14 +39,14 @@ type BatchEventResult struct {
 func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEventResult, error) {
 	n := len(events)
 	providers, ids, types, payments, origins, unmapped, deliveryIDs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	reversals, reverses := make([]string, n), make([]string, n)
+	reversals, reverses, revokes := make([]string, n), make([]string, n), make([]string, n)
 	amounts, currencies, refundOf, refundIDs, cumulative := make([]*int64, n), make([]string, n), make([]string, n), make([]string, n), make([]bool, n)
 	bodies, counts := make([][]byte, n), make([]int32, n)
 	index := make(map[[2]string]int, n)
 	for i, e := range events {
 		providers[i], ids[i], types[i], payments[i], origins[i], unmapped[i], deliveryIDs[i] = e.Provider, e.EventID, e.Type, e.PaymentID, e.Origin, e.Unmapped, e.DeliveryID
 		bodies[i], counts[i] = e.Payload, int32(e.Deliveries)
-		reversals[i], reverses[i] = e.Reversal, e.Reverses
+		reversals[i], reverses[i], revokes[i] = e.Reversal, e.Reverses, strings.Join(e.Revokes, ",")
 		if e.Amount != nil {
 			amounts[i], currencies[i] = &e.Amount.Minor, e.Amount.Currency
 		}
@@ -71,18 +74,18 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 	}
 	if err := collect("insert events", true, `
 		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin, deliveries, unmapped, delivery_id, reversal, reverses,
-			amount, currency, refund_of, refund_id, refund_cumulative)
+			amount, currency, refund_of, refund_id, refund_cumulative, revokes)
 		SELECT p, e, t, NULLIF(pay, ''), b, coalesce(NULLIF(o, ''), 'webhook'), n, NULLIF(um, ''), NULLIF(d, ''), NULLIF(rv, ''), NULLIF(rp, ''),
-			am, NULLIF(cur, ''), NULLIF(rof, ''), NULLIF(rid, ''), cml
+			am, NULLIF(cur, ''), NULLIF(rof, ''), NULLIF(rid, ''), cml, string_to_array(NULLIF(rk, ''), ',')
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[], $9::text[], $10::text[], $11::text[],
-			$12::bigint[], $13::text[], $14::text[], $15::text[], $16::boolean[])
-			WITH ORDINALITY AS u(p, e, t, pay, b, o, n, um, d, rv, rp, am, cur, rof, rid, cml, ord)
+			$12::bigint[], $13::text[], $14::text[], $15::text[], $16::boolean[], $17::text[])
+			WITH ORDINALITY AS u(p, e, t, pay, b, o, n, um, d, rv, rp, am, cur, rof, rid, cml, rk, ord)
 		ORDER BY ord
 		ON CONFLICT (provider, event_id) DO NOTHING
 		RETURNING id, provider, event_id, payment_id IS NOT NULL AND EXISTS (
 			SELECT 1 FROM webhook_event r WHERE r.provider = webhook_event.provider AND r.refund_of = webhook_event.payment_id)`,
 		providers, ids, types, payments, bodies, origins, counts, unmapped, deliveryIDs, reversals, reverses,
-		amounts, currencies, refundOf, refundIDs, cumulative); err != nil {
+		amounts, currencies, refundOf, refundIDs, cumulative, revokes); err != nil {
 		return nil, err
 	}
 	if found == n {
@@ -125,6 +128,10 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 type BatchFulfilment struct {
 	EventPK int64
 	Actor   string
+	// Action, when set, makes only that action's row (an operator's retry
+	// of one failed action); empty makes one for each action of the
+	// payment's purchase that has none that holds it.
+	Action string
 }
 
 // Birth says how InsertFulfilments makes its rows. The domain decides
@@ -132,83 +139,143 @@ type BatchFulfilment struct {
 type Birth struct {
 	// Reason is the first transition's reason of a row born pending.
 	Reason string
-	// Reversed is the state a fulfilment of a payment already taken back
+	// Reversed is the state a fulfilment of an action already taken back
 	// is born in (state.NeedsReconciliation: whether the receiver acted
-	// under the payment's key is a fact to ask), with ReversedReason as
-	// its first transition's reason; "" makes none.
+	// under the action's key is a fact to ask), with ReversedReason as
+	// its first transition's reason, for the actions named in Asks (those
+	// with a lookup); an action taken back and not in Asks gets no row.
 	Reversed       state.State
 	ReversedReason string
+	Asks           []string
 }
 
-// Born is a fulfilment InsertFulfilments made: its id and the state it was
-// born in (a pending one needs a dispatch job in the same transaction).
+// Born is a fulfilment InsertFulfilments made: its id, its event and
+// action, and the state it was born in (a pending one needs a dispatch job
+// in the same transaction).
 type Born struct {
-	ID    string
-	State state.State
+	ID      string
+	EventPK int64
+	Action  string
+	State   state.State
 }
 
 // InsertFulfilments creates, in one statement, a fulfilment with its first
-// transition for each item whose payment has none that holds it
-// (invariant 1, the fulfilment_one_per_payment index; of two items of one
-// payment the first wins): pending, or for a payment already taken back
-// (a stored event reverses it) what birth.Reversed says. The provider and
-// payment are copied from the event row, so every fulfilment of an event
-// carries its payment, and one live fulfilment per payment means one per
-// event too. Rows go in in (provider, payment_id) order, so concurrent
-// batches take the payment index in one order and cannot deadlock. It
-// returns the created fulfilments by event.
+// transition for each item and each action of its payment's purchase
+// (RecordPurchases; a payment routed before actions existed has the one
+// action "fulfil") that has no row that holds it (invariant 1 per action,
+// the fulfilment_one_per_action index; of two items of one payment the
+// first wins): pending, or for an action already taken back (a stored
+// event reverses the payment and names the action in revokes) what
+// birth.Reversed says. The provider and payment are copied from the event
+// row, so every fulfilment of an event carries its payment. Rows go in in
+// (provider, payment_id, action) order, so concurrent batches take the
+// index in one order and cannot deadlock. It returns the created
+// fulfilments in that order.
 //
-// Each row's Idempotency-Key derives from its payment and the number of the
-// payment's failed (declined) fulfilments, so the same payment names the
-// same key in a restored database or a second deployment.
-func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, birth Birth) (map[int64]Born, error) {
+// Each row's Idempotency-Key derives from its payment, its action and the
+// number of the action's failed (declined) fulfilments
+// (guardian_action_key), so the same payment names the same keys in a
+// restored database or a second deployment.
+func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, birth Birth) ([]Born, error) {
 	n := len(items)
-	pks, actors := make([]int64, n), make([]string, n)
+	pks, actors, only := make([]int64, n), make([]string, n), make([]string, n)
 	for i, it := range items {
-		pks[i], actors[i] = it.EventPK, it.Actor
+		pks[i], actors[i], only[i] = it.EventPK, it.Actor, it.Action
 	}
 	rows, err := q.Query(ctx, `
 		WITH u AS (
-			SELECT * FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(event_pk, actor, ord)
-		), created AS (
-			INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key, state)
-			SELECT e.id, e.provider, e.payment_id, guardian_idempotency_key(e.provider, e.payment_id,
-				(SELECT count(*) FROM fulfilment p WHERE p.provider = e.provider AND p.payment_id = e.payment_id AND p.state = 'failed' AND p.action = 'fulfil')),
-				CASE WHEN rv.reversed THEN $4 ELSE 'pending' END
+			SELECT * FROM unnest($1::bigint[], $2::text[], $6::text[]) WITH ORDINALITY AS u(event_pk, actor, only_action, ord)
+		), due AS (
+			SELECT e.id, e.provider, e.payment_id, a.action_name, u.ord, rv.reversed
 			FROM u JOIN webhook_event e ON e.id = u.event_pk
+				LEFT JOIN purchase p ON p.provider = e.provider AND p.payment_id = e.payment_id
+				CROSS JOIN LATERAL unnest(coalesce(p.actions, '{fulfil}')) AS a(action_name)
 				CROSS JOIN LATERAL (SELECT EXISTS (
-					SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id) AS reversed) rv
+					SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id
+					AND a.action_name = ANY(r.revokes)) AS reversed) rv
 			WHERE e.id = ANY($1) AND e.payment_id IS NOT NULL
-				-- A payment already taken back is born as the domain says,
+				AND (u.only_action = '' OR u.only_action = a.action_name)
+				-- An action already taken back is born as the domain says,
 				-- or not at all.
-				AND ($4 <> '' OR NOT rv.reversed)
+				AND (NOT rv.reversed OR ($4 <> '' AND a.action_name = ANY($7::text[])))
 				-- Nor is one from a body pruned after the payload retention
 				-- (the lock waits out a prune in progress, then reads its
 				-- result: db.Store.PruneEventBodies).
 				AND e.pruned_at IS NULL
-			ORDER BY e.provider, e.payment_id, u.ord
 			FOR KEY SHARE OF e
-			ON CONFLICT (provider, payment_id, action) WHERE state <> 'failed' DO NOTHING
-			RETURNING id, event_pk, state
+		), created AS (
+			INSERT INTO fulfilment (event_pk, provider, payment_id, action_name, idempotency_key, state)
+			SELECT id, provider, payment_id, action_name, guardian_action_key(provider, payment_id, action_name,
+				(SELECT count(*) FROM fulfilment p WHERE p.provider = due.provider AND p.payment_id = due.payment_id
+					AND p.state = 'failed' AND p.action = 'fulfil' AND p.action_name = due.action_name)),
+				CASE WHEN reversed THEN $4 ELSE 'pending' END
+			FROM due
+			ORDER BY provider, payment_id, action_name, ord
+			ON CONFLICT (provider, payment_id, action_name, action) WHERE state <> 'failed' DO NOTHING
+			RETURNING id, event_pk, action_name, state
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
 			SELECT created.id, NULL, created.state, 0, u.actor, CASE WHEN created.state = 'pending' THEN $3 ELSE $5 END
 			FROM created JOIN u USING (event_pk)
 		)
-		SELECT id, event_pk, state FROM created`,
-		pks, actors, birth.Reason, string(birth.Reversed), birth.ReversedReason)
+		SELECT id, event_pk, action_name, state FROM created`,
+		pks, actors, birth.Reason, string(birth.Reversed), birth.ReversedReason, only, birth.Asks)
 	if err != nil {
 		return nil, wrap("insert fulfilments", err)
 	}
-	defer rows.Close()
-	out := map[int64]Born{}
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Born, error) {
 		var b Born
-		var pk int64
-		if err := rows.Scan(&b.ID, &pk, &b.State); err != nil {
-			return nil, wrap("insert fulfilments", err)
+		err := r.Scan(&b.ID, &b.EventPK, &b.Action, &b.State)
+		return b, err
+	})
+	return out, wrap("insert fulfilments", err)
+}
+
+// PurchaseRecord is a purchase about to be recorded as paid: the actions
+// its routes named, the routes' digest, and its detail.
+type PurchaseRecord struct {
+	Payment
+	Actions []string
+	Routes  string
+	Detail  []byte
+}
+
+// RecordPurchases records each purchase not recorded yet with the actions
+// given (its routes decide once: a purchase already recorded keeps its
+// actions, whatever these say). A payment with fulfilments made before
+// actions existed is recorded with the actions of those rows, so an
+// upgrade adds no action to a purchase already fulfilled. Purchases go in
+// in (provider, payment_id) order, so concurrent batches cannot deadlock.
+func RecordPurchases(ctx context.Context, q DBTX, purchases []PurchaseRecord) error {
+	n := len(purchases)
+	providers, ids, actions, routes, details := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
+	for i, p := range purchases {
+		providers[i], ids[i], actions[i], routes[i] = p.Provider, p.PaymentID, strings.Join(p.Actions, ","), p.Routes
+		if p.Detail != nil {
+			d := string(p.Detail)
+			details[i] = &d
 		}
-		out[pk] = b
 	}
-	return out, wrap("insert fulfilments", rows.Err())
+	_, err := q.Exec(ctx, `
+		INSERT INTO purchase (provider, payment_id, actions, routes, detail)
+		SELECT DISTINCT ON (u.p, u.pay) u.p, u.pay, coalesce(
+				(SELECT array_agg(DISTINCT f.action_name ORDER BY f.action_name) FROM fulfilment f
+				 WHERE f.provider = u.p AND f.payment_id = u.pay AND f.action = 'fulfil'),
+				string_to_array(u.a, ',')),
+			u.r, u.d::jsonb
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(p, pay, a, r, d)
+		ORDER BY u.p, u.pay
+		ON CONFLICT (provider, payment_id) DO NOTHING`, providers, ids, actions, routes, details)
+	return wrap("record purchases", err)
+}
+
+// PurchaseActions returns the actions recorded for a purchase, and whether
+// it is recorded.
+func PurchaseActions(ctx context.Context, q DBTX, p Payment) ([]string, bool, error) {
+	var actions []string
+	err := q.QueryRow(ctx, `SELECT actions FROM purchase WHERE provider = $1 AND payment_id = $2`, p.Provider, p.PaymentID).Scan(&actions)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	return actions, err == nil, wrap("read purchase actions", err)
 }

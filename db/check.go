@@ -23,16 +23,16 @@ type Check struct {
 // DueForCheck returns parked fulfilments whose next lookup is due: parked
 // for at least grace and past the parked claim's own deadline (so a call
 // still in flight at the receiver can finish), and past their backoff,
-// oldest first.
-func DueForCheck(ctx context.Context, q DBTX, grace time.Duration, limit int) ([]Fulfilment, error) {
+// oldest first, of the actions named (nil: of every action).
+func DueForCheck(ctx context.Context, q DBTX, grace time.Duration, limit int, actions []string) ([]Fulfilment, error) {
 	rows, err := q.Query(ctx, `
 		SELECT `+fulfilmentColumns+` FROM fulfilment
-		WHERE state = 'needs_reconciliation'
+		WHERE state = 'needs_reconciliation' AND ($3::text[] IS NULL OR action_name = ANY($3))
 		  AND updated_at <= now() - make_interval(secs => $1)
 		  AND (deadline IS NULL OR deadline <= now())
 		  AND (next_check_at IS NULL OR next_check_at <= now())
 		ORDER BY updated_at, id
-		LIMIT $2`, grace.Seconds(), limit)
+		LIMIT $2`, grace.Seconds(), limit, actions)
 	if err != nil {
 		return nil, wrap("due for check", err)
 	}

@@ -49,6 +49,9 @@ type EventParams struct {
 	// Reversal describes a refund or dispute; Reverses is the payment the
 	// policy takes back for it. Empty for every other event.
 	Reversal, Reverses string
+	// Revokes names the actions the reversal takes back (their take-back
+	// policies, at the node that records it); set with Reverses.
+	Revokes []string
 	// Amount is what a paying event says was paid, or what a refund
 	// returned; nil where the event does not say (migration 00032).
 	Amount *Amount

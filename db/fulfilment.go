@@ -37,6 +37,10 @@ type Fulfilment struct {
 	// Action is what the row does at the receiver: state.Fulfil, or
 	// state.Revoke (taking back a payment a refund or dispute reversed).
 	Action state.Action
+	// ActionName is the action of the purchase the row performs
+	// (app/actions): "fulfil" for a deployment without an actions file and
+	// for every row made before actions existed.
+	ActionName string
 	// ClaimToken is the token of the Dispatch call that made the current
 	// claim (ClaimParams.Token); nil before the first claim, and for claims
 	// made before tokens were stored (migration 00034).
@@ -48,7 +52,7 @@ type Fulfilment struct {
 	CallOutcome *state.Outcome
 }
 
-const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at, idempotency_key, deadline, action, claim_token, call_outcome`
+const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at, idempotency_key, deadline, action, claim_token, call_outcome, action_name`
 
 // scanFulfilment reads fulfilmentColumns, then any columns after them into
 // extra.
@@ -60,7 +64,7 @@ func scanFulfilment(row pgx.Row, extra ...any) (Fulfilment, error) {
 
 // fields are the scan targets of fulfilmentColumns, in order.
 func (f *Fulfilment) fields() []any {
-	return []any{&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt, &f.Key, &f.Deadline, &f.Action, &f.ClaimToken, &f.CallOutcome}
+	return []any{&f.ID, &f.EventPK, &f.Provider, &f.PaymentID, &f.State, &f.Attempt, &f.CreatedAt, &f.UpdatedAt, &f.DispatchedAt, &f.Checks, &f.NextCheckAt, &f.Key, &f.Deadline, &f.Action, &f.ClaimToken, &f.CallOutcome, &f.ActionName}
 }
 
 // InsertFulfilment records a pending fulfilment for a newly stored event,
@@ -74,8 +78,10 @@ func InsertFulfilment(ctx context.Context, q DBTX, eventPK int64, actor, reason 
 	if err != nil {
 		return "", false, err
 	}
-	b, inserted := created[eventPK]
-	return b.ID, inserted, nil
+	if len(created) == 0 {
+		return "", false, nil
+	}
+	return created[0].ID, true, nil
 }
 
 // GetFulfilment returns one fulfilment by id.
@@ -144,6 +150,9 @@ type DispatchInput struct {
 	EventID   string
 	EventType string
 	Payload   json.RawMessage
+	// Purchase is the purchase's detail as recorded when it was routed
+	// (RecordPurchases); nil for payments routed before actions existed.
+	Purchase json.RawMessage
 }
 
 // GraceState is a fulfilment and whether it has been in its state for at
@@ -177,12 +186,19 @@ func FulfilmentsByID(ctx context.Context, q DBTX, ids []string, grace time.Durat
 	return gs, wrap("fulfilments by id", err)
 }
 
-// IdempotencyKey returns the key a payment's fulfilment is sent under when
-// declined of its earlier keys were declined: guardian_idempotency_key in
-// the migrations, the one place the derivation lives.
+// IdempotencyKey returns the key a payment's fulfilment of the action
+// "fulfil" is sent under when declined of its earlier keys were declined:
+// ActionKey for the one action of a deployment without an actions file.
 func IdempotencyKey(ctx context.Context, q DBTX, provider, paymentID string, declined int) (string, error) {
+	return ActionKey(ctx, q, provider, paymentID, "fulfil", declined)
+}
+
+// ActionKey returns the key a payment's action is sent under when declined
+// of its earlier keys were declined: guardian_action_key in the
+// migrations, the one place the derivation lives.
+func ActionKey(ctx context.Context, q DBTX, provider, paymentID, action string, declined int) (string, error) {
 	var key string
-	err := q.QueryRow(ctx, `SELECT guardian_idempotency_key($1, $2, $3)`, provider, paymentID, declined).Scan(&key)
+	err := q.QueryRow(ctx, `SELECT guardian_action_key($1, $2, $3, $4)`, provider, paymentID, action, declined).Scan(&key)
 	return key, wrap("derive idempotency key", err)
 }
 

@@ -83,14 +83,14 @@ func TestLookupsUseIndexes(t *testing.T) {
 		},
 		"take back one payment (intake's reversal)": func() error {
 			payment := []db.Payment{{Provider: "stripe", PaymentID: "pi_" + known[len("evt_"):]}}
-			if _, err := db.MoveReversedPending(ctx, tx, "test", payment, state.Cancelled, "payment reversed before it went out: never sent"); err != nil {
+			if _, err := db.MoveReversedPending(ctx, tx, "test", payment, nil, state.Cancelled, "payment reversed before it went out: never sent"); err != nil {
 				return err
 			}
 			_, err := db.CreateRevocations(ctx, tx, "test", "a revocation", payment)
 			return err
 		},
 		"take back every reversed payment (the sweep)": func() error {
-			if _, err := db.MoveReversedPending(ctx, tx, "test", nil, state.Cancelled, "payment reversed before it went out: never sent"); err != nil {
+			if _, err := db.MoveReversedPending(ctx, tx, "test", nil, nil, state.Cancelled, "payment reversed before it went out: never sent"); err != nil {
 				return err
 			}
 			_, err := db.CreateRevocations(ctx, tx, "test", "a revocation", nil)
@@ -135,8 +135,8 @@ func refunds(t *testing.T, fulfilments string) pgx.Tx {
 	t.Helper()
 	tx := dbtest.Tx(t)
 	_, err := tx.Exec(context.Background(), `
-		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses)
-		SELECT 'stripe', 'evt_rf_' || g, 'charge.refunded', 'pi_rf_' || g, '\x7b7d'::bytea, 'refund', 'pi_rf_' || g
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses, revokes)
+		SELECT 'stripe', 'evt_rf_' || g, 'charge.refunded', 'pi_rf_' || g, '\x7b7d'::bytea, 'refund', 'pi_rf_' || g, '{fulfil}'
 		FROM generate_series(1, 5000) g;
 	`+fulfilments+`;
 		ANALYZE webhook_event; ANALYZE fulfilment`)

@@ -28,30 +28,34 @@ func paymentArrays(payments []Payment) (providers, ids []string) {
 	return providers, ids
 }
 
-// Reversed reports whether a stored event takes the payment back.
+// Reversed reports whether a stored event takes the payment back (for at
+// least one of its actions).
 func Reversed(ctx context.Context, q DBTX, p Payment) (bool, error) {
 	var reversed bool
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_event WHERE provider = $1 AND reverses = $2)`, p.Provider, p.PaymentID).Scan(&reversed)
 	return reversed, wrap("read reversal", err)
 }
 
-// MoveReversedPending moves every pending fulfilment (action fulfil) whose
-// payment a stored event reverses, of the given payments (nil: of every
-// payment), to the state the domain names (cancelled, or
+// MoveReversedPending moves every pending fulfilment (direction fulfil)
+// whose payment a stored event reverses for its action (revokes names
+// it), of the given payments (nil: of every
+// payment) and actions (nil: of every action), to the state the domain names (cancelled, or
 // needs_reconciliation to ask the receiver), with its reason, logging each
 // move with the reversing event. Rows are locked in (provider, payment_id)
 // order, the order every writer of a payment's rows takes. It returns the
 // moved rows' ids.
-func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []Payment, to state.State, reason string) ([]string, error) {
+func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []Payment, actions []string, to state.State, reason string) ([]string, error) {
 	providers, ids := paymentArrays(payments)
 	rows, err := q.Query(ctx, `
 		WITH due AS (
 			SELECT f.id, f.attempt,
-				(SELECT r.event_id FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id ORDER BY r.id LIMIT 1) AS reversed_by
+				(SELECT r.event_id FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id
+				 AND f.action_name = ANY(r.revokes) ORDER BY r.id LIMIT 1) AS reversed_by
 			FROM fulfilment f
 			WHERE f.state = 'pending' AND f.action = 'fulfil'
 			  AND ($1::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($1::text[], $2::text[])))
-			  AND EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id)
+			  AND EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id AND f.action_name = ANY(r.revokes))
+			  AND ($6::text[] IS NULL OR f.action_name = ANY($6))
 			ORDER BY f.provider, f.payment_id
 			FOR UPDATE OF f
 		), moved AS (
@@ -61,7 +65,7 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
 			SELECT id, 'pending', $5, attempt, $3, $4, jsonb_build_object('reversed_by', reversed_by) FROM moved
 		)
-		SELECT id FROM moved`, providers, ids, actor, reason, string(to))
+		SELECT id FROM moved`, providers, ids, actor, reason, string(to), actions)
 	if err != nil {
 		return nil, wrap("move reversed pending", err)
 	}
@@ -70,14 +74,15 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 }
 
 // CreateRevocations creates a pending revocation (a fulfilment row with
-// action revoke) for each of the given payments (nil: every payment) that
-// is fulfilled, is reversed by a stored event, and has no revocation yet:
-// one per payment, ever, whatever number of refunds and disputes reverse
-// it (a failed revocation, which the receiver declined, is an operator's
-// to retry). Its event is the payment's first reversing event; its key
-// derives from the payment in the revoke namespace (guardian_revoke_key).
-// Concurrent creators meet at the fulfilment_one_per_payment index: one
-// row. It returns the created rows' ids, each of which needs a dispatch
+// direction revoke) for each action of the given payments (nil: every
+// payment) that is fulfilled, is taken back by a stored event (reverses
+// the payment, revokes names the action), and has no revocation yet: one
+// per (payment, action), ever, whatever number of refunds and disputes
+// reverse it (a failed revocation, which the receiver declined, is an
+// operator's to retry). Its event is the first event taking the action
+// back; its key derives from the payment and action in the revoke
+// namespace (guardian_action_revoke_key). Concurrent creators meet at the
+// fulfilment_one_per_action index: one row. It returns the created rows' ids, each of which needs a dispatch
 // job in the same transaction; reason is its first transition's.
 //
 // Every payment (nil) reads every reversing event: its cost grows with the
@@ -110,16 +115,17 @@ func TxTime(ctx context.Context, q DBTX) (time.Time, error) {
 func createRevocations(ctx context.Context, q DBTX, actor, reason, scope string, args ...any) ([]string, error) {
 	rows, err := q.Query(ctx, `
 		WITH due AS (
-			SELECT DISTINCT ON (f.provider, f.payment_id) f.provider, f.payment_id, r.id AS event_pk
-			FROM fulfilment f JOIN webhook_event r ON r.provider = f.provider AND r.reverses = f.payment_id
+			SELECT DISTINCT ON (f.provider, f.payment_id, f.action_name) f.provider, f.payment_id, f.action_name, r.id AS event_pk
+			FROM fulfilment f JOIN webhook_event r ON r.provider = f.provider AND r.reverses = f.payment_id AND f.action_name = ANY(r.revokes)
 			WHERE f.action = 'fulfil' AND f.state = 'fulfilled' AND (`+scope+`)
-			  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id AND v.action = 'revoke')
-			ORDER BY f.provider, f.payment_id, r.id
+			  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
+				AND v.action_name = f.action_name AND v.action = 'revoke')
+			ORDER BY f.provider, f.payment_id, f.action_name, r.id
 		), created AS (
-			INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key, action)
-			SELECT event_pk, provider, payment_id, guardian_revoke_key(provider, payment_id, 0), 'revoke'
-			FROM due ORDER BY provider, payment_id
-			ON CONFLICT (provider, payment_id, action) WHERE state <> 'failed' DO NOTHING
+			INSERT INTO fulfilment (event_pk, provider, payment_id, action_name, idempotency_key, action)
+			SELECT event_pk, provider, payment_id, action_name, guardian_action_revoke_key(provider, payment_id, action_name, 0), 'revoke'
+			FROM due ORDER BY provider, payment_id, action_name
+			ON CONFLICT (provider, payment_id, action_name, action) WHERE state <> 'failed' DO NOTHING
 			RETURNING id
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
@@ -133,26 +139,28 @@ func createRevocations(ctx context.Context, q DBTX, actor, reason, scope string,
 	return out, wrap("create revocations", err)
 }
 
-// RetryRevocation makes a new pending revocation for the payment of a
-// failed one (the receiver declined its key: nothing was taken back), under
-// the payment's next revoke key, if the payment is still fulfilled and
-// nothing else holds its revocation. It returns the new row's id, or ""
+// RetryRevocation makes a new pending revocation for the payment and
+// action of a failed one (the receiver declined its key: nothing was taken
+// back), under the action's next revoke key, if the action is still
+// fulfilled and nothing else holds its revocation. It returns the new row's id, or ""
 // when nothing was created.
 func RetryRevocation(ctx context.Context, q DBTX, failed Fulfilment, actor, reason string) (string, error) {
 	var id string
 	err := q.QueryRow(ctx, `
 		WITH created AS (
-			INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key, action)
-			SELECT $1::bigint, $2::text, $3::text, guardian_revoke_key($2, $3,
-				(SELECT count(*) FROM fulfilment p WHERE p.provider = $2 AND p.payment_id = $3 AND p.action = 'revoke' AND p.state = 'failed')), 'revoke'
-			WHERE EXISTS (SELECT 1 FROM fulfilment f WHERE f.provider = $2 AND f.payment_id = $3 AND f.action = 'fulfil' AND f.state = 'fulfilled')
-			ON CONFLICT (provider, payment_id, action) WHERE state <> 'failed' DO NOTHING
+			INSERT INTO fulfilment (event_pk, provider, payment_id, action_name, idempotency_key, action)
+			SELECT $1::bigint, $2::text, $3::text, $6::text, guardian_action_revoke_key($2, $3, $6,
+				(SELECT count(*) FROM fulfilment p WHERE p.provider = $2 AND p.payment_id = $3 AND p.action_name = $6
+					AND p.action = 'revoke' AND p.state = 'failed')), 'revoke'
+			WHERE EXISTS (SELECT 1 FROM fulfilment f WHERE f.provider = $2 AND f.payment_id = $3 AND f.action_name = $6
+				AND f.action = 'fulfil' AND f.state = 'fulfilled')
+			ON CONFLICT (provider, payment_id, action_name, action) WHERE state <> 'failed' DO NOTHING
 			RETURNING id
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
 			SELECT id, NULL, 'pending', 0, $4, $5 FROM created
 		)
-		SELECT id FROM created`, failed.EventPK, failed.Provider, failed.PaymentID, actor, reason).Scan(&id)
+		SELECT id FROM created`, failed.EventPK, failed.Provider, failed.PaymentID, actor, reason, failed.ActionName).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}
@@ -233,13 +241,18 @@ func RefundShares(ctx context.Context, q DBTX, payments []Payment) ([]RefundShar
 
 // MarkWholeRefunds records that the given payments' undecided refunds
 // returned them whole: each such refund now reverses its payment
-// (reverses, with reversal described as whole), and is no longer
-// undecided.
-func MarkWholeRefunds(ctx context.Context, q DBTX, payments []Payment, reversal string) error {
+// (reverses, with reversal described as whole) for the actions revokes
+// names beside those it already took back, and is no longer undecided. With no action taken back for a
+// whole refund, the refunds are decided and reverse nothing.
+func MarkWholeRefunds(ctx context.Context, q DBTX, payments []Payment, reversal string, revokes []string) error {
 	providers, ids := paymentArrays(payments)
 	_, err := q.Exec(ctx, `
-		UPDATE webhook_event r SET reverses = r.refund_of, reversal = $3, refund_of = NULL
+		UPDATE webhook_event r SET reverses = CASE WHEN cardinality(coalesce(r.revokes, '{}') || $4::text[]) > 0 THEN r.refund_of END,
+			reversal = $3, refund_of = NULL,
+			-- A refund that already took back actions whose policy takes
+			-- any refund keeps them beside those of a whole one.
+			revokes = (SELECT array_agg(DISTINCT x ORDER BY x) FROM unnest(coalesce(r.revokes, '{}') || $4::text[]) AS x)
 		FROM unnest($1::text[], $2::text[]) AS u(p, pay)
-		WHERE r.provider = u.p AND r.refund_of = u.pay`, providers, ids, reversal)
+		WHERE r.provider = u.p AND r.refund_of = u.pay`, providers, ids, reversal, revokes)
 	return wrap("mark whole refunds", err)
 }

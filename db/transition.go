@@ -184,6 +184,11 @@ type ClaimParams struct {
 	// (Fulfilment.ClaimToken): the call that finds it there knows the claim
 	// is its own.
 	Token string
+	// Timeouts, when set, are the claimant's timeouts by action: a row
+	// whose action is among them is claimed with its own, and a row of an
+	// action the claimant does not perform is not claimed (ErrConflict).
+	// Nil claims any row with Timeout.
+	Timeouts map[string]time.Duration
 }
 
 // ClaimForDispatch moves a pending fulfilment to dispatching with its next
@@ -207,33 +212,49 @@ func ClaimForDispatch(ctx context.Context, q DBTX, p ClaimParams) (DispatchInput
 // id; one missing was not pending. The ids must be distinct.
 func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (map[string]DispatchInput, error) {
 	ids, actors, evidence, tokens, claimants := make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims))
-	timeouts := make([]float64, len(claims))
+	timeouts, byAction := make([]float64, len(claims)), make([]*string, len(claims))
 	for i, c := range claims {
 		ev, err := json.Marshal(c.Evidence)
 		if err != nil {
 			return nil, wrap("marshal evidence", err)
 		}
 		ids[i], actors[i], evidence[i], timeouts[i], tokens[i], claimants[i] = c.ID, c.Actor, string(ev), c.Timeout.Seconds(), c.Token, c.Claimant
+		if c.Timeouts != nil {
+			secs := make(map[string]float64, len(c.Timeouts))
+			for a, t := range c.Timeouts {
+				secs[a] = t.Seconds()
+			}
+			b, err := json.Marshal(secs)
+			if err != nil {
+				return nil, wrap("marshal timeouts", err)
+			}
+			s := string(b)
+			byAction[i] = &s
+		}
 	}
 	rows, err := q.Query(ctx, `
 		WITH u AS (
-			SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::float8[], $5::text[], $6::text[]) AS u(id, actor, evidence, timeout, token, claimant)
+			SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::float8[], $5::text[], $6::text[], $7::jsonb[])
+				AS u(id, actor, evidence, timeout, token, claimant, timeouts)
 		), moved AS (
 			UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now(),
-				deadline = now() + make_interval(secs => u.timeout), claim_token = NULLIF(u.token, ''), claimant = NULLIF(u.claimant, ''),
-				call_outcome = NULL
+				deadline = now() + make_interval(secs => coalesce((u.timeouts ->> f.action_name)::float8, u.timeout)),
+				claim_token = NULLIF(u.token, ''), claimant = NULLIF(u.claimant, ''), call_outcome = NULL
 			FROM u WHERE f.id = u.id AND f.id = ANY ($1::uuid[]) AND f.state = 'pending'
-			  -- A payment taken back is never fulfilled: its pending row is
+			  -- A claimant claims only the actions it performs.
+			  AND (u.timeouts IS NULL OR u.timeouts ? f.action_name)
+			  -- An action taken back is never performed: its pending row is
 			  -- not claimed (db.MoveReversedPending stops it).
 			  AND (f.action = 'revoke' OR NOT EXISTS (
-				SELECT 1 FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id))
+				SELECT 1 FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id AND f.action_name = ANY(r.revokes)))
 			RETURNING `+prefixed("f.", fulfilmentColumns)+`
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
 			SELECT m.id, 'pending', 'dispatching', m.attempt, u.actor, 'dispatch claimed', u.evidence FROM moved m JOIN u ON u.id = m.id
 		)
-		SELECT `+prefixed("m.", fulfilmentColumns)+`, e.event_id, e.event_type, e.body
-		FROM moved m JOIN webhook_event e ON e.id = m.event_pk`, ids, actors, evidence, timeouts, tokens, claimants)
+		SELECT `+prefixed("m.", fulfilmentColumns)+`, e.event_id, e.event_type, e.body, p.detail
+		FROM moved m JOIN webhook_event e ON e.id = m.event_pk
+			LEFT JOIN purchase p ON p.provider = m.provider AND p.payment_id = m.payment_id`, ids, actors, evidence, timeouts, tokens, claimants, byAction)
 	if err != nil {
 		return nil, wrap("claim for dispatch", err)
 	}
@@ -241,11 +262,11 @@ func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (ma
 	out := make(map[string]DispatchInput, len(claims))
 	for rows.Next() {
 		var in DispatchInput
-		var payload []byte
-		if err := rows.Scan(append(in.fields(), &in.EventID, &in.EventType, &payload)...); err != nil {
+		var payload, purchase []byte
+		if err := rows.Scan(append(in.fields(), &in.EventID, &in.EventType, &payload, &purchase)...); err != nil {
 			return nil, wrap("claim for dispatch", err)
 		}
-		in.Payload = payload
+		in.Payload, in.Purchase = payload, purchase
 		out[in.ID] = in
 	}
 	return out, wrap("claim for dispatch", rows.Err())

@@ -34,6 +34,18 @@ type Delivery struct {
 	Attempt int
 }
 
+// PurchaseOf reads the purchase a delivery carries (contract.Purchase),
+// and false when it carries none: a Guardian without an actions file
+// sends none, and a test delivery none. Which of the purchase's actions
+// the delivery performs is d.ActionName.
+func (d Delivery) PurchaseOf() (contract.Purchase, bool) {
+	var p contract.Purchase
+	if len(d.Purchase) == 0 || json.Unmarshal(d.Purchase, &p) != nil {
+		return contract.Purchase{}, false
+	}
+	return p, true
+}
+
 // Handler performs the action for one delivery inside tx, the transaction
 // that records its key: a write through tx happens exactly once. It
 // returns nil when the action is done, Decline(reason) to decline the key

@@ -31,6 +31,7 @@ func (s *Server) mountAPI() {
 	g.GET("/events/:provider/:event_id", s.apiGetEvent)
 	g.POST("/events/:provider/:event_id/replay", s.apiReplay)
 	g.GET("/stats", s.apiStats)
+	g.GET("/actions", s.apiActions)
 	g.GET("/refused", s.apiRefused)
 	g.GET("/openapi.json", s.apiOpenAPI)
 }

@@ -22,6 +22,9 @@ type Fulfilment struct {
 	// Action is what the row does at the receiver: "fulfil", or "revoke"
 	// (taking the payment back after a refund or dispute).
 	Action state.Action `json:"action"`
+	// ActionName is the action of the purchase the row performs or takes
+	// back, as the actions file names it ("fulfil" without one).
+	ActionName string `json:"action_name"`
 	// IdempotencyKey is the key every attempt is sent under (derived from
 	// the payment; the fulfilment id for fulfilments made before keys were
 	// derived): what to ask the receiver about.
@@ -87,7 +90,7 @@ type Check struct {
 
 func apiFulfilment(f db.Fulfilment) Fulfilment {
 	return Fulfilment{
-		ID: f.ID, Provider: f.Provider, PaymentID: f.PaymentID, State: f.State, Attempt: f.Attempt, Action: f.Action,
+		ID: f.ID, Provider: f.Provider, PaymentID: f.PaymentID, State: f.State, Attempt: f.Attempt, Action: f.Action, ActionName: f.ActionName,
 		IdempotencyKey: f.Key, Deadline: f.Deadline, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, DispatchedAt: f.DispatchedAt, Checks: f.Checks, NextCheckAt: f.NextCheckAt,
 	}
 }

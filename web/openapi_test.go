@@ -195,6 +195,7 @@ func TestOpenAPIMatchesTheHandlers(t *testing.T) {
 	// This server has no connector lookup: nothing to re-check with.
 	call("POST", "/api/v1/fulfilments/recheck", "POST /api/v1/fulfilments/recheck", web.BulkRequest{IDs: []string{parked}}, http.StatusConflict)
 	call("GET", "/api/v1/stats", "GET /api/v1/stats", nil, http.StatusOK)
+	call("GET", "/api/v1/actions", "GET /api/v1/actions", nil, http.StatusOK)
 	call("GET", "/api/v1/refused", "GET /api/v1/refused", nil, http.StatusOK)
 	call("GET", "/api/v1/openapi.json", "GET /api/v1/openapi.json", nil, http.StatusOK)
 

@@ -33,8 +33,13 @@ type Request struct {
 	EventType string
 	// Action is state.Revoke when the request takes the payment back (a
 	// refund or dispute reversed it); state.Fulfil, or "", fulfils.
-	Action  state.Action
-	Payload json.RawMessage
+	Action state.Action
+	// ActionName names the action of the purchase the request performs;
+	// Purchase is the purchase's recorded shape. Both are left out of the
+	// body when empty (a deployment without an actions file).
+	ActionName string
+	Purchase   json.RawMessage
+	Payload    json.RawMessage
 }
 
 // Result is what one call established, by fact.

@@ -41,6 +41,11 @@ type HTTPConfig struct {
 	// LookupURL, when set, answers lookups by idempotency key: "{key}" in it
 	// is replaced by the key (see Lookup).
 	LookupURL string
+	// Rotating are further secrets while the receiver's secret is
+	// rotated: each request carries a signature by every secret (Standard
+	// Webhooks' space-separated list), so the receiver verifies with
+	// either, and a statement signed by any of them counts.
+	Rotating []string
 }
 
 // HTTP POSTs each fulfilment as JSON to a URL, with the payment's
@@ -65,6 +70,7 @@ type HTTP struct {
 	url       string
 	lookupURL string
 	signer    *standardwebhooks.Webhook
+	rotating  []*standardwebhooks.Webhook
 	client    *http.Client
 	timeout   time.Duration
 	now       func() time.Time
@@ -79,6 +85,14 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	signer, err := contract.NewSigner(cfg.Secret)
 	if err != nil {
 		return nil, err
+	}
+	var rotating []*standardwebhooks.Webhook
+	for _, s := range cfg.Rotating {
+		r, err := contract.NewSigner(s)
+		if err != nil {
+			return nil, err
+		}
+		rotating = append(rotating, r)
 	}
 	if cfg.Timeout < 0 {
 		return nil, errors.New("connector timeout must not be negative")
@@ -101,6 +115,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		lookupURL: cfg.LookupURL,
 		url:       cfg.URL,
 		signer:    signer,
+		rotating:  rotating,
 		client:    &http.Client{Transport: transport, CheckRedirect: noRedirects},
 		timeout:   cmp.Or(cfg.Timeout, 30*time.Second),
 		now:       now,
@@ -223,7 +238,8 @@ func EncodeRequest(r Request) ([]byte, error) {
 	if r.Action == state.Revoke {
 		action = contract.ActionRevoke
 	}
-	head, err := json.Marshal(contract.Body{IdempotencyKey: r.Key, Provider: r.Provider, PaymentID: r.PaymentID, EventID: r.EventID, EventType: r.EventType, Action: action, Payload: json.RawMessage("0")})
+	head, err := json.Marshal(contract.Body{IdempotencyKey: r.Key, Provider: r.Provider, PaymentID: r.PaymentID, EventID: r.EventID, EventType: r.EventType,
+		Action: action, ActionName: r.ActionName, Purchase: r.Purchase, Payload: json.RawMessage("0")})
 	if err != nil {
 		return nil, err
 	}
@@ -237,9 +253,18 @@ func EncodeRequest(r Request) ([]byte, error) {
 // sign sets the Standard Webhooks headers for body under msgID, and the
 // Idempotency-Key, on req.
 func (c *HTTP) sign(req *http.Request, msgID, key string, body []byte) error {
-	h, err := contract.SignHeaders(c.signer, msgID, body, c.now())
+	now := c.now()
+	h, err := contract.SignHeaders(c.signer, msgID, body, now)
 	if err != nil {
 		return err
+	}
+	for _, r := range c.rotating {
+		more, err := contract.SignHeaders(r, msgID, body, now)
+		if err != nil {
+			return err
+		}
+		sig := standardwebhooks.HeaderWebhookSignature
+		h.Set(sig, h.Get(sig)+" "+more.Get(sig))
 	}
 	for k, v := range h {
 		req.Header[k] = v

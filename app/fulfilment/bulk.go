@@ -119,9 +119,11 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 				err = s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, r.FulfilmentID)
 			}
 		} else {
-			var b db.Born
-			b, err = s.create(ctx, tx, f.EventPK, "operator "+operator, "retry of failed fulfilment "+id)
-			r.FulfilmentID, born = b.ID, b.State
+			var bs []db.Born
+			bs, err = s.create(ctx, tx, f.EventPK, f.ActionName, "operator "+operator, "retry of failed fulfilment "+id)
+			if len(bs) > 0 {
+				r.FulfilmentID, born = bs[0].ID, bs[0].State
+			}
 		}
 		r.Verdict = RetryPaymentHeld
 		if r.FulfilmentID != "" {
@@ -161,7 +163,7 @@ func (s *Service) Recheck(ctx context.Context, ids []string, operator string) ([
 	if err != nil {
 		return nil, err
 	}
-	if s.cfg.Looker == nil {
+	if len(s.asks) == 0 {
 		return nil, ErrNoLookup
 	}
 	found, err := db.FulfilmentsByID(ctx, s.cfg.Store.Pool(), ids, s.cfg.ReconcileGrace)
@@ -184,6 +186,8 @@ func (s *Service) Recheck(ctx context.Context, ids []string, operator string) ([
 			out[i].Verdict = CheckNotParked
 		case !g.PastGrace:
 			out[i].Verdict = CheckWithinGrace
+		case s.looker(g.ActionName) == nil:
+			out[i].Verdict = CheckNoLookup
 		default:
 			due = append(due, i)
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -63,7 +64,7 @@ type DispatchResult struct {
 // the call did nothing (the row is pending again: retry), and other errors
 // when the database could not be reached.
 func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchResult, error) {
-	if s.cfg.Connector == nil {
+	if !s.dispatches() {
 		return DispatchResult{}, errors.New("dispatch: no connector configured")
 	}
 	id := req.FulfilmentID
@@ -75,7 +76,7 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 	// SIGSTOP) may wake after the sweep parked its row and a lookup proved
 	// "not done" and sent it again. Its deadline has passed by then, so it
 	// does not send. docs/design.md says what a suspended clock does here.
-	deadline := time.Now().Add(s.cfg.ConnectorTimeout)
+	asked := time.Now()
 
 	evidence := map[string]any{"claimant": req.Claimant}
 	maps.Copy(evidence, req.Evidence)
@@ -83,7 +84,9 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 	// this call, it proves the claim is one this call made and has not
 	// called out on.
 	token := rand.Text()
-	in, err := s.claim(ctx, db.ClaimParams{ID: id, Actor: req.Actor, Evidence: evidence, Timeout: s.cfg.ConnectorTimeout, Token: token, Claimant: req.Claimant})
+	// Only a row of an action this process performs is claimed, with that
+	// action's timeout as its deadline.
+	in, err := s.claim(ctx, db.ClaimParams{ID: id, Actor: req.Actor, Evidence: evidence, Timeout: s.cfg.ConnectorTimeout, Timeouts: s.timeouts, Token: token, Claimant: req.Claimant})
 	if errors.Is(err, db.ErrConflict) {
 		return s.unclaimable(ctx, log, req, token)
 	}
@@ -96,17 +99,38 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 	s.cfg.Metrics.Transition(state.Pending, state.Dispatching, 1)
 	log = log.With("payment_id", in.PaymentID, "event_id", in.EventID, "attempt", claimed.Attempt)
 
-	callCtx, cancel := context.WithDeadline(ctx, deadline)
+	perf, _ := s.performer(claimed.ActionName) // claimed: so performed here
+	callCtx, cancel := context.WithDeadline(ctx, asked.Add(perf.Timeout))
 	defer cancel()
 	start := time.Now()
-	res := s.cfg.Connector.Fulfil(callCtx, connector.Request{
+	call := connector.Request{
 		Key: claimed.Key, FulfilmentID: id, Attempt: claimed.Attempt, Provider: in.Provider,
 		PaymentID: in.PaymentID, EventID: in.EventID, EventType: in.EventType, Action: claimed.Action, Payload: in.Payload,
-	})
+	}
+	if s.cfg.Actions.Source != "" {
+		// A deployment with an actions file names the action and sends the
+		// purchase; without one the body is what it always was.
+		call.ActionName, call.Purchase = claimed.ActionName, in.Purchase
+	}
+	res := perf.Connector.Fulfil(callCtx, call)
 	s.cfg.Metrics.Dispatch(res.Outcome, errorClass(res), time.Since(start).Seconds())
 	out := DispatchResult{Called: true, Attempt: claimed.Attempt, Outcome: res.Outcome}
 	out.State, err = s.record(ctx, log, claimed, res, req.Actor)
 	return out, err
+}
+
+// ErrNotPerformedHere means a fulfilment's action is not among this
+// process's actions: it stays pending for a process that performs it.
+var ErrNotPerformedHere = errors.New("action not performed here")
+
+// dispatches reports whether this process performs any action.
+func (s *Service) dispatches() bool {
+	for _, p := range s.performers {
+		if p.Connector != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // unclaimable applies the rules to a fulfilment the claim did not find
@@ -123,14 +147,22 @@ func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, req Dispatc
 	}
 	if cur.State == state.Pending && cur.Action == state.Fulfil {
 		// Pending, yet not claimed: its payment was taken back.
-		stopped, to, err := s.stopReversedPending(ctx, s.cfg.Store.Pool(), req.Actor, []db.Payment{{Provider: cur.Provider, PaymentID: cur.PaymentID}})
+		stopped, err := s.stopReversedPending(ctx, s.cfg.Store.Pool(), req.Actor, []db.Payment{{Provider: cur.Provider, PaymentID: cur.PaymentID}})
 		if err != nil {
 			return DispatchResult{}, err
 		}
-		if len(stopped) > 0 {
-			s.cfg.Metrics.Transition(state.Pending, to, len(stopped))
-			log.InfoContext(ctx, "dispatch: payment reversed before its fulfilment went out; not sent", "payment_id", cur.PaymentID, "state", to)
-			return DispatchResult{State: to}, nil
+		for to, ids := range stopped {
+			s.cfg.Metrics.Transition(state.Pending, to, len(ids))
+			if slices.Contains(ids, cur.ID) {
+				log.InfoContext(ctx, "dispatch: payment reversed before its fulfilment went out; not sent", "payment_id", cur.PaymentID, "state", to)
+				return DispatchResult{State: to}, nil
+			}
+		}
+		if _, ok := s.performer(cur.ActionName); !ok {
+			// Pending, not claimed: this process does not perform the
+			// action (a node whose actions file lacks it, during a
+			// rollout). The job retries; a node that performs it claims it.
+			return DispatchResult{State: cur.State}, fmt.Errorf("%w: action %q is not performed by this process", ErrNotPerformedHere, cur.ActionName)
 		}
 	}
 	if cur.State != state.Dispatching {

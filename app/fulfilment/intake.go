@@ -3,6 +3,7 @@ package fulfilment
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -45,9 +46,12 @@ func (o IntakeOutcome) String() string {
 // AcceptResult reports what Accept did.
 type AcceptResult struct {
 	Outcome IntakeOutcome
-	// FulfilmentID is set when this delivery created a fulfilment, and
-	// FulfilmentState is the state it was born in: pending, or
-	// needs_reconciliation for a payment already taken back (see born).
+	// Created are the fulfilments this delivery created, one per action
+	// its purchase pays for, each pending or, for an action already taken
+	// back, needs_reconciliation (see born).
+	Created []db.Born
+	// FulfilmentID and FulfilmentState are the first of Created: its id
+	// and the state it was born in; empty when none was created.
 	FulfilmentID    string
 	FulfilmentState state.State
 }
@@ -93,16 +97,19 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 		return AcceptResult{}, err
 	}
 
+	for _, b := range res.Created {
+		s.cfg.Metrics.Transition("", b.State, 1)
+		if b.State == state.NeedsReconciliation {
+			s.cfg.Logger.WarnContext(ctx, "event stored for a payment already taken back: its fulfilment is parked until a lookup says whether the receiver acted",
+				"provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "fulfilment_id", b.ID, "action_name", b.Action, "event_type", ev.Type)
+		} else {
+			s.cfg.Logger.InfoContext(ctx, "event stored, fulfilment created", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "fulfilment_id", b.ID, "action_name", b.Action, "event_type", ev.Type)
+		}
+	}
 	switch {
-	case res.FulfilmentState == state.NeedsReconciliation:
-		s.cfg.Metrics.Transition("", res.FulfilmentState, 1)
-		s.cfg.Logger.WarnContext(ctx, "event stored for a payment already taken back: its fulfilment is parked until a lookup says whether the receiver acted",
-			"provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "fulfilment_id", res.FulfilmentID, "event_type", ev.Type)
-	case res.FulfilmentID != "":
-		s.cfg.Metrics.Transition("", state.Pending, 1)
-		s.cfg.Logger.InfoContext(ctx, "event stored, fulfilment created", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "fulfilment_id", res.FulfilmentID, "event_type", ev.Type)
+	case len(res.Created) > 0:
 	case res.Outcome == NewEvent && ev.Fulfils():
-		s.cfg.Logger.InfoContext(ctx, "event stored; payment already has a fulfilment", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "event_type", ev.Type)
+		s.cfg.Logger.InfoContext(ctx, "event stored; the payment's actions already have their fulfilments, or its routes name none", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "event_type", ev.Type)
 	case res.Outcome == NewEvent && ev.Unmapped != "":
 		// Paid, by its own word, and no payment Guardian can read: stored,
 		// acknowledged and flagged, never silently dropped.
@@ -138,14 +145,13 @@ func (s *Service) recordOne(ctx context.Context, ev provider.Event) (AcceptResul
 	return c.res, nil
 }
 
-// create makes the payment's fulfilment and its dispatch job in tx, unless
-// the payment already has a fulfilment that holds it (see
-// db.InsertFulfilment): then it returns "" and writes nothing. Replay and
-// retry make a fulfilment here; intake's batches make theirs in
-// recordBatchTx, revocations are made by takeBack.
-func (s *Service) create(ctx context.Context, tx pgx.Tx, eventPK int64, actor, reason string) (db.Born, error) {
-	created, err := s.born(ctx, tx, []db.BatchFulfilment{{EventPK: eventPK, Actor: actor}}, reason)
-	return created[eventPK], err
+// create makes the fulfilments of the payment's actions (only action's,
+// when it is set) and their dispatch jobs in tx, for each action that has
+// no fulfilment that holds it (see db.InsertFulfilments); it returns those
+// made. Replay and retry make fulfilments here; intake's batches make
+// theirs in recordBatchTx, revocations are made by takeBack.
+func (s *Service) create(ctx context.Context, tx pgx.Tx, eventPK int64, action, actor, reason string) ([]db.Born, error) {
+	return s.born(ctx, tx, []db.BatchFulfilment{{EventPK: eventPK, Actor: actor, Action: action}}, reason)
 }
 
 // askReversed is the first transition's reason of a fulfilment born parked:
@@ -154,23 +160,22 @@ const askReversed = "payment reversed before Guardian recorded a fulfilment: whe
 	"(a restored database forgets what it sent) is asked by lookup; done is taken back, not done is cancelled"
 
 // born makes the fulfilments of items in tx (db.InsertFulfilments) and a
-// dispatch job for each born pending; it returns every one made, by event.
+// dispatch job for each born pending; it returns every one made.
 //
 // A payment already taken back has nothing sent for it as far as
 // Guardian's rows know, but its rows may be younger than what its receiver
 // did: a database restored from before the fulfilment went out forgets
 // it, and the provider's redelivery may bring the reversal first. Keys
 // derive from the payment, so with a lookup Guardian asks instead of
-// guessing: such a fulfilment is born needs_reconciliation, never
-// dispatched, and the reconciler's answer settles it (done: fulfilled and
-// taken back; not done: cancelled). Without a lookup there is nobody to
-// ask, and none is made: rows decide, as docs/operations.md says of a
-// restore.
-func (s *Service) born(ctx context.Context, tx pgx.Tx, items []db.BatchFulfilment, reason string) (map[int64]db.Born, error) {
-	birth := db.Birth{Reason: reason}
-	if s.cfg.Looker != nil {
-		birth.Reversed, birth.ReversedReason = state.NeedsReconciliation, askReversed
-	}
+// guessing: such a fulfilment of an action with a lookup is born
+// needs_reconciliation, never dispatched, and the reconciler's answer
+// settles it (done: fulfilled and taken back; not done: cancelled). An
+// action without a lookup has nobody to ask, and none is made: rows
+// decide, as docs/operations.md says of a restore. Each action is decided
+// on its own: one taken back, or not taken back by its policy, holds no
+// other back.
+func (s *Service) born(ctx context.Context, tx pgx.Tx, items []db.BatchFulfilment, reason string) ([]db.Born, error) {
+	birth := db.Birth{Reason: reason, Reversed: state.NeedsReconciliation, ReversedReason: askReversed, Asks: s.asks}
 	created, err := db.InsertFulfilments(ctx, tx, items, birth)
 	if err != nil {
 		return nil, err
@@ -193,8 +198,10 @@ func (s *Service) born(ctx context.Context, tx pgx.Tx, items []db.BatchFulfilmen
 type ReplayResult struct {
 	// Event is the stored event replayed.
 	Event db.Event
-	// FulfilmentID is set when the replay created a fulfilment: the payment
-	// had none that holds it.
+	// Created are the fulfilments the replay created: one for each action
+	// of the payment's purchase that had none that holds it. FulfilmentID
+	// is the first one's id.
+	Created      []db.Born
 	FulfilmentID string
 	// Fulfils is false when the event's type does not fulfil a payment.
 	Fulfils bool
@@ -229,7 +236,7 @@ func (s *Service) remap(ctx context.Context, tx pgx.Tx, ev db.Event) (db.Event, 
 // It returns db.ErrNotFound for an unknown event.
 func (s *Service) Replay(ctx context.Context, providerName, eventID, operator string) (ReplayResult, error) {
 	var res ReplayResult
-	var born state.State
+	var created []db.Born
 	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
 		ev, err := db.GetEvent(ctx, tx, providerName, eventID)
 		if err != nil {
@@ -247,15 +254,23 @@ func (s *Service) Replay(ctx context.Context, providerName, eventID, operator st
 		if !res.Fulfils {
 			return nil
 		}
-		b, err := s.create(ctx, tx, ev.ID, "operator "+operator, "replay of stored event")
-		res.FulfilmentID, born = b.ID, b.State
+		// A purchase first recorded as paid by this replay is routed by
+		// the routes in force now; one recorded before keeps its actions.
+		if err := db.RecordPurchases(ctx, tx, []db.PurchaseRecord{s.routeStored(ev)}); err != nil {
+			return err
+		}
+		created, err = s.create(ctx, tx, ev.ID, "", "operator "+operator, "replay of stored event")
+		if len(created) > 0 {
+			res.FulfilmentID = created[0].ID
+		}
+		res.Created = created
 		return err
 	})
 	if err != nil {
 		return ReplayResult{}, fmt.Errorf("replay event: %w", err)
 	}
-	if res.FulfilmentID != "" {
-		s.cfg.Metrics.Transition("", born, 1)
+	for _, b := range created {
+		s.cfg.Metrics.Transition("", b.State, 1)
 	}
 	s.cfg.Logger.InfoContext(ctx, "event replayed", "provider", providerName, "event_id", eventID, "operator", operator, "fulfilment_id", res.FulfilmentID)
 	return res, nil
@@ -307,6 +322,33 @@ func (s *Service) writeBatch(ctx context.Context, batch []*acceptCall) {
 	}
 }
 
+// route decides the actions a paid event's purchase pays for, by the
+// routes in force, and the purchase's detail as receivers are sent it.
+func (s *Service) route(ev provider.Event) db.PurchaseRecord {
+	p := provider.PurchaseOf(ev, s.cfg.Mode)
+	detail, err := json.Marshal(p)
+	if err != nil {
+		detail = nil // a Purchase of strings and numbers always marshals
+	}
+	return db.PurchaseRecord{
+		Payment: db.Payment{Provider: ev.Provider, PaymentID: ev.PaymentID},
+		Actions: s.cfg.Actions.Route(p), Routes: s.cfg.Actions.Digest, Detail: detail,
+	}
+}
+
+// routeStored is route for a stored event: its provider's rules read its
+// body again where they are configured (Config.Mappers), else the purchase
+// is what the row names.
+func (s *Service) routeStored(ev db.Event) db.PurchaseRecord {
+	pe := provider.Event{Provider: ev.Provider, ID: ev.EventID, Type: ev.Type, PaymentID: ev.PaymentID}
+	if m, ok := s.cfg.Mappers[ev.Provider]; ok {
+		if mapped, err := m.Map(ev.Type, ev.Payload); err == nil && mapped.PaymentID == ev.PaymentID {
+			pe = mapped
+		}
+	}
+	return s.route(pe)
+}
+
 // amount is m as the event row stores it.
 func amount(m *provider.Money) *db.Amount {
 	if m == nil {
@@ -340,8 +382,9 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		ev := groups[k][0].ev
 		events[i] = db.BatchEvent{Deliveries: len(groups[k]), EventParams: db.EventParams{
 			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload, Origin: ev.Origin,
-			Unmapped: ev.Unmapped, DeliveryID: ev.DeliveryID, Reverses: s.reverses(ev), Amount: amount(ev.Paid),
+			Unmapped: ev.Unmapped, DeliveryID: ev.DeliveryID, Amount: amount(ev.Paid),
 		}}
+		events[i].Reverses, events[i].Revokes = s.reverses(ev)
 		if r := ev.Reversal; r != nil {
 			events[i].Reversal = r.String()
 			if r.Kind == provider.Refund {
@@ -361,17 +404,29 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		return err
 	}
 
+	// A purchase's actions are decided here, once: by the routes in force
+	// when it is first recorded as paid, in the transaction that makes
+	// its rows. A purchase recorded before keeps its actions.
 	var creates []db.BatchFulfilment
+	var purchases []db.PurchaseRecord
 	for i, k := range keys {
 		first := groups[k][0]
 		if stored[i].Inserted && first.ev.Fulfils() {
 			creates = append(creates, db.BatchFulfilment{EventPK: stored[i].ID, Actor: cmp.Or(first.ev.Origin, "intake")})
+			purchases = append(purchases, s.route(first.ev))
 		}
 	}
-	created := map[int64]db.Born{}
+	created := map[int64][]db.Born{}
 	if len(creates) > 0 {
-		if created, err = s.born(ctx, tx, creates, createdReason); err != nil {
+		if err := db.RecordPurchases(ctx, tx, purchases); err != nil {
 			return err
+		}
+		born, err := s.born(ctx, tx, creates, createdReason)
+		if err != nil {
+			return err
+		}
+		for _, b := range born {
+			created[b.EventPK] = append(created[b.EventPK], b)
 		}
 	}
 	// A reversal the policy takes back for: the payment's fulfilment is
@@ -392,8 +447,10 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		for j, c := range groups[k] {
 			c.res, c.err = AcceptResult{Outcome: DuplicatePostgres}, nil
 			if j == 0 && stored[i].Inserted {
-				b := created[stored[i].ID]
-				c.res = AcceptResult{Outcome: NewEvent, FulfilmentID: b.ID, FulfilmentState: b.State}
+				c.res = AcceptResult{Outcome: NewEvent, Created: created[stored[i].ID]}
+				if bs := c.res.Created; len(bs) > 0 {
+					c.res.FulfilmentID, c.res.FulfilmentState = bs[0].ID, bs[0].State
+				}
 			}
 		}
 	}

@@ -32,10 +32,10 @@ const reconcileBatch = 100
 // next round.
 func (s *Service) Reconcile(ctx context.Context, actor string) (ReconcileResult, error) {
 	var sum ReconcileResult
-	if s.cfg.Looker == nil {
+	if len(s.asks) == 0 {
 		return sum, nil
 	}
-	due, err := db.DueForCheck(ctx, s.cfg.Store.Pool(), s.cfg.ReconcileGrace, reconcileBatch)
+	due, err := db.DueForCheck(ctx, s.cfg.Store.Pool(), s.cfg.ReconcileGrace, reconcileBatch, s.asks)
 	if err != nil {
 		return sum, err
 	}
@@ -91,7 +91,7 @@ func (s *Service) lookupFits(ctx context.Context) bool {
 //   - cannot tell: recorded; the row stays parked, asked again after a
 //     growing backoff.
 func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Verdict, error) {
-	answer, evidence := s.lookup(ctx, f.Key)
+	answer, evidence := s.lookup(ctx, f.ActionName, f.Key)
 	log := s.cfg.Logger.With("fulfilment_id", f.ID, "payment_id", f.PaymentID, "answer", answer.String(), "actor", actor)
 	// "In progress" means the receiver is working on the key now: ask again
 	// after the grace (the time a running call is given to finish), not
@@ -199,12 +199,16 @@ func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to s
 	return result, nil
 }
 
-// lookup asks the receiver about key, within LookupTimeout.
-func (s *Service) lookup(ctx context.Context, key string) (connector.Answer, map[string]any) {
+// lookup asks the receiver of the action about key, within LookupTimeout.
+func (s *Service) lookup(ctx context.Context, action, key string) (connector.Answer, map[string]any) {
+	looker := s.looker(action)
+	if looker == nil {
+		return connector.CannotTell, map[string]any{"error": "action " + action + " has no lookup here"}
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.LookupTimeout)
 	defer cancel()
 	start := time.Now()
-	answer, evidence, err := s.cfg.Looker.Lookup(ctx, key)
+	answer, evidence, err := looker.Lookup(ctx, key)
 	if evidence == nil {
 		evidence = map[string]any{}
 	}

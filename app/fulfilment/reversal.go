@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,74 +14,17 @@ import (
 	"github.com/guardian-pay/guardian/db"
 )
 
-// Revoke is one reason a policy takes a payment back.
-type Revoke string
-
-// The reasons a policy may take a payment back for.
-const (
-	// OnFullRefund: a refund of the whole payment.
-	OnFullRefund Revoke = "full_refund"
-	// OnAnyRefund: any refund, partial ones included.
-	OnAnyRefund Revoke = "any_refund"
-	// OnDisputeOpened: a dispute opened (the funds are held or withdrawn
-	// while it runs).
-	OnDisputeOpened Revoke = "dispute_opened"
-	// OnDisputeLost: a dispute lost.
-	OnDisputeLost Revoke = "dispute_lost"
-)
-
-// AllRevokes lists every reason, in the order an operator reads them.
-var AllRevokes = []Revoke{OnFullRefund, OnAnyRefund, OnDisputeOpened, OnDisputeLost}
-
-// ReversalPolicy is the set of reasons a deployment takes a fulfilled
-// payment back for. A payment is taken back at most once whatever number
-// of its reversals match.
-type ReversalPolicy []Revoke
-
-// DefaultReversalPolicy takes a payment back on a full refund and on a
-// dispute lost: the money is gone for good. A partial refund (a goodwill
-// discount) and an open dispute (which the merchant may win) leave it.
-var DefaultReversalPolicy = ReversalPolicy{OnFullRefund, OnDisputeLost}
-
-// ParseReversalPolicy reads a comma-separated policy ("full_refund,
-// dispute_lost"); "none" takes nothing back.
-func ParseReversalPolicy(s string) (ReversalPolicy, error) {
-	if strings.TrimSpace(s) == "none" {
-		return ReversalPolicy{}, nil
+// reverses is the payment ev takes back for at least one action and the
+// actions it takes back, by their policies; "" and nil when it takes
+// back none.
+func (s *Service) reverses(ev provider.Event) (string, []string) {
+	if ev.Reversal == nil {
+		return "", nil
 	}
-	var p ReversalPolicy
-	for _, part := range strings.Split(s, ",") {
-		r := Revoke(strings.TrimSpace(part))
-		if !slices.Contains(AllRevokes, r) {
-			names := make([]string, len(AllRevokes))
-			for i, a := range AllRevokes {
-				names[i] = string(a)
-			}
-			return nil, fmt.Errorf("%q is not one of %s, or none", r, strings.Join(names, ", "))
-		}
-		p = append(p, r)
+	if names := s.cfg.Actions.Revoking(*ev.Reversal); len(names) > 0 {
+		return ev.Reversal.PaymentID, names
 	}
-	return p, nil
-}
-
-// Revokes reports whether the policy takes the payment back for r.
-func (p ReversalPolicy) Revokes(r provider.Reversal) bool {
-	switch r.Kind {
-	case provider.Refund:
-		return slices.Contains(p, OnAnyRefund) || (r.Full && slices.Contains(p, OnFullRefund))
-	case provider.Dispute:
-		return (r.Stage == provider.DisputeOpened && slices.Contains(p, OnDisputeOpened)) ||
-			(r.Stage == provider.DisputeLost && (slices.Contains(p, OnDisputeLost) || slices.Contains(p, OnDisputeOpened)))
-	}
-	return false
-}
-
-// reverses is the payment the policy takes back for ev, or "".
-func (s *Service) reverses(ev provider.Event) string {
-	if ev.Reversal != nil && s.cfg.Reversals.Revokes(*ev.Reversal) {
-		return ev.Reversal.PaymentID
-	}
-	return ""
+	return "", nil
 }
 
 // ReversedBeforeDispatch is the reason a pending fulfilment is cancelled
@@ -98,16 +40,17 @@ const RevocationCreated = "payment reversed after it was fulfilled: taking it ba
 const askReversedPending = "payment reversed before it went out, by Guardian's rows: whether the receiver acted under the payment's key " +
 	"(a restored database forgets what it sent) is asked by lookup; done is taken back, not done is cancelled"
 
-// takeBack applies reversals to the given payments in tx: a pending
-// fulfilment does not go out (reversedPending says where it goes), a
-// fulfilled one gets its revocation and that a dispatch job. A fulfilment
+// takeBack applies reversals to the given payments in tx, per action: a
+// pending fulfilment of an action taken back does not go out
+// (stopReversedPending says where it goes), a fulfilled one gets its
+// revocation and that a dispatch job. A fulfilment
 // in flight or parked is left to its facts: once it settles fulfilled, the
 // sweep takes it back. Payments nil is the sweep's catch-all: every
 // reversed payment's pending rows, and revocations for the payments settled
 // fulfilled since settledSince (every payment when it is zero). It returns
 // what it moved.
-func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payments []db.Payment, settledSince time.Time) (stopped, revoking []string, err error) {
-	if stopped, _, err = s.stopReversedPending(ctx, tx, actor, payments); err != nil {
+func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payments []db.Payment, settledSince time.Time) (stopped map[state.State][]string, revoking []string, err error) {
+	if stopped, err = s.stopReversedPending(ctx, tx, actor, payments); err != nil {
 		return nil, nil, err
 	}
 	if payments == nil && !settledSince.IsZero() {
@@ -127,25 +70,40 @@ func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payment
 }
 
 // stopReversedPending moves the pending fulfilments of the given reversed
-// payments (nil: of every reversed payment) where reversedPending says,
-// and returns them and that state.
-func (s *Service) stopReversedPending(ctx context.Context, q db.DBTX, actor string, payments []db.Payment) ([]string, state.State, error) {
-	to, reason := s.reversedPending()
-	stopped, err := db.MoveReversedPending(ctx, q, actor, payments, to, reason)
-	return stopped, to, err
-}
-
-// reversedPending is where a pending fulfilment of a payment taken back
-// goes. Guardian's rows say nothing went out, but a database restored from
-// before the call forgets that it did: with a lookup the fulfilment is
-// parked and its key asked (done: fulfilled and taken back; not done:
-// cancelled; Reconcile); without one there is nobody to ask, and the rows
+// payments (nil: of every reversed payment), of the actions taken back,
+// where reversedPending says, and returns them with the state each went
+// to.
+//
+// Guardian's rows say nothing went out, but a database restored from
+// before the call forgets that it did: a fulfilment of an action with a
+// lookup is parked and its key asked (done: fulfilled and taken back; not
+// done: cancelled; Reconcile); one without has nobody to ask, and the rows
 // decide: cancelled, never sent.
-func (s *Service) reversedPending() (state.State, string) {
-	if s.cfg.Looker != nil {
-		return state.NeedsReconciliation, askReversedPending
+func (s *Service) stopReversedPending(ctx context.Context, q db.DBTX, actor string, payments []db.Payment) (map[state.State][]string, error) {
+	var silent []string
+	for _, name := range s.cfg.Actions.Names() {
+		if !slices.Contains(s.asks, name) {
+			silent = append(silent, name)
+		}
 	}
-	return state.Cancelled, ReversedBeforeDispatch
+	out := map[state.State][]string{}
+	for _, move := range []struct {
+		actions []string
+		to      state.State
+		reason  string
+	}{{s.asks, state.NeedsReconciliation, askReversedPending}, {silent, state.Cancelled, ReversedBeforeDispatch}} {
+		if len(move.actions) == 0 {
+			continue
+		}
+		stopped, err := db.MoveReversedPending(ctx, q, actor, payments, move.actions, move.to, move.reason)
+		if err != nil {
+			return nil, err
+		}
+		if len(stopped) > 0 {
+			out[move.to] = stopped
+		}
+	}
+	return out, nil
 }
 
 // The sweep's catch-all for revocations reads only the payments settled
@@ -188,7 +146,7 @@ func (w takeBackWindow) after(now, since time.Time) takeBackWindow {
 // sweepTakeBack is the sweep's catch-all round in tx: it starts where the
 // window stored by the last round says, and stores the window for the
 // next in the same transaction, so a round that rolls back moves nothing.
-func (s *Service) sweepTakeBack(ctx context.Context, tx pgx.Tx, actor string) (cancelled, revoking []string, err error) {
+func (s *Service) sweepTakeBack(ctx context.Context, tx pgx.Tx, actor string) (cancelled map[state.State][]string, revoking []string, err error) {
 	now, err := db.TxTime(ctx, tx)
 	if err != nil {
 		return nil, nil, err
@@ -221,11 +179,18 @@ func (s *Service) sweepTakeBack(ctx context.Context, tx pgx.Tx, actor string) (c
 // a payment back for a whole refund and not for any; "" otherwise.
 func (s *Service) refundOf(ev provider.Event) string {
 	r := ev.Reversal
-	if r == nil || r.Kind != provider.Refund || r.Full || r.Amount == nil || s.reverses(ev) != "" ||
-		!slices.Contains(s.cfg.Reversals, OnFullRefund) {
+	if r == nil || r.Kind != provider.Refund || r.Full || r.Amount == nil {
 		return ""
 	}
-	return r.PaymentID
+	// An action a whole refund takes back and this one does not.
+	whole := s.cfg.Actions.Revoking(provider.Reversal{Kind: provider.Refund, Full: true})
+	_, now := s.reverses(ev)
+	for _, name := range whole {
+		if !slices.Contains(now, name) {
+			return r.PaymentID
+		}
+	}
+	return ""
 }
 
 // weighRefunds weighs, in tx, the undecided refunds of every payment that a
@@ -270,7 +235,7 @@ func (s *Service) weighRefunds(ctx context.Context, tx pgx.Tx, events []db.Batch
 		return nil, nil
 	}
 	full := provider.Reversal{Kind: provider.Refund, Full: true}
-	return whole, db.MarkWholeRefunds(ctx, tx, whole, full.String())
+	return whole, db.MarkWholeRefunds(ctx, tx, whole, full.String(), append([]string{}, s.cfg.Actions.Revoking(full)...))
 }
 
 // refundedWhole reports whether one payment's refunds returned all it was

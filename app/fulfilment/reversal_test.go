@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/guardian-pay/guardian/app/actions"
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
@@ -90,8 +91,8 @@ func TestTakeBackWindowOutlivesItsLeader(t *testing.T) {
 	// has acted on (the windowed rounds read only recent settlements).
 	fid := b.settle(t, "evt_pay", "pi_1", state.Done, state.Fulfilled)
 	b.db.Backdate(t, fid, time.Now().Add(-2*time.Hour))
-	_, err := b.db.Pool.Exec(b.ctx, `INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses)
-		VALUES ('stripe', 'evt_refund', 'charge.refunded', 'pi_1', '\x7b7d', 'refund', 'pi_1')`)
+	_, err := b.db.Pool.Exec(b.ctx, `INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses, revokes)
+		VALUES ('stripe', 'evt_refund', 'charge.refunded', 'pi_1', '\x7b7d', 'refund', 'pi_1', '{fulfil}')`)
 	require.NoError(t, err)
 
 	next, err := fulfilment.New(b.cfg) // the next leader, after a deploy
@@ -113,7 +114,7 @@ func TestTakeBackWindowOutlivesItsLeader(t *testing.T) {
 func TestReversalPolicy(t *testing.T) {
 	t.Parallel()
 	for _, bad := range []string{"", "full", "full_refund,sometimes"} {
-		_, err := fulfilment.ParseReversalPolicy(bad)
+		_, err := actions.ParsePolicy(bad)
 		require.Error(t, err, bad)
 	}
 	tests := []struct {
@@ -127,7 +128,7 @@ func TestReversalPolicy(t *testing.T) {
 		{"none", nil, []provider.Reversal{fullRefund, partialRefund, disputeOpened, disputeLost, disputeWon}},
 	}
 	for _, tt := range tests {
-		p, err := fulfilment.ParseReversalPolicy(tt.policy)
+		p, err := actions.ParsePolicy(tt.policy)
 		require.NoError(t, err)
 		for _, r := range tt.takes {
 			require.True(t, p.Revokes(r), "%s takes back a %s", tt.policy, r)
@@ -553,7 +554,7 @@ func TestRefundsWeighedAgainstThePayment(t *testing.T) {
 
 	t.Run("AnyRefundPolicyNeedsNoWeighing", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, func(c *fulfilment.Config) { c.Reversals = fulfilment.ReversalPolicy{fulfilment.OnAnyRefund} })
+		b := setup(t, func(c *fulfilment.Config) { c.Reversals = actions.Policy{actions.AnyRefund} })
 		b.settleEvent(t, paidEUR("evt_paid_any", "pi_w4"))
 		_, err := b.svc.Accept(b.ctx, refundEUR("evt_part_any", "pi_w4", "re_1", 100))
 		require.NoError(t, err)

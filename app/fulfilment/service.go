@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/guardian-pay/guardian/app/actions"
 	"github.com/guardian-pay/guardian/app/batch"
 	"github.com/guardian-pay/guardian/app/connector"
 	"github.com/guardian-pay/guardian/app/filter"
@@ -63,12 +64,21 @@ type Config struct {
 	Enqueuer Enqueuer
 	// Logger receives one line per transition. Required.
 	Logger *slog.Logger
-	// Connector performs the action. Required to dispatch; an intake-only
-	// process may leave it nil.
+	// Actions are what purchases pay for and the routes that say which
+	// (app/actions), with Performers performing each by name. Nil is the
+	// one action of a deployment without an actions file,
+	// actions.Fulfil, performed by Connector and Looker under Reversals.
+	Actions    *actions.Set
+	Performers map[string]Performer
+	// Connector performs the one action when Actions is nil. Required to
+	// dispatch; an intake-only process may leave it nil.
 	Connector connector.Connector
-	// Looker, when set, lets Reconcile resolve parked fulfilments by asking
-	// the connector. Nil leaves them to operators.
+	// Looker, when set, lets Reconcile resolve the one action's parked
+	// fulfilments by asking the connector. Nil leaves them to operators.
 	Looker connector.Looker
+	// Mode is the money the deployment serves: the mode of a purchase
+	// whose event does not say (provider.PurchaseOf). Zero is live.
+	Mode provider.Mode
 	// Filter is the optional duplicate filter in front of intake.
 	Filter filter.Filter
 	// Mappers, by provider name, apply each provider's payment rules to a
@@ -78,13 +88,14 @@ type Config struct {
 	// Metrics counts transitions, dispatches and filter errors; nil counts
 	// nothing.
 	Metrics *metrics.Metrics
-	// Reversals is what a refund or dispute takes a fulfilled payment back
-	// for. Nil is DefaultReversalPolicy; an empty policy takes nothing
-	// back.
-	Reversals ReversalPolicy
+	// Reversals is what a refund or dispute takes the one action back for
+	// when Actions is nil. Nil is actions.DefaultPolicy; an empty policy
+	// takes nothing back.
+	Reversals actions.Policy
 
 	// ConnectorTimeout bounds one connector call, measured from before the
-	// claim. Defaults to DefaultConnectorTimeout.
+	// claim: the one action's, or with Actions the longest of the
+	// performers' (set by New). Defaults to DefaultConnectorTimeout.
 	ConnectorTimeout time.Duration
 	// DispatchLease is how long a fulfilment may stay dispatching before the
 	// sweep parks it. It must exceed ConnectorTimeout plus RecordMargin.
@@ -125,6 +136,11 @@ type Config struct {
 // resolution. It is safe for concurrent use.
 type Service struct {
 	cfg Config
+	// performers perform each action of cfg.Actions, by name; timeouts
+	// are their call timeouts, and asks names the actions with a lookup.
+	performers map[string]Performer
+	timeouts   map[string]time.Duration
+	asks       []string
 	// intake gathers concurrent deliveries into transactions; nil with
 	// Batch 1.
 	intake *batch.Gatherer[*acceptCall]
@@ -138,7 +154,11 @@ type Service struct {
 func New(cfg Config) (*Service, error) {
 	cfg.ConnectorTimeout = cmp.Or(cfg.ConnectorTimeout, DefaultConnectorTimeout)
 	if cfg.Reversals == nil {
-		cfg.Reversals = DefaultReversalPolicy
+		cfg.Reversals = actions.DefaultPolicy
+	}
+	performers, err := performersOf(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("fulfilment: %w", err)
 	}
 	cfg.DispatchLease = cmp.Or(cfg.DispatchLease, DefaultDispatchLease)
 	cfg.ReconcileGrace = cmp.Or(cfg.ReconcileGrace, DefaultReconcileGrace)
@@ -156,7 +176,13 @@ func New(cfg Config) (*Service, error) {
 	case cfg.LookupTimeout > MaxLookupTimeout:
 		return nil, fmt.Errorf("fulfilment: lookup timeout %s exceeds %s", cfg.LookupTimeout, MaxLookupTimeout)
 	}
-	s := &Service{cfg: cfg}
+	s := &Service{cfg: cfg, performers: performers, timeouts: map[string]time.Duration{}}
+	for _, name := range cfg.Actions.Names() {
+		s.timeouts[name] = performers[name].Timeout
+		if performers[name].Looker != nil {
+			s.asks = append(s.asks, name)
+		}
+	}
 	if cfg.Batch != 1 {
 		size, writers := cmp.Or(cfg.Batch, DefaultBatch), cmp.Or(cfg.BatchWriters, DefaultBatchWriters)
 		s.intake = &batch.Gatherer[*acceptCall]{Write: s.writeBatch, MaxBatch: size, MaxWriters: writers}
@@ -205,8 +231,58 @@ func (s *Service) ConnectorTimeout() time.Duration { return s.cfg.ConnectorTimeo
 // parks it; River's stuck-job rescue uses the same span.
 func (s *Service) DispatchLease() time.Duration { return s.cfg.DispatchLease }
 
-// Reconciles reports whether Reconcile can ask anyone: a Looker is set.
-func (s *Service) Reconciles() bool { return s.cfg.Looker != nil }
+// Reconciles reports whether Reconcile can ask anyone: an action has a
+// lookup.
+func (s *Service) Reconciles() bool { return len(s.asks) > 0 }
+
+// Actions are the deployment's actions and routes.
+func (s *Service) Actions() *actions.Set { return s.cfg.Actions }
+
+// Performer performs one action: its connector, its lookup (nil: parked
+// rows of the action wait for an operator) and its call timeout.
+type Performer struct {
+	Connector connector.Connector
+	Looker    connector.Looker
+	// Timeout bounds one call. Defaults to Config.ConnectorTimeout.
+	Timeout time.Duration
+}
+
+// performersOf completes cfg's actions and their performers: the one
+// action over Connector and Looker when cfg names none, each performer's
+// timeout defaulted, and ConnectorTimeout the longest, which the lease
+// and grace are checked against. An action without a performer is an
+// error.
+func performersOf(cfg *Config) (map[string]Performer, error) {
+	if cfg.Actions == nil {
+		cfg.Actions = actions.Default(actions.Receiver{Timeout: cfg.ConnectorTimeout}, cfg.Reversals)
+		cfg.Performers = map[string]Performer{actions.Fulfil: {Connector: cfg.Connector, Looker: cfg.Looker, Timeout: cfg.ConnectorTimeout}}
+	}
+	out := make(map[string]Performer, len(cfg.Performers))
+	longest := time.Duration(0)
+	for _, name := range cfg.Actions.Names() {
+		p, ok := cfg.Performers[name]
+		if !ok {
+			return nil, fmt.Errorf("action %q has no performer", name)
+		}
+		p.Timeout = cmp.Or(p.Timeout, cfg.ConnectorTimeout)
+		longest = max(longest, p.Timeout)
+		out[name] = p
+	}
+	cfg.ConnectorTimeout = longest
+	return out, nil
+}
+
+// performer returns the performer of the action named, if this process
+// performs it.
+func (s *Service) performer(name string) (Performer, bool) {
+	p, ok := s.performers[name]
+	return p, ok
+}
+
+// looker returns the lookup of the action named, or nil.
+func (s *Service) looker(name string) connector.Looker {
+	return s.performers[name].Looker
+}
 
 // Batching defaults.
 const (

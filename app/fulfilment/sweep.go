@@ -64,9 +64,10 @@ func (s *Service) ParkStale(ctx context.Context, actor string, lease lock.Lease)
 // TakeBackReversed takes back the reversed payments whose fulfilment
 // settled since its last round (or all of them, once an hour): a pending
 // fulfilment of a reversed payment is stopped (reversedPending), a
-// fulfilled one gets its revocation.
+// fulfilled one gets its revocation (per action, by its policy).
 func (s *Service) TakeBackReversed(ctx context.Context, actor string, lease lock.Lease) (int, error) {
-	var stopped, revoking []string
+	var stopped map[state.State][]string
+	var revoking []string
 	err := s.fenced(ctx, lease, func(tx pgx.Tx) (err error) {
 		stopped, revoking, err = s.sweepTakeBack(ctx, tx, actor)
 		return err
@@ -74,16 +75,19 @@ func (s *Service) TakeBackReversed(ctx context.Context, actor string, lease lock
 	if err != nil {
 		return 0, err
 	}
-	to, _ := s.reversedPending()
-	s.cfg.Metrics.Transition(state.Pending, to, len(stopped))
-	s.cfg.Metrics.Transition("", state.Pending, len(revoking))
-	for _, id := range stopped {
-		s.cfg.Logger.InfoContext(ctx, "sweep: payment reversed before its fulfilment went out; not sent", "fulfilment_id", id, "state", to)
+	n := len(revoking)
+	for to, ids := range stopped {
+		n += len(ids)
+		s.cfg.Metrics.Transition(state.Pending, to, len(ids))
+		for _, id := range ids {
+			s.cfg.Logger.InfoContext(ctx, "sweep: payment reversed before its fulfilment went out; not sent", "fulfilment_id", id, "state", to)
+		}
 	}
+	s.cfg.Metrics.Transition("", state.Pending, len(revoking))
 	for _, id := range revoking {
 		s.cfg.Logger.InfoContext(ctx, "sweep: fulfilled payment reversed; revocation created", "fulfilment_id", id)
 	}
-	return len(stopped) + len(revoking), nil
+	return n, nil
 }
 
 // RequeueStranded gives the pending fulfilments that have no live

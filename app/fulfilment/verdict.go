@@ -56,4 +56,7 @@ const (
 	// CheckNotReached: the request's time ran out first; the reconciler
 	// will look it up in its own time.
 	CheckNotReached Verdict = "not_reached"
+	// CheckNoLookup: the fulfilment's action has no lookup here; nothing
+	// was asked.
+	CheckNoLookup Verdict = "no_lookup"
 )

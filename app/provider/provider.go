@@ -57,6 +57,10 @@ type Event struct {
 	// nil where it does not say. A refund's share of the payment is
 	// measured against it.
 	Paid *Money
+	// Purchase is what a paid event says was bought, where the provider
+	// reads more than PurchaseOf's base (provider, payment, amount); nil
+	// otherwise.
+	Purchase *Purchase
 	// Reversal is set when the event refunds or disputes a payment, by the
 	// provider's rules (a refund that did not go through is not one); nil
 	// otherwise.

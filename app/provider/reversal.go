@@ -28,7 +28,7 @@ const (
 // provider's rules (docs/design.md, the reversal table): which payment,
 // refund or dispute, whole or in part, and where a dispute stands. Whether
 // it takes the fulfilment back is the deployment's policy
-// (fulfilment.ReversalPolicy), not the provider's.
+// (actions.Policy), not the provider's.
 type Reversal struct {
 	// PaymentID is the payment reversed, named as the provider's paying
 	// event names it (Stripe: the payment intent).

@@ -148,8 +148,80 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 	}
 	if ev.PaymentID != "" {
 		ev.Paid = stripePaid(object)
+		ev.Purchase = stripePurchase(ev, env, object)
 	}
 	return ev, nil
+}
+
+// stripePurchase reads what a paying object says was bought: its
+// metadata, customer, kind and, for an invoice, its lines. A Checkout
+// Session's event lists no line items (Stripe sends them only through its
+// API), so a session's items are empty.
+func stripePurchase(ev Event, env, object map[string]any) *Purchase {
+	p := basePurchase(ev)
+	p.Metadata = metadata(object["metadata"])
+	if live, ok := env["livemode"].(bool); ok {
+		p.Mode = string(map[bool]Mode{true: ModeLive, false: ModeTest}[live])
+	}
+	c := &Customer{ID: text(object["customer"])}
+	if details, ok := object["customer_details"].(map[string]any); ok {
+		c.Email = text(details["email"])
+	}
+	c.Email = cmp.Or(c.Email, text(object["customer_email"]), text(object["receipt_email"]))
+	if *c != (Customer{}) {
+		p.Customer = c
+	}
+	switch object["object"] {
+	case "checkout.session":
+		switch object["mode"] {
+		case "payment":
+			p.Kind = OneTime
+		case "subscription":
+			p.Kind = SubscriptionStart
+		}
+	case "payment_intent":
+		// An invoice's payment intent names it; one that names none was
+		// paid on its own.
+		if _, ok := object["invoice"]; !ok || object["invoice"] == nil {
+			p.Kind = OneTime
+		}
+	case "invoice":
+		switch object["billing_reason"] {
+		case "subscription_cycle":
+			p.Kind = Renewal
+		case "manual":
+			p.Kind = OneTime
+		}
+		p.Items = stripeInvoiceLines(object)
+	}
+	return p
+}
+
+// stripeInvoiceLines are an invoice's lines as purchase items: each line's
+// price id, its product and quantity.
+func stripeInvoiceLines(object map[string]any) []Item {
+	lines, _ := object["lines"].(map[string]any)
+	data, _ := lines["data"].([]any)
+	var items []Item
+	for _, l := range data {
+		line, _ := l.(map[string]any)
+		if line == nil || len(items) == maxPurchaseItems {
+			continue
+		}
+		it := Item{Quantity: quantity(line["quantity"])}
+		if price, ok := line["price"].(map[string]any); ok {
+			it.Price, it.Product = text(price["id"]), text(price["product"])
+		}
+		if pricing, ok := line["pricing"].(map[string]any); ok && it.Price == "" {
+			// API 2025-03-31 and later: pricing.price_details.
+			details, _ := pricing["price_details"].(map[string]any)
+			it.Price, it.Product = text(details["price"]), text(details["product"])
+		}
+		if it.Price != "" || it.Product != "" {
+			items = append(items, it)
+		}
+	}
+	return items
 }
 
 // stripePaid is what a paying object says was paid, in minor units: a

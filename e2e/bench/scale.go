@@ -73,9 +73,9 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 			 FROM scale_payment, (VALUES ('p', 'payment_intent.succeeded'), ('c', 'checkout.session.completed')) v(k, t)
 			 ORDER BY g, k`, []any{scaleRetention.Seconds(), body}},
 			// One in a hundred refunded in full, a day later.
-			{`INSERT INTO webhook_event (provider, event_id, event_type, payment_id, first_seen_at, last_seen_at, body, pruned_at, reversal, reverses)
+			{`INSERT INTO webhook_event (provider, event_id, event_type, payment_id, first_seen_at, last_seen_at, body, pruned_at, reversal, reverses, revokes)
 			 SELECT provider, 'evt_r' || substr(md5('r' || g), 1, 24), 'charge.refunded', pay, at + interval '1 day', at + interval '1 day',
-			        '', at + make_interval(secs => $1), 'refund', pay
+			        '', at + make_interval(secs => $1), 'refund', pay, '{fulfil}'
 			 FROM scale_payment WHERE g % 100 = 13`, []any{scaleRetention.Seconds()}},
 			// Each payment's fulfilment, the refunded ones' revocations, and
 			// their transitions.
@@ -294,7 +294,7 @@ func measureTakeBack(ctx context.Context, pool *pgxpool.Pool) (round, full stats
 			tx, err := pool.Begin(ctx)
 			check(err)
 			start := time.Now()
-			_, err = db.MoveReversedPending(ctx, tx, "bench", nil, state.Cancelled, "payment reversed before it went out: never sent")
+			_, err = db.MoveReversedPending(ctx, tx, "bench", nil, nil, state.Cancelled, "payment reversed before it went out: never sent")
 			check(err)
 			check(revocations(tx))
 			ms = append(ms, float64(time.Since(start).Microseconds())/1000)

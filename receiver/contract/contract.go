@@ -56,7 +56,16 @@ type Body struct {
 	EventType      string `json:"event_type"`
 	// Action is "revoke" for taking a payment back; absent for a
 	// fulfilment, so a fulfilment's body is what it always was.
-	Action  string          `json:"action,omitempty"`
+	Action string `json:"action,omitempty"`
+	// ActionName names what the purchase pays for that this request
+	// performs or takes back ("licence", "welcome_email": the actions file
+	// names them); Purchase is the purchase in one shape whatever the
+	// provider (docs/receivers.md). Both are absent for a deployment
+	// without an actions file, whose bodies are what they always were.
+	ActionName string          `json:"action_name,omitempty"`
+	Purchase   json.RawMessage `json:"purchase,omitempty"`
+	// Payload is the provider's signed event, byte for byte. It is last:
+	// Guardian writes it after the rest (connector.EncodeRequest).
 	Payload json.RawMessage `json:"payload"`
 }
 

@@ -1,6 +1,8 @@
 // Command example is a receiver built on Guardian's receiver kit
 // (receiver): it grants one licence per paid payment, in its own
-// Postgres, exactly once.
+// Postgres, exactly once. It can be the only action (the connector URL)
+// or one action of an actions file (docs/actions.md): it records which
+// action sent it, and the course the purchase's metadata names.
 //
 //	RECEIVER_DATABASE_URL=postgres://... RECEIVER_SECRET=whsec_... RECEIVER_ADDR=127.0.0.1:8081 go run ./receiver/example
 //
@@ -78,7 +80,9 @@ CREATE TABLE IF NOT EXISTS licence (
     payment_id      text        NOT NULL,
     granted_at      timestamptz NOT NULL DEFAULT now()
 );
-ALTER TABLE licence ADD COLUMN IF NOT EXISTS revoked_at timestamptz`
+ALTER TABLE licence ADD COLUMN IF NOT EXISTS revoked_at timestamptz;
+ALTER TABLE licence ADD COLUMN IF NOT EXISTS action_name text;
+ALTER TABLE licence ADD COLUMN IF NOT EXISTS course text`
 
 // newServer migrates the kit's table and the licence table, and returns
 // the receiver's routes: POST /fulfil and GET /lookup/{key}.
@@ -114,6 +118,15 @@ func grant(ctx context.Context, tx pgx.Tx, d receiver.Delivery) error {
 		}
 		return err
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO licence (idempotency_key, provider, payment_id) VALUES ($1, $2, $3)`, d.IdempotencyKey, d.Provider, d.PaymentID)
+	// With an actions file, the body names the action and carries the
+	// purchase: what was bought, in one shape whatever the provider.
+	var course *string
+	if p, ok := d.PurchaseOf(); ok {
+		if c, ok := p.Metadata["course"]; ok {
+			course = &c
+		}
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO licence (idempotency_key, provider, payment_id, action_name, course) VALUES ($1, $2, $3, NULLIF($4, ''), $5)`,
+		d.IdempotencyKey, d.Provider, d.PaymentID, d.ActionName, course)
 	return err
 }

@@ -130,3 +130,17 @@ func TestExampleRevokesOnce(t *testing.T) {
 	require.Equal(t, state.Declined, c.Fulfil(context.Background(), never).Outcome)
 	require.Zero(t, d.Count(t, `SELECT count(*) FROM licence WHERE payment_id = 'pi_never'`))
 }
+
+// TestExampleIsOneActionOfMany: a body that names its action and carries
+// the purchase (a Guardian with an actions file) is read by the kit, and
+// the licence records both.
+func TestExampleIsOneActionOfMany(t *testing.T) {
+	t.Parallel()
+	d, c := setup(t)
+	req := connector.Request{Key: "gk1_example0000000000000000000000000009", Provider: "paddle", PaymentID: "txn_1", EventID: "evt_9",
+		EventType: "transaction.completed", ActionName: "licence",
+		Purchase: json.RawMessage(`{"provider":"paddle","id":"txn_1","kind":"one_time","metadata":{"course":"go-101"},"mode":"live"}`),
+		Payload:  json.RawMessage(`{"id":"evt_9"}`)}
+	require.Equal(t, state.Done, c.Fulfil(context.Background(), req).Outcome)
+	require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM licence WHERE payment_id = 'txn_1' AND action_name = 'licence' AND course = 'go-101'`))
+}
