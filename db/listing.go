@@ -24,6 +24,8 @@ type ListParams struct {
 	EventID   string
 	// Type is the event type of the fulfilment's event.
 	Type string
+	// Action is the action of the purchase the rows perform ("licence").
+	Action string
 	// PaymentPrefix and EventPrefix find ids that start with them: pi_demo
 	// finds pi_demo_0622f7f2.
 	PaymentPrefix, EventPrefix string
@@ -63,10 +65,11 @@ func ListFulfilments(ctx context.Context, q DBTX, p ListParams) ([]Fulfilment, s
 		  AND ($10 = '' OR e.event_type = $10)
 		  AND ($11 = '' OR (`+prefixMatch("e.payment_id", "$11")+`))
 		  AND ($12 = '' OR (`+prefixMatch("e.event_id", "$12")+`))
+		  AND ($13 = '' OR f.action_name = $13)
 		ORDER BY f.created_at, f.id
 		LIMIT $9`,
 		p.State, p.Provider, p.PaymentID, p.EventID, nullTime(p.Since), nullTime(p.Until), nullTime(afterTime), nullUUID(afterID), limit+1,
-		p.Type, p.PaymentPrefix, p.EventPrefix)
+		p.Type, p.PaymentPrefix, p.EventPrefix, p.Action)
 	if err != nil {
 		return nil, "", wrap("list fulfilments", err)
 	}

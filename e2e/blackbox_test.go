@@ -106,7 +106,7 @@ func TestDeliveriesBecomeOneFulfilmentEach(t *testing.T) {
 	require.Equal(t, 20, d.Count(t, `SELECT count(*) FROM webhook_event WHERE provider = 'adyen'`), "each item stored once")
 	require.Equal(t, 1.0, m[`guardian_deliveries_total{outcome="rejected_signature",provider="stripe"}`])
 	require.Equal(t, 121.0, m[`guardian_intake_duration_seconds_count{provider="stripe"}`])
-	require.Equal(t, 60.0, m[`guardian_dispatches_total{outcome="done"}`])
+	require.Equal(t, 60.0, m[`guardian_dispatches_total{action="fulfil",outcome="done"}`])
 	require.Equal(t, 60.0, m[`guardian_transitions_total{from="pending",to="dispatching"}`])
 	require.Equal(t, 60.0, m[`guardian_transitions_total{from="dispatching",to="fulfilled"}`])
 	require.Equal(t, 60.0, m[`guardian_transitions_total{from="none",to="pending"}`])

@@ -154,8 +154,8 @@ func TestOperatorCLI(t *testing.T) {
 
 	require.Equal(t, map[string]int{d.Fulfilment(t, id).Key: 1}, conn.snapshot(), "the connector was called once, under the payment's key")
 	m := g.scrape(t)
-	require.Equal(t, 1.0, m[`guardian_connector_errors_total{class="5xx"}`])
-	require.Equal(t, 1.0, m[`guardian_dispatches_total{outcome="unknown"}`])
+	require.Equal(t, 1.0, m[`guardian_connector_errors_total{action="fulfil",class="5xx"}`])
+	require.Equal(t, 1.0, m[`guardian_dispatches_total{action="fulfil",outcome="unknown"}`])
 	require.Equal(t, 1.0, m[`guardian_transitions_total{from="needs_reconciliation",to="fulfilled"}`], "the operator's resolution is counted")
 	g.stop(t)
 }

@@ -418,7 +418,7 @@ func TestAlertRulesFireOnAnUnhealthyGuardian(t *testing.T) {
 
 	bench := newRuleBench(t)
 	forged := []byte(`{"id":"evt_forged","object":"event","type":"checkout.session.completed"}`)
-	notDelivered := `guardian_dispatches_total{outcome="not_delivered"}`
+	notDelivered := `guardian_dispatches_total{action="fulfil",outcome="not_delivered"}`
 	for round := range 18 {
 		for range 2 {
 			require.Equal(t, http.StatusBadRequest, g.post(t, "/webhooks/stripe", providertest.SignStripe(forged, "whsec_not_the_endpoint_secret_at_all_0123", time.Now()), forged))

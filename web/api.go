@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/guardian-pay/guardian/app/actions"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
@@ -108,9 +109,12 @@ func (s *Server) listFulfilments(c echo.Context) (FulfilmentList, error) {
 		return FulfilmentList{}, err
 	}
 	p := db.ListParams{
-		State: state.State(q.Get("state")), Provider: lf.Provider, PaymentID: q.Get("payment_id"), EventID: q.Get("event_id"),
+		State: state.State(q.Get("state")), Provider: lf.Provider, PaymentID: q.Get("payment_id"), EventID: q.Get("event_id"), Action: q.Get("action"),
 		Type: lf.Type, PaymentPrefix: lf.PaymentPrefix, EventPrefix: lf.EventPrefix,
 		Since: lf.Since, Until: lf.Until, Limit: lf.Limit, Cursor: lf.Cursor,
+	}
+	if p.Action != "" && !actions.ValidName(p.Action) {
+		return FulfilmentList{}, &HTTPError{Code: http.StatusBadRequest, Msg: "action is not an action's name"}
 	}
 	if p.State != "" {
 		if _, err := state.Parse(string(p.State)); err != nil {
@@ -172,6 +176,19 @@ type FulfilmentDetail struct {
 	Event       Event        `json:"event"`
 	Transitions []Transition `json:"transitions"`
 	Checks      []Check      `json:"checks"`
+	// Purchase is the payment's purchase: the actions it pays for, as
+	// routed when it was first recorded as paid, and every row of the
+	// payment, each action's and each direction's.
+	Purchase PurchaseActions `json:"purchase"`
+}
+
+// PurchaseActions is what a purchase pays for and where each action
+// stands.
+type PurchaseActions struct {
+	// Actions are the actions recorded with the purchase; absent for a
+	// payment recorded before actions existed (its one action is fulfil).
+	Actions     []string     `json:"actions,omitempty"`
+	Fulfilments []Fulfilment `json:"fulfilments"`
 }
 
 func (s *Server) apiGetFulfilment(c echo.Context) error {
@@ -193,9 +210,19 @@ func (s *Server) fulfilmentDetail(c echo.Context, id string) (FulfilmentDetail, 
 	if err != nil {
 		return FulfilmentDetail{}, storageError(err)
 	}
+	ctx, pool := c.Request().Context(), s.cfg.Store.Pool()
+	rows, err := db.FulfilmentsByPayment(ctx, pool, h.Fulfilment.Provider, h.Fulfilment.PaymentID)
+	if err != nil {
+		return FulfilmentDetail{}, storageError(err)
+	}
+	routed, _, err := db.PurchaseActions(ctx, pool, db.Payment{Provider: h.Fulfilment.Provider, PaymentID: h.Fulfilment.PaymentID})
+	if err != nil {
+		return FulfilmentDetail{}, storageError(err)
+	}
 	return FulfilmentDetail{
 		Fulfilment: apiFulfilment(h.Fulfilment), Event: apiEvent(h.Event),
 		Transitions: apiList(h.Transitions, apiTransition), Checks: apiList(h.Checks, apiCheck),
+		Purchase: PurchaseActions{Actions: routed, Fulfilments: apiList(rows, apiFulfilment)},
 	}, nil
 }
 

@@ -37,6 +37,8 @@ type BulkItem struct {
 	Error string `json:"error,omitempty"`
 	// FulfilmentID is the fulfilment a retry created.
 	FulfilmentID string `json:"fulfilment_id,omitempty"`
+	// ActionName is the action of the fulfilment named, where it was found.
+	ActionName string `json:"action_name,omitempty"`
 }
 
 // bulkAction names a bulk action and what applies it.
@@ -101,7 +103,7 @@ func (s *Server) bulk(c echo.Context, a bulkAction, ids []string) (BulkAnswer, e
 	}
 	out := BulkAnswer{Results: make([]BulkItem, len(rs))}
 	for i, r := range rs {
-		out.Results[i] = BulkItem{ID: r.ID, Result: string(r.Verdict), FulfilmentID: r.FulfilmentID}
+		out.Results[i] = BulkItem{ID: r.ID, Result: string(r.Verdict), FulfilmentID: r.FulfilmentID, ActionName: r.ActionName}
 		if r.Verdict == fulfilment.BulkFailed {
 			out.Results[i].Error = "not changed: storage unavailable; try this one again"
 		}

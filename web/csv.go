@@ -20,10 +20,12 @@ func writeFulfilmentsCSV(c echo.Context, list FulfilmentList) error {
 			dispatched = stampNano(*f.DispatchedAt)
 		}
 		rows[i] = []string{f.ID, cell(f.Provider), cell(f.PaymentID), string(f.State), strconv.Itoa(f.Attempt),
-			stampNano(f.CreatedAt), stampNano(f.UpdatedAt), dispatched, strconv.Itoa(f.Checks)}
+			stampNano(f.CreatedAt), stampNano(f.UpdatedAt), dispatched, strconv.Itoa(f.Checks), f.ActionName, string(f.Action)}
 	}
 	return writeCSV(c, "fulfilments.csv", list.NextCursor,
-		[]string{"id", "provider", "payment_id", "state", "attempt", "created_at", "updated_at", "dispatched_at", "checks"}, rows)
+		// The action's columns are last: readers of the older columns by
+		// position read what they always read.
+		[]string{"id", "provider", "payment_id", "state", "attempt", "created_at", "updated_at", "dispatched_at", "checks", "action_name", "action"}, rows)
 }
 
 // writeEventsCSV answers an event listing as CSV, one row per event,

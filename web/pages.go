@@ -110,7 +110,7 @@ func (s *Server) handleOverview(c echo.Context) error {
 
 func (s *Server) handleQueue(c echo.Context) error {
 	fs, next, err := db.ListFulfilments(c.Request().Context(), s.cfg.Store.Pool(), db.ListParams{
-		State: state.NeedsReconciliation, Limit: 100, Cursor: c.QueryParam("cursor"),
+		State: state.NeedsReconciliation, Limit: 100, Cursor: c.QueryParam("cursor"), Action: c.QueryParam("action"),
 	})
 	if errors.Is(err, db.ErrBadCursor) {
 		return &HTTPError{Code: http.StatusBadRequest, Msg: "invalid cursor"}
@@ -204,7 +204,7 @@ func uniqueBy[T any](in []T, key func(T) string) []T {
 }
 
 // listKeys are the query parameters a list page keeps from page to page.
-var listKeys = []string{"state", "provider", "type", "payment_prefix", "event_prefix", "since", "until", "unmapped"}
+var listKeys = []string{"state", "action", "provider", "type", "payment_prefix", "event_prefix", "since", "until", "unmapped"}
 
 // listPage is what the list pages share: the filters the query set, the
 // providers to choose from, and the next page's address.
@@ -227,7 +227,7 @@ func (s *Server) listPage(c echo.Context, path, nextCursor string) map[string]an
 		}
 		next = path + "?" + with.Encode()
 	}
-	return map[string]any{"Providers": providers, "F": filters, "Query": filters.Encode(), "Next": next}
+	return map[string]any{"Providers": providers, "Actions": s.cfg.Service.Actions().Names(), "F": filters, "Query": filters.Encode(), "Next": next}
 }
 
 // handleListPage lists fulfilments by state, provider, event type, id
@@ -287,11 +287,28 @@ func (s *Server) handleFulfilmentPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p := page{Title: "Fulfilment " + d.Fulfilment.ID, Data: d}
+	p := page{Title: "Fulfilment " + d.Fulfilment.ID, Data: s.fulfilmentPage(d)}
 	if c.QueryParam("resolved") != "" {
 		p.Flash = "Resolved: the fulfilment is now " + string(d.Fulfilment.State) + ". The audit entry is at the end of the timeline."
 	}
 	return s.render(c, http.StatusOK, "fulfilment", p)
+}
+
+// fulfilmentPage is a fulfilment's page: its detail, and where each of
+// its purchase's actions is performed (by action name; an action no
+// longer configured has none).
+type fulfilmentPage struct {
+	FulfilmentDetail
+	Receivers map[string]string
+}
+
+// fulfilmentPage is d as its page shows it.
+func (s *Server) fulfilmentPage(d FulfilmentDetail) fulfilmentPage {
+	receivers := map[string]string{}
+	for _, a := range s.cfg.Service.Actions().Actions {
+		receivers[a.Name] = a.Receiver.URL
+	}
+	return fulfilmentPage{FulfilmentDetail: d, Receivers: receivers}
 }
 
 // resolveIntent is what a confirmation token is bound to.
@@ -321,7 +338,7 @@ func (s *Server) handleResolveAsk(c echo.Context) error {
 	}
 	res := fulfilment.Resolution{FulfilmentID: intent.FulfilmentID, Attempt: intent.Attempt, To: state.State(intent.Resolution), Operator: sess.Operator, Reason: intent.Reason, Evidence: intent.Evidence}
 	if err := res.Validate(); err != nil {
-		return s.render(c, http.StatusBadRequest, "fulfilment", page{Title: "Fulfilment " + d.Fulfilment.ID, Data: d, Error: err.Error()})
+		return s.render(c, http.StatusBadRequest, "fulfilment", page{Title: "Fulfilment " + d.Fulfilment.ID, Data: s.fulfilmentPage(d), Error: err.Error()})
 	}
 	token, err := s.askConfirmation(c.Request().Context(), resolvePurpose, intent)
 	if err != nil {
@@ -366,7 +383,7 @@ func (s *Server) renderFulfilmentError(c echo.Context, id string, code int, msg 
 	if err != nil {
 		return err
 	}
-	return s.render(c, code, "fulfilment", page{Title: "Fulfilment " + id, Data: d, Error: msg})
+	return s.render(c, code, "fulfilment", page{Title: "Fulfilment " + id, Data: s.fulfilmentPage(d), Error: msg})
 }
 
 func (s *Server) handleEventPage(c echo.Context) error {

@@ -22,6 +22,10 @@ type BulkResult struct {
 	Verdict Verdict
 	// FulfilmentID is the fulfilment a retry created.
 	FulfilmentID string
+	// ActionName is the action of the fulfilment named, where it was
+	// found: a bulk move on a page of several actions says which each
+	// result is about.
+	ActionName string
 }
 
 // ErrTooMany means a bulk action named more than MaxBulk fulfilments, or
@@ -107,6 +111,7 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 		if err != nil {
 			return err
 		}
+		r.ActionName = f.ActionName
 		if f.State != state.Failed {
 			r.Verdict = RetryNotFailed
 			return nil
@@ -179,6 +184,7 @@ func (s *Service) Recheck(ctx context.Context, ids []string, operator string) ([
 	for i, id := range ids {
 		out[i].ID = id
 		g, ok := byID[id]
+		out[i].ActionName = g.ActionName
 		switch {
 		case !ok:
 			out[i].Verdict = BulkNotFound

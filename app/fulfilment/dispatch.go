@@ -113,7 +113,7 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 		call.ActionName, call.Purchase = claimed.ActionName, in.Purchase
 	}
 	res := perf.Connector.Fulfil(callCtx, call)
-	s.cfg.Metrics.Dispatch(res.Outcome, errorClass(res), time.Since(start).Seconds())
+	s.cfg.Metrics.Dispatch(claimed.ActionName, res.Outcome, errorClass(res), time.Since(start).Seconds())
 	out := DispatchResult{Called: true, Attempt: claimed.Attempt, Outcome: res.Outcome}
 	out.State, err = s.record(ctx, log, claimed, res, req.Actor)
 	return out, err

@@ -63,17 +63,17 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 		}, []string{"from", "to"}),
 		dispatchSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "guardian_dispatch_duration_seconds",
-			Help:    "Connector call duration by outcome.",
+			Help:    "Connector call duration by action and outcome.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"outcome"}),
+		}, []string{"action", "outcome"}),
 		dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guardian_dispatches_total",
-			Help: "Connector calls by outcome: done, not_sent, not_delivered, rejected, unknown.",
-		}, []string{"outcome"}),
+			Help: "Connector calls by action and outcome: done, not_sent, not_delivered, rejected, unknown.",
+		}, []string{"action", "outcome"}),
 		connectorErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guardian_connector_errors_total",
-			Help: "Connector calls that did not end in a 2xx, by class (timeout, reset, 5xx, 4xx, refused, ...).",
-		}, []string{"class"}),
+			Help: "Connector calls that did not end in a 2xx, by action and class (timeout, reset, 5xx, 4xx, refused, ...).",
+		}, []string{"action", "class"}),
 		filterErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guardian_filter_errors_total",
 			Help: "Redis duplicate-filter calls that failed and fell back to Postgres, by operation (check, mark).",
@@ -172,16 +172,18 @@ func (m *Metrics) Transition(from, to state.State, n int) {
 	m.transitions.WithLabelValues(cmp.Or(string(from), "none"), string(to)).Add(float64(n))
 }
 
-// Dispatch counts one connector call by outcome, and its error class when it
-// did not succeed.
-func (m *Metrics) Dispatch(outcome state.Outcome, class string, seconds float64) {
+// Dispatch counts one connector call of an action by outcome, and its
+// error class when it did not succeed. The action label is bounded: its
+// values are the names of the actions file (app/actions), "fulfil"
+// without one.
+func (m *Metrics) Dispatch(action string, outcome state.Outcome, class string, seconds float64) {
 	if m == nil {
 		return
 	}
-	m.dispatches.WithLabelValues(outcome.String()).Inc()
-	m.dispatchSeconds.WithLabelValues(outcome.String()).Observe(seconds)
+	m.dispatches.WithLabelValues(action, outcome.String()).Inc()
+	m.dispatchSeconds.WithLabelValues(action, outcome.String()).Observe(seconds)
 	if outcome != state.Done && class != "" {
-		m.connectorErrors.WithLabelValues(closedClass(class)).Inc()
+		m.connectorErrors.WithLabelValues(action, closedClass(class)).Inc()
 	}
 }
 

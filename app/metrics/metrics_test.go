@@ -111,10 +111,10 @@ func TestConnectorErrorClassesAreClosed(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, nil, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	m.Dispatch(state.Unknown, "dial tcp: lookup ledger.internal.corp: no such host", 0.1)
-	m.Dispatch(state.Unknown, "timeout", 0.1)
-	m.Dispatch(state.Declined, "4xx", 0.1)
-	require.Equal(t, map[string]float64{`class="4xx"`: 1, `class="other"`: 1, `class="timeout"`: 1}, series(t, reg, "guardian_connector_errors_total"))
+	m.Dispatch("fulfil", state.Unknown, "dial tcp: lookup ledger.internal.corp: no such host", 0.1)
+	m.Dispatch("fulfil", state.Unknown, "timeout", 0.1)
+	m.Dispatch("fulfil", state.Declined, "4xx", 0.1)
+	require.Equal(t, map[string]float64{`action="fulfil",class="4xx"`: 1, `action="fulfil",class="other"`: 1, `action="fulfil",class="timeout"`: 1}, series(t, reg, "guardian_connector_errors_total"))
 }
 
 // series returns name's values by their labels (k="v",...).

@@ -1,0 +1,68 @@
+package web_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/actions"
+	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/web"
+)
+
+// TestOperatorsSeeActions: the actions and routes read-only under the API,
+// a payment's every action on its fulfilment's detail, and listings
+// filtered by action.
+func TestOperatorsSeeActions(t *testing.T) {
+	t.Parallel()
+	set := &actions.Set{Source: "routes.yaml", Digest: "d1",
+		Actions: []actions.Action{
+			{Name: "licence", TakeBack: actions.DefaultPolicy, Receiver: actions.Receiver{URL: "https://lms.example/g", SecretEnv: "LICENCE_SECRET", Secrets: []string{"whsec_never_shown"}, Timeout: time.Second}},
+			{Name: "welcome_email", TakeBack: actions.Policy{}, Receiver: actions.Receiver{URL: "https://mail.example/g", Timeout: time.Second}},
+		},
+		Routes: []actions.Route{{Name: "all", Actions: []string{"licence", "welcome_email"}}},
+	}
+	b := setup(t, setupOpts{fulfilment: func(c *fulfilment.Config) {
+		c.Actions, c.Performers = set, map[string]fulfilment.Performer{"licence": {Connector: c.Connector}, "welcome_email": {Connector: c.Connector}}
+	}})
+	require.Equal(t, http.StatusOK, b.postStripe(t, intentEvent("evt_1", "pi_1")).code)
+	require.Eventually(t, func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = 'pi_1' AND state = 'fulfilled'`) == 2
+	}, 10*time.Second, 10*time.Millisecond)
+
+	code, raw := b.api(t, "GET", "/api/v1/actions", b.token, nil)
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, string(raw), "whsec_never_shown")
+	var a web.ActionsAnswer
+	require.NoError(t, json.Unmarshal(raw, &a))
+	require.Len(t, a.Actions, 2)
+	require.Equal(t, "LICENCE_SECRET", a.Actions[0].SecretEnv)
+	require.Empty(t, a.Actions[1].TakeBack)
+
+	code, raw = b.api(t, "GET", "/api/v1/fulfilments?action=welcome_email", b.token, nil)
+	require.Equal(t, http.StatusOK, code)
+	var list web.FulfilmentList
+	require.NoError(t, json.Unmarshal(raw, &list))
+	require.Len(t, list.Fulfilments, 1)
+	require.Equal(t, "welcome_email", list.Fulfilments[0].ActionName)
+	code, _ = b.api(t, "GET", "/api/v1/fulfilments?action=Welcome!", b.token, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+
+	code, raw = b.api(t, "GET", "/api/v1/fulfilments/"+list.Fulfilments[0].ID, b.token, nil)
+	require.Equal(t, http.StatusOK, code)
+	var d web.FulfilmentDetail
+	require.NoError(t, json.Unmarshal(raw, &d))
+	require.Equal(t, []string{"licence", "welcome_email"}, d.Purchase.Actions)
+	require.Len(t, d.Purchase.Fulfilments, 2)
+	for _, f := range d.Purchase.Fulfilments {
+		require.Equal(t, state.Fulfilled, f.State)
+	}
+	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", "pi_1")
+	require.NoError(t, err)
+	require.Len(t, fs, 2)
+}
