@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/web"
 )
 
@@ -102,5 +103,28 @@ func TestConfigCheckNamesEveryProblemOfTheActionsFile(t *testing.T) {
 		if code != ExitUsage || !strings.Contains(errOut.String(), want) {
 			t.Errorf("exit %d, missing %q in:\n%s", code, want, errOut.String())
 		}
+	}
+}
+
+// TestActionsApplyCommand: the command applies through the configured
+// actions on the database, names what it did, and refuses without an
+// operator to audit.
+func TestActionsApplyCommand(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	vars := actionsEnv(t, twoActions)
+	vars["DATABASE_URL"] = d.URL
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"actions", "apply", "welcome_email"}, env(vars), &out, &errOut); code != ExitUsage {
+		t.Fatalf("without --operator: exit %d", code)
+	}
+	code := Main(context.Background(), []string{"actions", "apply", "welcome_email", "--operator", "ana", "--since", "24h", "--dry-run"}, env(vars), &out, &errOut)
+	if code != ExitOK || !strings.Contains(out.String(), "welcome_email: 0 purchases first paid since") || !strings.Contains(out.String(), "would apply to 0") {
+		t.Fatalf("exit %d: %s %s", code, out.String(), errOut.String())
+	}
+	errOut.Reset()
+	if code := Main(context.Background(), []string{"actions", "apply", "ghost", "--operator", "ana"}, env(vars), &out, &errOut); code != ExitFailure ||
+		!strings.Contains(errOut.String(), "not one of this deployment's actions") {
+		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 }

@@ -59,6 +59,7 @@ Usage:
   guardian operators add|list|revoke|signout  named operator credentials (see guardian operators)
   guardian connector test [--json]    check the receiver against the contract (docs/receivers.md)
   guardian actions list [--json]    the actions purchases pay for and the routes that decide them
+  guardian actions apply NAME ...   give an action to past purchases the routes now say pay for it
   guardian demo [--url URL]         send signed sample deliveries to a dev server
   guardian bench [flags]            load a running Guardian with signed deliveries (see --help)
   guardian help                     show this

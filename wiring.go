@@ -43,6 +43,9 @@ type App struct {
 	tokenRedis *redis.Client
 	jobs       *jobs.Client
 	web        *web.Server
+	// service is the fulfilment domain, for the commands that act through
+	// it (guardian actions apply).
+	service *fulfilment.Service
 	// backfills holds a backfill for each provider whose API credentials
 	// are configured, by provider name.
 	backfills map[string]*backfill.Backfill
@@ -122,6 +125,7 @@ func (a *App) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.service = service
 	if err := a.buildBackfills(service, store); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -278,4 +279,64 @@ func PurchaseActions(ctx context.Context, q DBTX, p Payment) ([]string, bool, er
 		return nil, false, nil
 	}
 	return actions, err == nil, wrap("read purchase actions", err)
+}
+
+// RoutedPurchase is a recorded purchase as an operator's apply reads it.
+type RoutedPurchase struct {
+	Payment
+	Actions  []string
+	Detail   []byte
+	RoutedAt time.Time
+	// Reversed says a stored event takes the purchase back (for any of
+	// its actions): nothing is applied to it.
+	Reversed bool
+}
+
+// PurchasesRouted lists up to limit purchases routed in [since, until),
+// in (routed_at, provider, payment_id) order, after the one named by
+// after (zero: from the start).
+func PurchasesRouted(ctx context.Context, q DBTX, since, until time.Time, after RoutedPurchase, limit int) ([]RoutedPurchase, error) {
+	rows, err := q.Query(ctx, `
+		SELECT p.provider, p.payment_id, p.actions, p.detail, p.routed_at,
+			EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = p.provider AND r.reverses = p.payment_id)
+		FROM purchase p
+		WHERE p.routed_at >= $1 AND p.routed_at < $2
+		  AND (p.routed_at, p.provider, p.payment_id) > ($3, $4, $5)
+		ORDER BY p.routed_at, p.provider, p.payment_id
+		LIMIT $6`, since, until, after.RoutedAt, after.Provider, after.PaymentID, limit)
+	if err != nil {
+		return nil, wrap("list routed purchases", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RoutedPurchase, error) {
+		var p RoutedPurchase
+		err := r.Scan(&p.Provider, &p.PaymentID, &p.Actions, &p.Detail, &p.RoutedAt, &p.Reversed)
+		return p, err
+	})
+	return out, wrap("list routed purchases", err)
+}
+
+// ApplyAction adds action to a recorded purchase that does not pay for it
+// yet and is not taken back, recording who applied it (action_applied),
+// and returns the purchase's first paid event, whose fulfilment the caller
+// makes in the same transaction; 0 when nothing was added (the purchase
+// already pays for the action, an apply before added it, or it was
+// reversed). The purchase's row lock orders concurrent applies: one adds.
+func ApplyAction(ctx context.Context, q DBTX, p Payment, action, operator string) (int64, error) {
+	var eventPK int64
+	err := q.QueryRow(ctx, `
+		WITH added AS (
+			UPDATE purchase SET actions = array_append(actions, $3)
+			WHERE provider = $1 AND payment_id = $2 AND NOT $3 = ANY(actions)
+			  AND NOT EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = $1 AND r.reverses = $2)
+			RETURNING provider, payment_id
+		), audited AS (
+			INSERT INTO action_applied (provider, payment_id, action_name, operator)
+			SELECT provider, payment_id, $3, $4 FROM added
+		)
+		SELECT (SELECT min(e.id) FROM webhook_event e WHERE e.provider = added.provider AND e.payment_id = added.payment_id)
+		FROM added`, p.Provider, p.PaymentID, action, operator).Scan(&eventPK)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return eventPK, wrap("apply action", err)
 }

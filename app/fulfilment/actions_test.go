@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -377,4 +378,68 @@ func providertestPayment(eventID, paymentID string) provider.Event {
 	ev := purchase(eventID, paymentID, nil)
 	ev.Purchase = nil
 	return ev
+}
+
+// TestActionsApply: an action added to the routes reaches past purchases
+// only when an operator applies it: the dry run changes nothing, each
+// matching purchase gets it once however many applies run at once, one
+// taken back gets nothing, and the purchase's other actions are not sent
+// again.
+func TestActionsApply(t *testing.T) {
+	t.Parallel()
+	before := newCoursePlatform("v1.yaml")
+	before.set.Routes = before.set.Routes[:1] // courses only: no CRM contact
+	b := setup(t, before.option)
+	for i, meta := range []map[string]string{
+		{"course": "go", "plan": "team"}, {"course": "go", "plan": "team"}, {"course": "go"}, {"course": "go", "plan": "team"},
+	} {
+		_, err := b.svc.Accept(b.ctx, purchase(fmt.Sprintf("evt_%d", i), fmt.Sprintf("cs_%d", i), meta))
+		require.NoError(t, err)
+	}
+	_, err := b.svc.Accept(b.ctx, refund("evt_r", "cs_3", true)) // taken back
+	require.NoError(t, err)
+
+	after := newCoursePlatform("v2.yaml") // teams now pay for a CRM contact
+	cfg := b.cfg
+	after.option(&cfg)
+	svc, err := fulfilment.New(cfg)
+	require.NoError(t, err)
+	window := fulfilment.ApplyParams{Action: "crm_contact", Operator: "ana", Until: time.Now().Add(time.Minute)}
+
+	dry := window
+	dry.DryRun = true
+	res, err := svc.ApplyAction(b.ctx, dry)
+	require.NoError(t, err)
+	require.Equal(t, fulfilment.ApplyResult{Considered: 4, Matched: 3, Reversed: 1, Applied: 2}, res)
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE action_name = 'crm_contact'`), "a dry run changes nothing")
+
+	results := make([]fulfilment.ApplyResult, 4)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			var err error
+			results[i], err = svc.ApplyAction(b.ctx, window)
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	applied := 0
+	for _, r := range results {
+		applied += r.Applied
+	}
+	require.Equal(t, 2, applied, "each purchase once, whatever number of applies")
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE action_name = 'crm_contact'`))
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM action_applied WHERE operator = 'ana'`))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment_transition t JOIN fulfilment f ON f.id = t.fulfilment_id
+		WHERE f.payment_id = 'cs_0' AND f.action_name = 'crm_contact' AND t.actor = 'operator ana'`), "audited under the operator's name")
+	require.Empty(t, b.byAction(t, "cs_3", state.Fulfil)["crm_contact"], "never to a purchase taken back")
+	require.Empty(t, b.byAction(t, "cs_2", state.Fulfil)["crm_contact"], "only where the routes now say so")
+	require.Len(t, b.byAction(t, "cs_0", state.Fulfil), 3)
+
+	again, err := svc.ApplyAction(b.ctx, window)
+	require.NoError(t, err)
+	require.Equal(t, 2, again.Already)
+	require.Zero(t, again.Applied)
+	_, err = svc.ApplyAction(b.ctx, fulfilment.ApplyParams{Action: "nothing", Operator: "ana"})
+	require.Error(t, err)
 }

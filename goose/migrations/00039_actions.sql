@@ -67,6 +67,22 @@ CREATE TABLE purchase (
     PRIMARY KEY (provider, payment_id)
 );
 
+-- A purchase's routes are not decided again, but an operator may apply a
+-- new action to past purchases (guardian actions apply): each such
+-- addition is recorded here, by whom and when, once per (purchase,
+-- action).
+CREATE TABLE action_applied (
+    provider    text NOT NULL,
+    payment_id  text NOT NULL,
+    action_name text NOT NULL,
+    operator    text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (provider, payment_id, action_name),
+    FOREIGN KEY (provider, payment_id) REFERENCES purchase (provider, payment_id)
+);
+-- Apply reads purchases by when they were routed.
+CREATE INDEX purchase_routed_at ON purchase (routed_at, provider, payment_id);
+
 -- What a reversal takes back, per action: the actions whose take-back
 -- policy, at the node that recorded the reversal, takes the payment back
 -- for it. reverses stays the payment it takes back for at least one.
@@ -77,6 +93,7 @@ UPDATE webhook_event SET revokes = '{fulfil}' WHERE reverses IS NOT NULL;
 -- +goose Down
 UPDATE webhook_event SET reverses = NULL, reversal = NULL WHERE reverses IS NOT NULL AND NOT 'fulfil' = ANY(revokes);
 ALTER TABLE webhook_event DROP COLUMN revokes;
+DROP TABLE action_applied;
 DROP TABLE purchase;
 DROP FUNCTION guardian_action_revoke_key(text, text, text, bigint);
 DROP FUNCTION guardian_action_key(text, text, text, bigint);
