@@ -89,10 +89,7 @@ func runActionsApply(ctx context.Context, args []string, getenv func(string) str
 			return fail(stderr, ExitUsage, fmt.Errorf("--until: want an RFC 3339 time, got %q", *until))
 		}
 	}
-	a, logger, code := appFrom(ctx, getenv, stderr, func(cfg *Config) error {
-		cfg.Workers, cfg.API = false, false
-		return nil
-	})
+	a, logger, code := appFrom(ctx, getenv, stderr, commandOnly)
 	if a == nil {
 		return code
 	}

@@ -230,6 +230,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	return ExitOK
 }
 
+// commandOnly adjusts a command's configuration: no workers, no API.
+func commandOnly(cfg *Config) error {
+	cfg.Workers, cfg.API = false, false
+	return nil
+}
+
 // appFrom builds an App from the environment's configuration, after
 // adjust. When it cannot, it says why on stderr and returns a nil App and
 // the exit code: 2 for configuration, 1 for a start that failed.
@@ -282,10 +288,7 @@ func runBackfill(ctx context.Context, args []string, getenv func(string) string,
 	if err := fs.Parse(args[1:]); err != nil {
 		return usageExit(err)
 	}
-	a, logger, code := appFrom(ctx, getenv, stderr, func(cfg *Config) error {
-		cfg.Workers, cfg.API = false, false
-		return nil
-	})
+	a, logger, code := appFrom(ctx, getenv, stderr, commandOnly)
 	if a == nil {
 		return code
 	}
