@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -298,6 +300,51 @@ func TestConnectorTestCLI(t *testing.T) {
 	out, code = run(good.URL, "")
 	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "connector secret is required")
+
+	// With an actions file: every action's receiver, or those --action
+	// names, each step saying whose it is.
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	require.NoError(t, os.WriteFile(routes, []byte(`actions:
+  licence:
+    url: `+good.URL+`/fulfil
+    lookup_url: `+good.URL+`/lookup/{key}
+    secret_env: RECEIVER_SECRET
+  ledger:
+    url: `+naive.srv.URL+`/fulfil
+    secret_env: RECEIVER_SECRET
+routes:
+  - actions: [licence, ledger]
+`), 0o600))
+	runFile := func(args ...string) (string, int) {
+		cmd := exec.Command(binary, append([]string{"connector", "test", "--provider", "stripe"}, args...)...)
+		cmd.Env = []string{"GUARDIAN_DEV=1", "GUARDIAN_ACTIONS_FILE=" + routes, "RECEIVER_SECRET=" + connectorSecret}
+		out, err := cmd.CombinedOutput()
+		if exit, ok := err.(*exec.ExitError); ok {
+			return string(out), exit.ExitCode()
+		}
+		require.NoError(t, err)
+		return string(out), 0
+	}
+	out, code = runFile("--action", "licence", "--json")
+	require.Zero(t, code, out)
+	var byAction struct {
+		Steps []struct {
+			Action string `json:"action"`
+			OK     bool   `json:"ok"`
+		} `json:"steps"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &byAction), out)
+	require.Len(t, byAction.Steps, 14)
+	for _, s := range byAction.Steps {
+		require.Equal(t, "licence", s.Action)
+	}
+	out, code = runFile()
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "PROBLEM  ledger")
+	require.NotContains(t, out, "PROBLEM  licence")
+	out, code = runFile("--action", "crm")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, `"crm" is not one of the actions (licence, ledger)`)
 }
 
 // TestDemo runs `guardian demo` against the real binary, as a new user
