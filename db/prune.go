@@ -17,7 +17,11 @@ var ErrPruned = errors.New("the event's body was pruned after GUARDIAN_PAYLOAD_R
 // lock is taken.
 const bodyPrunable = `(e.pruned_at IS NULL
 	AND NOT EXISTS (SELECT 1 FROM fulfilment f WHERE f.event_pk = e.id AND f.state <> 'fulfilled')
-	AND (e.reverses IS NULL OR EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = e.provider AND v.payment_id = e.reverses AND v.action = 'revoke')))`
+	AND (e.reverses IS NULL OR NOT EXISTS (
+		SELECT 1 FROM fulfilment f WHERE f.provider = e.provider AND f.payment_id = e.reverses AND f.action = 'fulfil'
+		  AND f.action_name = ANY(e.revokes)
+		  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
+			AND v.action_name = f.action_name AND v.action = 'revoke'))))`
 
 // PruneEventBodies walks the stored events in id order from where the last
 // walk stopped, at most limit of them, up to the first one seen at or after
@@ -25,7 +29,8 @@ const bodyPrunable = `(e.pruned_at IS NULL
 // fulfilment of it that is not fulfilled (a pending, in-flight, parked,
 // failed or cancelled row may yet be sent, retried or reopened, and every
 // attempt under a key sends the same body), and, for a reversal, its
-// payment's revocation made (until then the sweep may make one from it). The event's
+// payment's revocation made for each action it takes back that has a
+// fulfilment (until then the sweep may make one from it). The event's
 // identity stays, so a late delivery is still a duplicate. It returns how
 // many bodies it emptied and whether the walk reached before (or the end):
 // false means call again.
@@ -91,6 +96,16 @@ func (s *Store) PruneEventBodies(ctx context.Context, before time.Time, limit in
 				return err
 			}
 			pruned = int(tag.RowsAffected())
+			// A purchase's detail (the customer's email among it) goes with
+			// the last body of its payment.
+			if _, err := tx.Exec(ctx, `
+				UPDATE purchase p SET detail = NULL
+				FROM (SELECT DISTINCT provider, payment_id FROM webhook_event WHERE id = ANY($1) AND payment_id IS NOT NULL) pe
+				WHERE p.provider = pe.provider AND p.payment_id = pe.payment_id AND p.detail IS NOT NULL
+				  AND NOT EXISTS (SELECT 1 FROM webhook_event e WHERE e.provider = p.provider AND e.payment_id = p.payment_id AND e.pruned_at IS NULL)`,
+				locked); err != nil {
+				return err
+			}
 		}
 		if last == cursor {
 			return nil

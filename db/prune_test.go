@@ -32,7 +32,11 @@ func TestPruneEventBodies(t *testing.T) {
 		}
 		event := func(id, payment, reverses string) int64 {
 			t.Helper()
-			pk, _, err := insertEvent(ctx, d.Pool, db.EventParams{Provider: "stripe", EventID: id, Type: "t", PaymentID: payment, Reverses: reverses, Payload: []byte(`{"buyer":"ana@example.com"}`)})
+			var revokes []string
+			if reverses != "" {
+				revokes = []string{"fulfil"}
+			}
+			pk, _, err := insertEvent(ctx, d.Pool, db.EventParams{Provider: "stripe", EventID: id, Type: "t", PaymentID: payment, Reverses: reverses, Revokes: revokes, Payload: []byte(`{"buyer":"ana@example.com"}`)})
 			require.NoError(t, err)
 			return pk
 		}
@@ -58,6 +62,10 @@ func TestPruneEventBodies(t *testing.T) {
 		reversalNoRevocation := event("evt_refund_waiting", "", "pi_2")
 		recent := event("evt_recent", "", "")
 		exec(`UPDATE webhook_event SET first_seen_at = now() - interval '100 days' WHERE id <> $1`, recent)
+		require.NoError(t, db.RecordPurchases(ctx, d.Pool, []db.PurchaseRecord{
+			{Payment: db.Payment{Provider: "stripe", PaymentID: "pi_1"}, Actions: []string{"fulfil"}, Routes: "r", Detail: []byte(`{"customer":{"email":"ana@example.com"}}`)},
+			{Payment: db.Payment{Provider: "stripe", PaymentID: "pi_2"}, Actions: []string{"fulfil"}, Routes: "r", Detail: []byte(`{"customer":{"email":"bo@example.com"}}`)},
+		}))
 
 		cutoff := time.Now().Add(-90 * 24 * time.Hour)
 		total, rounds := 0, 0
@@ -71,6 +79,8 @@ func TestPruneEventBodies(t *testing.T) {
 			require.Less(t, rounds, 10)
 		}
 		require.Equal(t, 2, total)
+		require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM purchase WHERE payment_id = 'pi_1' AND detail IS NULL`), "a purchase's detail goes with its payment's last body")
+		require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM purchase WHERE payment_id = 'pi_2' AND detail IS NOT NULL`), "and stays while a body stays")
 		require.GreaterOrEqual(t, rounds, 3, "two events a walk")
 		for pk, wantPruned := range map[int64]bool{noFulfilment: true, fulfilled: true, parked: false, failed: false, cancelled: false, reversalNoRevocation: false, recent: false} {
 			var pruned bool

@@ -215,6 +215,7 @@ func (a *Adyen) rules(ev Event, f adyenItem) Event {
 			ev.Note = "authorised; under manual capture the CAPTURE fulfils"
 		default:
 			ev.PaymentID, ev.Paid = f.pspReference, amount
+			ev.Purchase = adyenPurchase(ev, f)
 		}
 	case "CAPTURE":
 		switch {
@@ -229,9 +230,21 @@ func (a *Adyen) rules(ev Event, f adyenItem) Event {
 			ev.Unmapped = "a successful CAPTURE with no originalReference naming its payment"
 		default:
 			ev.PaymentID, ev.Paid = f.originalReference, amount
+			ev.Purchase = adyenPurchase(ev, f)
 		}
 	}
 	return ev
+}
+
+// adyenPurchase reads what a paying item's signed fields say of its
+// purchase: the merchant's own reference, as metadata, beside the amount.
+// The item's additionalData (metadata.*, shopper details) is not covered
+// by Adyen's HMAC signature, so nothing of it reaches the purchase: a
+// route decided on it would be decided by whoever relayed the item.
+func adyenPurchase(ev Event, f adyenItem) *Purchase {
+	p := basePurchase(ev)
+	p.Metadata = metadata(map[string]any{"merchant_reference": f.merchantReference})
+	return p
 }
 
 // adyenItem is what Guardian reads of a notification item: the eight

@@ -96,7 +96,7 @@ func (l *LemonSqueezy) Verify(header http.Header, body []byte, _ time.Time) (Eve
 			return Event{}, err
 		}
 	}
-	return lemonSqueezyMap(Event{Provider: l.Name(), ID: id, Type: name, Payload: body}, data, attrs), nil
+	return lemonSqueezyMap(Event{Provider: l.Name(), ID: id, Type: name, Payload: body}, meta, data, attrs), nil
 }
 
 // Map applies Lemon Squeezy's rules to a stored body (Mapper).
@@ -105,14 +105,15 @@ func (l *LemonSqueezy) Map(eventName string, body []byte) (Event, error) {
 	if err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
+	meta, _ := env["meta"].(map[string]any)
 	data, _ := env["data"].(map[string]any)
 	attrs, _ := data["attributes"].(map[string]any)
-	return lemonSqueezyMap(Event{Provider: l.Name(), Type: eventName, Payload: body}, data, attrs), nil
+	return lemonSqueezyMap(Event{Provider: l.Name(), Type: eventName, Payload: body}, meta, data, attrs), nil
 }
 
 // lemonSqueezyMap applies the rule for "paid" to ev: a paid order names
 // itself, anything else says why not.
-func lemonSqueezyMap(ev Event, data, attrs map[string]any) Event {
+func lemonSqueezyMap(ev Event, meta, data, attrs map[string]any) Event {
 	if ev.Type == "order_refunded" {
 		// The order refunded, whole ("refunded") or in part
 		// ("partial_refund"), named as order_created named it.
@@ -142,8 +143,37 @@ func lemonSqueezyMap(ev Event, data, attrs map[string]any) Event {
 		ev.Unmapped = "no string order id at data.id of an orders object"
 	default:
 		ev.PaymentID = order
+		ev.Purchase = lemonSqueezyPurchase(ev, meta, attrs)
 	}
 	return ev
+}
+
+// lemonSqueezyPurchase reads what a paid order says was bought: its
+// first_order_item (product, variant as the price, quantity), the
+// checkout's custom data (meta.custom_data), the buyer's email, what it
+// totalled, and its mode by meta.test_mode. An order does not say whether
+// it starts a subscription (Lemon Squeezy sends order_created for both),
+// so it names no kind.
+func lemonSqueezyPurchase(ev Event, meta, attrs map[string]any) *Purchase {
+	p := basePurchase(ev)
+	if m := minorMoney(attrs["total"], attrs["currency"]); m != nil {
+		p.Amount, p.Currency = &m.Minor, m.Currency
+	}
+	if test, ok := meta["test_mode"].(bool); ok {
+		p.Mode = string(map[bool]Mode{true: ModeTest, false: ModeLive}[test])
+	}
+	p.Metadata = metadata(meta["custom_data"])
+	c := &Customer{ID: text(attrs["customer_id"]), Email: text(attrs["user_email"])}
+	if *c != (Customer{}) {
+		p.Customer = c
+	}
+	if item, ok := attrs["first_order_item"].(map[string]any); ok {
+		it := Item{Product: text(item["product_id"]), Price: text(item["variant_id"]), Quantity: quantity(item["quantity"])}
+		if it.Product != "" || it.Price != "" {
+			p.Items = []Item{it}
+		}
+	}
+	return p
 }
 
 // idText reads an id that is a JSON string or number, as text.

@@ -152,8 +152,40 @@ func (p *Paddle) mapEnvelope(ev Event, env map[string]any) Event {
 		details, _ := data["details"].(map[string]any)
 		totals, _ := details["totals"].(map[string]any)
 		ev.Paid = minorMoney(totals["grand_total"], data["currency_code"])
+		ev.Purchase = paddlePurchase(ev, data, origin)
 	}
 	return ev
+}
+
+// paddlePurchase reads what a completed transaction says was bought: its
+// items (each price, its product and quantity), its custom_data, its
+// customer, and its kind by origin and subscription. Paddle's transaction
+// names no customer email.
+func paddlePurchase(ev Event, data map[string]any, origin string) *Purchase {
+	p := basePurchase(ev)
+	p.Metadata = metadata(data["custom_data"])
+	if c := text(data["customer_id"]); c != "" {
+		p.Customer = &Customer{ID: c}
+	}
+	subscription := text(data["subscription_id"])
+	switch {
+	case origin == "subscription_recurring":
+		p.Kind = Renewal
+	case (origin == "web" || origin == "api") && subscription != "":
+		p.Kind = SubscriptionStart
+	case (origin == "web" || origin == "api") && data["subscription_id"] == nil:
+		p.Kind = OneTime
+	}
+	items, _ := data["items"].([]any)
+	for _, i := range items {
+		item, _ := i.(map[string]any)
+		price, _ := item["price"].(map[string]any)
+		if price == nil || len(p.Items) == maxPurchaseItems {
+			continue
+		}
+		p.Items = append(p.Items, Item{Product: text(price["product_id"]), Price: text(price["id"]), Quantity: quantity(item["quantity"])})
+	}
+	return p
 }
 
 // paddleSignature reads "ts=...;h1=...[;h1=...]": exactly one ts, of digits,

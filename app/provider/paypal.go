@@ -324,8 +324,19 @@ func payPalRules(ev Event, resource map[string]any) Event {
 		ev.PaymentID = capture
 		amount, _ := resource["amount"].(map[string]any)
 		ev.Paid = decimalMoney(amount["value"], amount["currency_code"])
+		ev.Purchase = payPalPurchase(ev, resource)
 	}
 	return ev
+}
+
+// payPalPurchase reads what a completed capture says of its purchase: the
+// merchant's custom_id and invoice_id, which the purchase unit carried
+// into the capture, as metadata. A capture lists no items, names no payer
+// and does not say whether it is a one-time payment.
+func payPalPurchase(ev Event, resource map[string]any) *Purchase {
+	p := basePurchase(ev)
+	p.Metadata = metadata(map[string]any{"custom_id": resource["custom_id"], "invoice_id": resource["invoice_id"]})
+	return p
 }
 
 // payPalSigned reports whether sig is the certificate key's signature of

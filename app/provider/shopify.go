@@ -159,8 +159,57 @@ func shopifyMap(ev Event, order map[string]any) Event {
 		ev.Note = "order financial_status is " + strconv.Quote(status) + ", not paid"
 	default:
 		ev.PaymentID, ev.Paid = strconv.FormatUint(n, 10), shopifyPaid(order)
+		ev.Purchase = shopifyPurchase(ev, order)
 	}
 	return ev
+}
+
+// shopifyPurchase reads what a paid order says was bought: its
+// line_items (product, variant as the price, quantity), its
+// note_attributes as metadata, its customer and email, and its mode by
+// its own test flag. An order whose lines carry no selling plan is a
+// one-time purchase; one with a selling plan names no kind (Shopify's
+// order does not say whether it starts or renews the contract).
+func shopifyPurchase(ev Event, order map[string]any) *Purchase {
+	p := basePurchase(ev)
+	if test, ok := order["test"].(bool); ok {
+		p.Mode = string(map[bool]Mode{true: ModeTest, false: ModeLive}[test])
+	}
+	c := &Customer{Email: text(order["email"])}
+	if customer, ok := order["customer"].(map[string]any); ok {
+		c.ID = text(customer["id"])
+	}
+	if *c != (Customer{}) {
+		p.Customer = c
+	}
+	attrs, _ := order["note_attributes"].([]any)
+	meta := map[string]any{}
+	for _, a := range attrs {
+		if attr, ok := a.(map[string]any); ok {
+			if name := text(attr["name"]); name != "" {
+				meta[name] = attr["value"]
+			}
+		}
+	}
+	p.Metadata = metadata(meta)
+	lines, _ := order["line_items"].([]any)
+	subscription := false
+	for _, l := range lines {
+		line, _ := l.(map[string]any)
+		if line == nil {
+			continue
+		}
+		if plan, ok := line["selling_plan_allocation"]; ok && plan != nil {
+			subscription = true
+		}
+		if len(p.Items) < maxPurchaseItems {
+			p.Items = append(p.Items, Item{Product: text(line["product_id"]), Price: text(line["variant_id"]), Quantity: quantity(line["quantity"])})
+		}
+	}
+	if len(lines) > 0 && !subscription {
+		p.Kind = OneTime
+	}
+	return p
 }
 
 // shopifyPaid is what an order says the buyer paid: total_price_set's

@@ -187,7 +187,45 @@ func (s *Standard) mapEnvelope(ev Event, env map[string]any) Event {
 		return ev
 	}
 	ev.PaymentID = pid
+	ev.Purchase = standardPurchase(ev, env)
 	return ev
+}
+
+// standardPurchase reads the purchase a Standard Webhooks sender states
+// at data.purchase, in the shape Guardian sends receivers (kind, amount
+// in minor units and currency, customer, items, metadata); its provider
+// and id are always the event's own. Nil when the sender states none
+// (PurchaseOf then gives its provider and payment alone).
+func standardPurchase(ev Event, env map[string]any) *Purchase {
+	data, _ := env["data"].(map[string]any)
+	in, _ := data["purchase"].(map[string]any)
+	if in == nil {
+		return nil
+	}
+	p := basePurchase(ev)
+	if k := Kind(text(in["kind"])); slices.Contains(Kinds, k) {
+		p.Kind = k
+	}
+	if m := minorMoney(in["amount"], in["currency"]); m != nil {
+		p.Amount, p.Currency = &m.Minor, m.Currency
+	}
+	if c, ok := in["customer"].(map[string]any); ok {
+		if cust := (Customer{ID: text(c["id"]), Email: text(c["email"])}); cust != (Customer{}) {
+			p.Customer = &cust
+		}
+	}
+	items, _ := in["items"].([]any)
+	for _, i := range items {
+		item, _ := i.(map[string]any)
+		if item == nil || len(p.Items) == maxPurchaseItems {
+			continue
+		}
+		if it := (Item{Product: text(item["product"]), Price: text(item["price"]), Quantity: quantity(item["quantity"])}); it.Product != "" || it.Price != "" {
+			p.Items = append(p.Items, it)
+		}
+	}
+	p.Metadata = metadata(in["metadata"])
+	return p
 }
 
 // Standard Webhooks' settings, and its registration: always served.
