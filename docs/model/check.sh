@@ -11,6 +11,10 @@
 # that keeps docs/receivers.md (KEYED=1: the receiver's-contract rules FIXKEY,
 # FIX409, FIXSIGNED, through a restore that loses fulfilment rows).
 #
+# actions.pml takes two actions of one purchase through intake at two nodes
+# whose routes differ, a decline and its retry, a lost answer and its lookup
+# (FIXIDX, FIXPER, FIXONCE, FIXAKEY).
+#
 # Needs spin and a C compiler (`apt-get install -y spin`); .ci/run installs it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -60,6 +64,10 @@ case ${1:-} in
 	run "filter: no 2xx for an event not in Postgres" -m100000
 	build reversal.pml -DSAFETY -DNOCLAIM
 	run "reversal: taken back once, only if done" -m100000
+	build actions.pml -DSAFETY -DNOCLAIM KEYED=0
+	run "two actions, keyless receiver" -m100000
+	build actions.pml -DSAFETY -DNOCLAIM KEYED=1
+	run "two actions, one keyed receiver for both" -m100000
 	;;
 holes)
 	status=0
@@ -88,6 +96,16 @@ holes)
 			echo "reversal without $fix: violation found, as it must be"
 		fi
 	done
+	for fix in "KEYED=0 FIXIDX=0" "KEYED=0 FIXPER=0" "KEYED=0 FIXONCE=0" "KEYED=1 FIXAKEY=0"; do
+		# shellcheck disable=SC2086 # two words on purpose
+		build actions.pml -DSAFETY -DNOCLAIM $fix
+		if run "two actions with $fix" -m100000 >/dev/null; then
+			echo "two actions with $fix: spin found nothing, but the rule is there to close a hole" >&2
+			status=1
+		else
+			echo "two actions with $fix: violation found, as it must be"
+		fi
+	done
 	for fix in FIX7=0 MARKFIRST=1; do
 		build filter.pml -DSAFETY $fix
 		if run "filter with $fix" -m100000 >/dev/null; then
@@ -107,16 +125,17 @@ trail)
 		case $a in
 		FIX7) model=filter.pml; defs+=(FIX7=0) ;;
 		FIXR*) model=reversal.pml; defs+=("$a=0") ;;
+		FIXIDX | FIXPER | FIXONCE | FIXAKEY) model=actions.pml; defs+=("$a=0") ;;
 		MARKFIRST) model=filter.pml; defs+=(MARKFIRST=1) ;;
 		*=*) defs+=("$a") ;;
 		*) defs+=("$a=0") ;;
 		esac
 	done
-	case " ${defs[*]} " in *" KEYED="*) ;; *) [ $model = guardian.pml ] && defs+=(KEYED=0) ;; esac
+	case " ${defs[*]} " in *" KEYED="*) ;; *) [ $model = guardian.pml ] || [ $model = actions.pml ] && defs+=(KEYED=0) ;; esac
 	build "$model" -DSAFETY -DNOCLAIM "${defs[@]}"
 	./pan -m400000 >/dev/null 2>&1 || true
 	dflags=(); for d in "${defs[@]}"; do dflags+=("-D$d"); done
-	spin "${dflags[@]}" -t -p "$model" | grep -E 'proc +[0-9]+ \((provider|worker|sweep|reconciler|operator|chaos|clock|receiver|payment|reversal|fulfiller|revoker|restore)' \
+	spin "${dflags[@]}" -t -p "$model" | grep -E 'proc +[0-9]+ \((provider|worker|sweep|reconciler|operator|chaos|clock|receiver|payment|reversal|fulfiller|revoker|restore|intake|retrier|monitor)' \
 		| grep -vE '\[(\(1\)|else|skip)\]|\[(r|a|out|n|k|body|i) = ' | sed -E 's/^ *[0-9]+:\s+proc +[0-9]+ //; s/ \(state [0-9]+\)//'
 	spin "${dflags[@]}" -t "$model" | grep -E 'assertion violated|spin: trail ends' || true
 	;;
