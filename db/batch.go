@@ -260,8 +260,12 @@ func RecordPurchases(ctx context.Context, q DBTX, purchases []PurchaseRecord) er
 	_, err := q.Exec(ctx, `
 		INSERT INTO purchase (provider, payment_id, actions, routes, detail)
 		SELECT DISTINCT ON (u.p, u.pay) u.p, u.pay, coalesce(
-				(SELECT array_agg(DISTINCT f.action_name ORDER BY f.action_name) FROM fulfilment f
-				 WHERE f.provider = u.p AND f.payment_id = u.pay AND f.action = 'fulfil'),
+				-- Each half through its partial index (fulfilment_one_per_action,
+				-- fulfilment_payment_failed): never a scan of the table.
+				(SELECT array_agg(DISTINCT a ORDER BY a) FROM (
+					SELECT f.action_name FROM fulfilment f WHERE f.provider = u.p AND f.payment_id = u.pay AND f.action = 'fulfil' AND f.state <> 'failed'
+					UNION ALL
+					SELECT f.action_name FROM fulfilment f WHERE f.provider = u.p AND f.payment_id = u.pay AND f.action = 'fulfil' AND f.state = 'failed') x(a)),
 				string_to_array(u.a, ',')),
 			u.r, u.d::jsonb
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(p, pay, a, r, d)

@@ -19,7 +19,7 @@ const bodyPrunable = `(e.pruned_at IS NULL
 	AND NOT EXISTS (SELECT 1 FROM fulfilment f WHERE f.event_pk = e.id AND f.state <> 'fulfilled')
 	AND (e.reverses IS NULL OR NOT EXISTS (
 		SELECT 1 FROM fulfilment f WHERE f.provider = e.provider AND f.payment_id = e.reverses AND f.action = 'fulfil'
-		  AND f.action_name = ANY(e.revokes)
+		  AND f.action_name = ANY(e.revokes) AND f.state <> 'failed' -- declined: nothing to take back
 		  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
 			AND v.action_name = f.action_name AND v.action = 'revoke'))))`
 

@@ -118,8 +118,11 @@ func createRevocations(ctx context.Context, q DBTX, actor, reason, scope string,
 			SELECT DISTINCT ON (f.provider, f.payment_id, f.action_name) f.provider, f.payment_id, f.action_name, r.id AS event_pk
 			FROM fulfilment f JOIN webhook_event r ON r.provider = f.provider AND r.reverses = f.payment_id AND f.action_name = ANY(r.revokes)
 			WHERE f.action = 'fulfil' AND f.state = 'fulfilled' AND (`+scope+`)
+			  -- Each half through its partial index: never a scan of the table.
 			  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
-				AND v.action_name = f.action_name AND v.action = 'revoke')
+				AND v.action_name = f.action_name AND v.action = 'revoke' AND v.state <> 'failed')
+			  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
+				AND v.action_name = f.action_name AND v.action = 'revoke' AND v.state = 'failed')
 			ORDER BY f.provider, f.payment_id, f.action_name, r.id
 		), created AS (
 			INSERT INTO fulfilment (event_pk, provider, payment_id, action_name, idempotency_key, action)

@@ -63,6 +63,9 @@ type chaosHarness struct {
 	t    *testing.T
 	d    *dbtest.DB
 	conn *ledgerConnector
+	// actions are the purchases' actions, each at its ledger connector:
+	// the one action, fulfil, at conn, unless the options named several.
+	actions []chaosAction
 	// dbProxy, redisProxy and connProxy are set when the options asked
 	// for them.
 	dbProxy, redisProxy, connProxy *faultproxy.Proxy
@@ -109,6 +112,17 @@ type chaosOpts struct {
 	// that many server connections between the processes and Postgres,
 	// and runs them with GUARDIAN_DB_POOLER=transaction.
 	bouncer int
+	// actions, when set, are several actions for every purchase, each at
+	// a ledger connector of its own in its own mode, declared in an
+	// actions file: connectorMode is then unused.
+	actions []chaosActionSpec
+}
+
+// chaosActionSpec is an action of the scenario: its name, its connector's
+// mode and whether reversals take it back.
+type chaosActionSpec struct {
+	name, mode string
+	takesBack  bool
 }
 
 func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
@@ -117,7 +131,15 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 	if d == nil {
 		d = dbtest.NewDB(t)
 	}
-	h := &chaosHarness{t: t, d: d, conn: startLedgerConnector(t, o.connectorMode)}
+	h := &chaosHarness{t: t, d: d}
+	if len(o.actions) == 0 {
+		h.conn = startLedgerConnector(t, o.connectorMode)
+		h.actions = []chaosAction{{name: "fulfil", conn: h.conn, takesBack: true}}
+	}
+	for _, a := range o.actions {
+		h.actions = append(h.actions, chaosAction{name: a.name, conn: startLedgerConnector(t, a.mode), takesBack: a.takesBack})
+	}
+	h.conn = h.actions[0].conn
 	dbURL := d.URL
 	if o.dbThrough {
 		u, err := url.Parse(d.URL)
@@ -160,6 +182,13 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 		"GUARDIAN_LOG_LEVEL":            cmp.Or(o.logLevel, "warn"),
 		"GUARDIAN_DB_POOLER":            pooler,
 	}
+	if len(o.actions) > 0 {
+		h.env["GUARDIAN_ACTIONS_FILE"] = h.actionsFile()
+		h.env["CHAOS_RECEIVER_SECRET"] = connectorSecret
+		delete(h.env, "GUARDIAN_CONNECTOR_URL")
+		delete(h.env, "GUARDIAN_CONNECTOR_SECRET")
+		delete(h.env, "GUARDIAN_CONNECTOR_LOOKUP_URL")
+	}
 	if o.redis != nil {
 		h.env["REDIS_URL"] = o.redis.URL()
 		if o.redisThrough {
@@ -179,6 +208,25 @@ func newChaos(t *testing.T, o chaosOpts) *chaosHarness {
 		h.procs = append(h.procs, startAt(t, addr, h.env))
 	}
 	return h
+}
+
+// actionsFile writes the actions file of the scenario's actions: every
+// purchase pays for each, at its own connector with its lookup.
+func (h *chaosHarness) actionsFile() string {
+	var b strings.Builder
+	b.WriteString("actions:\n")
+	var names []string
+	for _, a := range h.actions {
+		names = append(names, a.name)
+		fmt.Fprintf(&b, "  %s:\n    url: %s/\n    lookup_url: %s/lookup/{key}\n    secret_env: CHAOS_RECEIVER_SECRET\n", a.name, a.conn.url, a.conn.url)
+		if !a.takesBack {
+			b.WriteString("    take_back: none\n")
+		}
+	}
+	fmt.Fprintf(&b, "routes:\n  - actions: [%s]\n", strings.Join(names, ", "))
+	path := h.t.TempDir() + "/routes.yaml"
+	require.NoError(h.t, os.WriteFile(path, []byte(b.String()), 0o600))
+	return path
 }
 
 func newProxy(t *testing.T, target string) *faultproxy.Proxy {
@@ -489,18 +537,29 @@ type report struct {
 	revoked, badRevokes int
 }
 
-// check waits for quiet, then checks the invariants from the outside.
+// chaosAction is one action of the scenario's purchases, at its own ledger
+// connector.
+type chaosAction struct {
+	name string
+	conn *ledgerConnector
+	// takesBack says reversals take the action back (its policy is the
+	// default); false is take_back: none.
+	takesBack bool
+}
+
+// check waits for quiet, then checks the invariants from the outside, for
+// each action of the purchases.
 func (h *chaosHarness) check(payments int) report {
 	t := h.t
-	ctx := context.Background()
 	count := func(q string, args ...any) int { return h.d.Count(t, q, args...) }
 	// Quiet: nothing pending or dispatching (the sweep parks what a crash
-	// left, within the lease), no reversed payment settled done waiting for
+	// left, within the lease), no reversed action settled done waiting for
 	// the sweep to take it back, and the reconciler had its chance.
-	untaken := func() int { // reversed payments settled done, waiting for the sweep to take them back
+	untaken := func() int { // actions of reversed payments settled done, waiting for the sweep to take them back
 		return count(`SELECT count(*) FROM fulfilment f WHERE f.action = 'fulfil' AND f.state = 'fulfilled'
-			AND EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id)
-			AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id AND v.action = 'revoke')`)
+			AND EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id AND f.action_name = ANY(r.revokes))
+			AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
+				AND v.action_name = f.action_name AND v.action = 'revoke')`)
 	}
 	require.Eventually(t, func() bool {
 		return count(`SELECT count(*) FROM fulfilment WHERE state IN ('pending', 'dispatching')`) == 0 && untaken() == 0
@@ -511,23 +570,7 @@ func (h *chaosHarness) check(payments int) report {
 	}
 
 	r := report{faults: int(h.faults.Load()), fivexx: int(h.fivexx.Load()), deliveries: int(h.sent.Load())}
-	// 1. No payment's action performed twice.
-	acted, revoked := map[string]int{}, map[string]int{}
-	for _, e := range h.conn.entries(t) {
-		switch {
-		case e.Acted && e.Action == contract.ActionRevoke:
-			revoked[e.Payment]++
-		case e.Acted:
-			acted[e.Payment]++
-		}
-	}
-	for p, n := range acted {
-		if n > 1 {
-			r.doubles++
-			t.Errorf("payment %s: the connector acted %d times", p, n)
-		}
-	}
-	// 2. Every acknowledged event is in Postgres.
+	// Every acknowledged event is in Postgres.
 	paid := map[string]bool{}
 	purchases := map[string]bool{}
 	h.acked.Range(func(k, v any) bool {
@@ -545,73 +588,9 @@ func (h *chaosHarness) check(payments int) report {
 		}
 		return true
 	})
-	// 3. Every paid payment ends fulfilled, parked or cancelled by an
-	// operator in one fulfilment, never a second key after a cancel; or
-	// failed by a rejection, each retry of it a failed fulfilment too.
-	for p := range paid {
-		live := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action = 'fulfil' AND state IN ('fulfilled', 'needs_reconciliation', 'cancelled')`, p)
-		failed := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action = 'fulfil' AND state = 'failed'`, p)
-		if _, rev := h.reversed.Load(p); rev && live+failed == 0 {
-			continue // reversed before its payment event: never fulfilled, as it must be
-		}
-		if live > 1 || live == 0 && failed == 0 {
-			r.unsettled++
-			t.Errorf("payment %s: %d live and %d failed fulfilments, want one live, or only failed ones", p, live, failed)
-		}
-		if count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action = 'fulfil' AND state = 'fulfilled'`, p) == 1 && acted[p] != 1 {
-			var ts string
-			_ = h.d.Pool.QueryRow(ctx, `SELECT string_agg(coalesce(from_state, '-') || '>' || to_state || ' ' || actor || ' ' || reason || ' ' || evidence::text, ' | ' ORDER BY t.id)
-				FROM fulfilment_transition t JOIN fulfilment f ON f.id = t.fulfilment_id WHERE f.payment_id = $1`, p).Scan(&ts)
-			t.Errorf("payment %s is fulfilled but the connector acted %d times; transitions: %s", p, acted[p], ts)
-		}
+	for _, a := range h.actions {
+		h.checkAction(&r, a, paid)
 	}
-	// 5. Reversals: no fulfilment goes out after its payment's reversal
-	// committed. A call that arrives later than the reversal's first 2xx
-	// plus the connector timeout was claimed after it: a dispatcher never
-	// calls past the deadline it took before its claim (2 s of slack for
-	// two busy cores).
-	for _, e := range h.conn.entries(t) {
-		at, reversed := h.ackedAt.Load(e.Payment)
-		if e.Acted && e.Action == "" && reversed && e.Received.After(at.(time.Time).Add(chaosConnectorTimeout+2*time.Second)) {
-			r.badRevokes++
-			t.Errorf("payment %s: a fulfilment call arrived %s after its reversal was acknowledged", e.Payment, e.Received.Sub(at.(time.Time)))
-		}
-	}
-	// A payment is taken back at most once, only if it was done, and a
-	// reversed payment that was done is taken back (or the receiver
-	// declined the revocation, in its own word).
-	for p, n := range revoked {
-		if n > 1 || acted[p] != 1 {
-			r.badRevokes++
-			t.Errorf("payment %s: revoked %d times, fulfilled %d times", p, n, acted[p])
-		}
-	}
-	h.reversed.Range(func(k, _ any) bool {
-		p := k.(string)
-		declined := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action = 'revoke' AND state = 'failed'`, p)
-		// A parked fulfilment or revocation an operator cancelled is their
-		// final word: only a fulfilment settled done is taken back, and a
-		// cancelled revocation is not sent again (docs/design.md).
-		cancelled := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND state = 'cancelled'`, p)
-		if acted[p] == 1 && revoked[p] == 0 && declined == 0 && cancelled == 0 {
-			r.badRevokes++
-			var ts string
-			_ = h.d.Pool.QueryRow(ctx, `SELECT string_agg(f.action || ' ' || coalesce(t.from_state, '-') || '>' || t.to_state || ' ' || t.actor || ' ' || t.reason, ' | ' ORDER BY t.id)
-				FROM fulfilment_transition t JOIN fulfilment f ON f.id = t.fulfilment_id WHERE f.payment_id = $1`, p).Scan(&ts)
-			t.Errorf("payment %s was fulfilled and reversed, and was never taken back; transitions: %s", p, ts)
-		}
-		r.revoked += revoked[p]
-		return true
-	})
-	// 4. No connector call, and no fulfilment, for a purchase never paid.
-	h.unpaid.Range(func(k, _ any) bool {
-		p := k.(string)
-		if acted[p] > 0 || count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1`, p) > 0 {
-			r.unpaidActed++
-			t.Errorf("payment %s was never paid, yet the connector acted %d times", p, acted[p])
-		}
-		return true
-	})
 	require.Equal(t, payments, len(purchases), "every purchase's events were acknowledged in the end")
 	if payments >= 8 { // every provider of the mix sold something, and it fulfilled
 		for _, name := range []string{"stripe", "paddle", "shopify", "lemonsqueezy", "adyen"} {
@@ -620,16 +599,16 @@ func (h *chaosHarness) check(payments int) report {
 	}
 	r.parked = count(`SELECT count(*) FROM fulfilment WHERE state = 'needs_reconciliation'`)
 	if r.parked > 0 {
-		rows, err := h.d.Pool.Query(ctx, `SELECT f.id, f.attempt, f.checks, coalesce(f.next_check_at::text, '-'),
+		rows, err := h.d.Pool.Query(context.Background(), `SELECT f.id, f.action_name, f.attempt, f.checks, coalesce(f.next_check_at::text, '-'),
 			(SELECT string_agg(from_state || '>' || to_state || ' ' || reason || ' ' || evidence::text, ' | ' ORDER BY t.id) FROM fulfilment_transition t WHERE t.fulfilment_id = f.id),
 			(SELECT coalesce(string_agg(answer || ' ' || evidence::text, ' | ' ORDER BY c.id), '') FROM fulfilment_check c WHERE c.fulfilment_id = f.id)
 			FROM fulfilment f WHERE state = 'needs_reconciliation'`)
 		require.NoError(t, err)
 		for rows.Next() {
-			var id, next, ts, cs string
+			var id, action, next, ts, cs string
 			var attempt, checks int
-			require.NoError(t, rows.Scan(&id, &attempt, &checks, &next, &ts, &cs))
-			t.Logf("parked %s attempt %d checks %d next %s\n  transitions: %s\n  checks: %s", id, attempt, checks, next, ts, cs)
+			require.NoError(t, rows.Scan(&id, &action, &attempt, &checks, &next, &ts, &cs))
+			t.Logf("parked %s (%s) attempt %d checks %d next %s\n  transitions: %s\n  checks: %s", id, action, attempt, checks, next, ts, cs)
 		}
 	}
 	// The connector's lookup tells the truth, so the reconciler must settle
@@ -641,6 +620,103 @@ func (h *chaosHarness) check(payments int) report {
 	require.Zero(t, r.unpaidActed)
 	require.Zero(t, r.badRevokes)
 	return r
+}
+
+// checkAction checks one action's invariants against its own ledger: no
+// payment's action performed twice; every paid payment's action settled
+// once; none performed after its reversal committed, and each taken back
+// once if its policy says so; none performed for a purchase never paid.
+func (h *chaosHarness) checkAction(r *report, a chaosAction, paid map[string]bool) {
+	t := h.t
+	ctx := context.Background()
+	count := func(q string, args ...any) int { return h.d.Count(t, q, args...) }
+	// 1. No payment's action performed twice.
+	acted, revoked := map[string]int{}, map[string]int{}
+	for _, e := range a.conn.entries(t) {
+		switch {
+		case e.Acted && e.Action == contract.ActionRevoke:
+			revoked[e.Payment]++
+		case e.Acted:
+			acted[e.Payment]++
+		}
+	}
+	for p, n := range acted {
+		if n > 1 {
+			r.doubles++
+			t.Errorf("payment %s: the connector of %s acted %d times", p, a.name, n)
+		}
+	}
+	// 3. Every paid payment ends fulfilled, parked or cancelled by an
+	// operator in one fulfilment, never a second key after a cancel; or
+	// failed by a rejection, each retry of it a failed fulfilment too.
+	for p := range paid {
+		live := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action_name = $2 AND action = 'fulfil' AND state IN ('fulfilled', 'needs_reconciliation', 'cancelled')`, p, a.name)
+		failed := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action_name = $2 AND action = 'fulfil' AND state = 'failed'`, p, a.name)
+		if _, rev := h.reversed.Load(p); rev && live+failed == 0 {
+			continue // reversed before its payment event: never fulfilled, as it must be
+		}
+		if live > 1 || live == 0 && failed == 0 {
+			r.unsettled++
+			t.Errorf("payment %s, %s: %d live and %d failed fulfilments, want one live, or only failed ones", p, a.name, live, failed)
+		}
+		if count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action_name = $2 AND action = 'fulfil' AND state = 'fulfilled'`, p, a.name) == 1 && acted[p] != 1 {
+			var ts string
+			_ = h.d.Pool.QueryRow(ctx, `SELECT string_agg(coalesce(from_state, '-') || '>' || to_state || ' ' || actor || ' ' || reason || ' ' || evidence::text, ' | ' ORDER BY t.id)
+				FROM fulfilment_transition t JOIN fulfilment f ON f.id = t.fulfilment_id WHERE f.payment_id = $1 AND f.action_name = $2`, p, a.name).Scan(&ts)
+			t.Errorf("payment %s is fulfilled (%s) but the connector acted %d times; transitions: %s", p, a.name, acted[p], ts)
+		}
+	}
+	// 5. Reversals: no action a reversal takes back goes out after the
+	// reversal committed. A call that arrives later than the reversal's
+	// first 2xx plus the connector timeout was claimed after it: a
+	// dispatcher never calls past the deadline it took before its claim
+	// (2 s of slack for two busy cores). An action no reversal takes back
+	// goes out whatever happens, and is never sent a revoke.
+	for _, e := range a.conn.entries(t) {
+		at, reversed := h.ackedAt.Load(e.Payment)
+		if a.takesBack && e.Acted && e.Action == "" && reversed && e.Received.After(at.(time.Time).Add(chaosConnectorTimeout+2*time.Second)) {
+			r.badRevokes++
+			t.Errorf("payment %s: a fulfilment call of %s arrived %s after its reversal was acknowledged", e.Payment, a.name, e.Received.Sub(at.(time.Time)))
+		}
+	}
+	// A payment's action is taken back at most once, only if it was done,
+	// and a reversed payment's action that was done is taken back (or the
+	// receiver declined the revocation, in its own word).
+	for p, n := range revoked {
+		if n > 1 || acted[p] != 1 || !a.takesBack {
+			r.badRevokes++
+			t.Errorf("payment %s, %s: revoked %d times, fulfilled %d times", p, a.name, n, acted[p])
+		}
+	}
+	h.reversed.Range(func(k, _ any) bool {
+		p := k.(string)
+		if !a.takesBack {
+			return true
+		}
+		declined := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action_name = $2 AND action = 'revoke' AND state = 'failed'`, p, a.name)
+		// A parked fulfilment or revocation an operator cancelled is their
+		// final word: only a fulfilment settled done is taken back, and a
+		// cancelled revocation is not sent again (docs/design.md).
+		cancelled := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action_name = $2 AND state = 'cancelled'`, p, a.name)
+		if acted[p] == 1 && revoked[p] == 0 && declined == 0 && cancelled == 0 {
+			r.badRevokes++
+			var ts string
+			_ = h.d.Pool.QueryRow(ctx, `SELECT string_agg(f.action || ' ' || coalesce(t.from_state, '-') || '>' || t.to_state || ' ' || t.actor || ' ' || t.reason, ' | ' ORDER BY t.id)
+				FROM fulfilment_transition t JOIN fulfilment f ON f.id = t.fulfilment_id WHERE f.payment_id = $1 AND f.action_name = $2`, p, a.name).Scan(&ts)
+			t.Errorf("payment %s was fulfilled (%s) and reversed, and was never taken back; transitions: %s", p, a.name, ts)
+		}
+		r.revoked += revoked[p]
+		return true
+	})
+	// 4. No connector call, and no fulfilment, for a purchase never paid.
+	h.unpaid.Range(func(k, _ any) bool {
+		p := k.(string)
+		if acted[p] > 0 || count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action_name = $2`, p, a.name) > 0 {
+			r.unpaidActed++
+			t.Errorf("payment %s was never paid, yet the connector of %s acted %d times", p, a.name, acted[p])
+		}
+		return true
+	})
 }
 
 func logReport(t *testing.T, name, load string, r report, extra string) {
@@ -820,6 +896,36 @@ func TestChaosAmbiguousConnectorTwoProcesses(t *testing.T) {
 	require.Positive(t, r.faults, "the connector was ambiguous at least once")
 	require.Zero(t, r.fivexx)
 	logReport(t, "ambiguous-connector-x2", fmt.Sprintf("%d payments x2 types x3 copies, 16 concurrent, 2 processes", payments), r, "")
+}
+
+// TestChaosThreeActions runs purchases that each pay for three actions at
+// three receivers (an idempotency layer whose action is slow past the
+// reconcile grace, answers 409 while in progress and declines some
+// payments; a receiver that acts and then fails, resets or answers late;
+// and one that answers plainly and is never taken back), under two
+// processes killed in turn: each action of each purchase is performed
+// once, none is lost, each is taken back by its own policy, and none holds
+// another back.
+func TestChaosThreeActions(t *testing.T) {
+	parallel(t)
+	h := newChaos(t, chaosOpts{processes: 2, actions: []chaosActionSpec{
+		{name: "licence", mode: "idempotent", takesBack: true},
+		{name: "crm_contact", mode: "ambiguous", takesBack: true},
+		{name: "welcome_email", mode: "normal", takesBack: false},
+	}})
+	payments, cycles := pick(60, 300), pick(4, 60)
+	in := h.inject(cycles, func() time.Duration { return time.Duration(300+rand.IntN(600)) * time.Millisecond }, func(i int) {
+		h.proc(i % 2).kill(t)
+		h.restart(i % 2)
+	})
+	h.deliver(payments, 3, 16, 120*time.Second)
+	in.finish()
+	r := h.check(payments)
+	perAction := ""
+	for _, a := range h.actions {
+		perAction += fmt.Sprintf(", %s %d fulfilled", a.name, h.d.Count(t, `SELECT count(*) FROM fulfilment WHERE action_name = $1 AND action = 'fulfil' AND state = 'fulfilled'`, a.name))
+	}
+	logReport(t, "three-actions-kill-loop", fmt.Sprintf("%d payments x3 actions, x2 types x3 copies, 16 concurrent, 2 processes", payments), r, perAction)
 }
 
 // TestChaosZombieDispatcher pauses a Guardian with SIGSTOP mid-call past the

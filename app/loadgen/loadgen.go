@@ -110,6 +110,9 @@ type options struct {
 	dupShare, fulfilShare, rate   float64
 	json                          bool
 	seed, maxNew                  int64
+	// actions is how many fulfilments each new fulfilling event makes:
+	// the actions its purchase pays for.
+	actions int
 }
 
 // parseOptions reads the flags; code is the exit code when the run ends
@@ -129,14 +132,15 @@ func parseOptions(args []string, target Target, stderr io.Writer) (o options, co
 	fs.StringVar(&o.run, "prefix", "", "the run's name, from which its event ids derive (default: random per run)")
 	fs.Int64Var(&o.seed, "seed", 0, "events already sent under --prefix, which duplicates may repeat")
 	fs.Int64Var(&o.maxNew, "max", 0, "stop after this many new events (0: no limit)")
+	fs.IntVar(&o.actions, "actions", 1, "fulfilments each new fulfilling event makes: the actions its purchase pays for (an actions file's routes)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, exitOK
 		}
 		return o, exitUsage
 	}
-	if o.concurrency < 1 || o.dupShare < 0 || o.dupShare > 1 || o.fulfilShare < 0 || o.fulfilShare > 1 {
-		fmt.Fprintln(stderr, "guardian bench: concurrency ≥ 1, shares between 0 and 1")
+	if o.concurrency < 1 || o.actions < 1 || o.dupShare < 0 || o.dupShare > 1 || o.fulfilShare < 0 || o.fulfilShare > 1 {
+		fmt.Fprintln(stderr, "guardian bench: concurrency and actions ≥ 1, shares between 0 and 1")
 		return o, exitUsage
 	}
 	o.secret = target.Secret
@@ -255,7 +259,8 @@ func (o options) sender(ctx context.Context, client *http.Client, target string,
 }
 
 // waitFulfilled waits, up to the run's wait, until Guardian's metrics count
-// the run's new fulfilling events fulfilled, and records how fast.
+// the run's new fulfilling events fulfilled (each of their actions), and
+// records how fast.
 func (o options) waitFulfilled(client *http.Client, startFulfilled float64, start time.Time, res *Result) {
 	bg := context.Background()
 	deadline := time.Now().Add(o.wait)
@@ -268,7 +273,7 @@ func (o options) waitFulfilled(client *http.Client, startFulfilled float64, star
 		if cur > last {
 			last, lastAt = cur, time.Now()
 		}
-		if cur-startFulfilled >= float64(res.NewFulfilling) {
+		if cur-startFulfilled >= float64(res.NewFulfilling*o.actions) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond) // polling a remote counter

@@ -56,7 +56,7 @@ var (
 	duration    = flag.Duration("d", 5*time.Second, "length of each measured run")
 	runs        = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
-	only        = flag.String("only", "", "run one comparison only: dispatch, nodes (three processes against one), curve, flood (an unsigned flood per provider), or scale (the cost as the tables grow to -sizes)")
+	only        = flag.String("only", "", "run one comparison only: dispatch, nodes (three processes against one), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), or scale (the cost as the tables grow to -sizes)")
 	keep        = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
 	scaleDB     = flag.String("scale-db", "", "with -only scale: measure this database, kept by an earlier -keep run, filling it on from the payments it holds")
 	curvePath   = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
@@ -135,6 +135,10 @@ func main() {
 		fmt.Println(compareNodes(bin, dbURL, conn.URL))
 		return
 	}
+	if *only == "actions" {
+		fmt.Println(compareActions(ctx, bin, conn.URL))
+		return
+	}
 	if *only == "dispatch" {
 		var disp, bare []float64
 		for range *runs {
@@ -158,7 +162,7 @@ type figures struct {
 	dupRedis, dupPG, redisCeil, disp, bare    []float64
 	peak, half                                benchResult
 	rss                                       float64
-	nodesLine                                 string
+	nodesLine, actionsLine                    string
 	curve                                     []point
 }
 
@@ -174,6 +178,7 @@ func measureAll(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.P
 		f.bare = append(f.bare, bareRiver(ctx, pool))
 	}
 	f.nodesLine = compareNodes(bin, dbURL, connURL)
+	f.actionsLine = compareActions(ctx, bin, connURL)
 	f.curve = measureCurve(bin, dbURL, connURL)
 	return f
 }
@@ -272,6 +277,7 @@ func (f *figures) print() {
 	fmt.Printf("duplicates, Redis vs none with %s  without %s  ratio %.2f\n", s(f.dupRedis), s(f.dupPG), ratio(f.dupRedis, f.dupPG))
 	fmt.Printf("peak resident memory      %.0f MiB  (target < 150 MiB: %s)\n", f.rss, verdict(f.rss < 150))
 	fmt.Println(f.nodesLine)
+	fmt.Println(f.actionsLine)
 }
 
 // measureCurve measures intake at concurrency 1 to 256 on one warmed-up
