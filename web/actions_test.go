@@ -3,6 +3,7 @@ package web_test
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,4 +66,22 @@ func TestOperatorsSeeActions(t *testing.T) {
 	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", "pi_1")
 	require.NoError(t, err)
 	require.Len(t, fs, 2)
+
+	// The dashboard: the fulfilment page lists the purchase's actions with
+	// their receivers; the list and the queue filter by action.
+	op := newBrowser(t, b)
+	code, _ = op.signIn(b.token)
+	require.Equal(t, http.StatusSeeOther, code)
+	code, body, _ := op.get("/fulfilments/" + list.Fulfilments[0].ID)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "The purchase's actions")
+	require.Contains(t, body, "https://lms.example/g")
+	require.Contains(t, body, "https://mail.example/g")
+	code, body, _ = op.get("/fulfilments?action=licence")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 1, strings.Count(body, "<td>licence</td>"))
+	require.NotContains(t, body, "<td>welcome_email</td>")
+	code, body, _ = op.get("/queue?action=licence")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `<option value="licence" selected>`)
 }
