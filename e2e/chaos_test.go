@@ -903,20 +903,27 @@ func TestChaosAmbiguousConnectorTwoProcesses(t *testing.T) {
 // reconcile grace, answers 409 while in progress and declines some
 // payments; a receiver that acts and then fails, resets or answers late;
 // and one that answers plainly and is never taken back), under two
-// processes killed in turn: each action of each purchase is performed
+// processes killed in turn and Postgres taken away: each action of each purchase is performed
 // once, none is lost, each is taken back by its own policy, and none holds
 // another back.
 func TestChaosThreeActions(t *testing.T) {
 	parallel(t)
-	h := newChaos(t, chaosOpts{processes: 2, actions: []chaosActionSpec{
+	h := newChaos(t, chaosOpts{processes: 2, dbThrough: true, actions: []chaosActionSpec{
 		{name: "licence", mode: "idempotent", takesBack: true},
 		{name: "crm_contact", mode: "ambiguous", takesBack: true},
 		{name: "welcome_email", mode: "normal", takesBack: false},
 	}})
-	payments, cycles := pick(60, 300), pick(4, 60)
+	payments, cycles := pick(60, 300), pick(6, 90)
 	in := h.inject(cycles, func() time.Duration { return time.Duration(300+rand.IntN(600)) * time.Millisecond }, func(i int) {
-		h.proc(i % 2).kill(t)
-		h.restart(i % 2)
+		switch i % 3 {
+		case 2: // Postgres away for a moment: every connection reset, none accepted
+			h.dbProxy.Down()
+			time.Sleep(700 * time.Millisecond)
+			require.NoError(t, h.dbProxy.Up())
+		default:
+			h.proc(i % 2).kill(t)
+			h.restart(i % 2)
+		}
 	})
 	h.deliver(payments, 3, 16, 120*time.Second)
 	in.finish()
@@ -925,7 +932,10 @@ func TestChaosThreeActions(t *testing.T) {
 	for _, a := range h.actions {
 		perAction += fmt.Sprintf(", %s %d fulfilled", a.name, h.d.Count(t, `SELECT count(*) FROM fulfilment WHERE action_name = $1 AND action = 'fulfil' AND state = 'fulfilled'`, a.name))
 	}
-	logReport(t, "three-actions-kill-loop", fmt.Sprintf("%d payments x3 actions, x2 types x3 copies, 16 concurrent, 2 processes", payments), r, perAction)
+	windows, unexplained := h.fivexxWindows(3 * time.Second)
+	require.Zero(t, unexplained, "5xx answers outside every Postgres outage plus 3 s")
+	logReport(t, "three-actions-kills-outages", fmt.Sprintf("%d payments x3 actions, x2 types x3 copies, 16 concurrent, 2 processes", payments), r,
+		fmt.Sprintf("%s; 5xx windows %d", perAction, windows))
 }
 
 // TestChaosZombieDispatcher pauses a Guardian with SIGSTOP mid-call past the
