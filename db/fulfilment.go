@@ -232,3 +232,16 @@ func ValidUUID(s string) bool {
 	}
 	return true
 }
+
+// ActionCounts counts the fulfilments among ids by their action.
+func ActionCounts(ctx context.Context, q DBTX, ids []string) (map[string]int, error) {
+	rows, err := q.Query(ctx, `SELECT action_name, count(*) FROM fulfilment WHERE id = ANY($1::uuid[]) GROUP BY action_name`, ids)
+	if err != nil {
+		return nil, wrap("count actions", err)
+	}
+	out := map[string]int{}
+	var name string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&name, &n}, func() error { out[name] = n; return nil })
+	return out, wrap("count actions", err)
+}

@@ -107,9 +107,9 @@ func TestDeliveriesBecomeOneFulfilmentEach(t *testing.T) {
 	require.Equal(t, 1.0, m[`guardian_deliveries_total{outcome="rejected_signature",provider="stripe"}`])
 	require.Equal(t, 121.0, m[`guardian_intake_duration_seconds_count{provider="stripe"}`])
 	require.Equal(t, 60.0, m[`guardian_dispatches_total{action="fulfil",outcome="done"}`])
-	require.Equal(t, 60.0, m[`guardian_transitions_total{from="pending",to="dispatching"}`])
-	require.Equal(t, 60.0, m[`guardian_transitions_total{from="dispatching",to="fulfilled"}`])
-	require.Equal(t, 60.0, m[`guardian_transitions_total{from="none",to="pending"}`])
+	require.Equal(t, 60.0, m[`guardian_transitions_total{action="fulfil",from="pending",to="dispatching"}`])
+	require.Equal(t, 60.0, m[`guardian_transitions_total{action="fulfil",from="dispatching",to="fulfilled"}`])
+	require.Equal(t, 60.0, m[`guardian_transitions_total{action="fulfil",from="none",to="pending"}`])
 	g.waitGauge(t, `guardian_fulfilments{state="fulfilled"}`, 60)
 	m = g.scrape(t)
 	require.Equal(t, 0.0, m[`guardian_reconciliation_queue_depth`])
@@ -151,7 +151,7 @@ func TestCrashMidCallIsParkedNotRepeated(t *testing.T) {
 	g2.waitGauge(t, `guardian_reconciliation_queue_depth`, 1)
 	m := g2.scrape(t)
 	require.Greater(t, m[`guardian_reconciliation_oldest_age_seconds`], 0.0)
-	require.Equal(t, 1.0, m[`guardian_transitions_total{from="dispatching",to="needs_reconciliation"}`], "the restarted process parked it")
+	require.Equal(t, 1.0, m[`guardian_transitions_total{action="fulfil",from="dispatching",to="needs_reconciliation"}`], "the restarted process parked it")
 	g2.stop(t)
 }
 

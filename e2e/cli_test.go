@@ -158,7 +158,7 @@ func TestOperatorCLI(t *testing.T) {
 	m := g.scrape(t)
 	require.Equal(t, 1.0, m[`guardian_connector_errors_total{action="fulfil",class="5xx"}`])
 	require.Equal(t, 1.0, m[`guardian_dispatches_total{action="fulfil",outcome="unknown"}`])
-	require.Equal(t, 1.0, m[`guardian_transitions_total{from="needs_reconciliation",to="fulfilled"}`], "the operator's resolution is counted")
+	require.Equal(t, 1.0, m[`guardian_transitions_total{action="fulfil",from="needs_reconciliation",to="fulfilled"}`], "the operator's resolution is counted")
 	g.stop(t)
 }
 

@@ -2,16 +2,20 @@ package fulfilment_test
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/actions"
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/metrics"
+	"github.com/guardian-pay/guardian/app/metrics/metricstest"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
@@ -250,6 +254,28 @@ func TestActions(t *testing.T) {
 		for _, c := range cp.receivers["welcome_email"].Calls() {
 			require.Equal(t, state.Fulfil, c.Action)
 		}
+	})
+
+	t.Run("TransitionsAreCountedPerAction", func(t *testing.T) {
+		t.Parallel()
+		cp := newCoursePlatform("routes.yaml")
+		reg := prometheus.NewRegistry()
+		m, err := metrics.New(reg, nil, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		b, rows := cp.teamCourse(t, func(c *fulfilment.Config) { c.Metrics = m })
+		for _, f := range rows {
+			_, err := b.dispatch(t, f.ID)
+			require.NoError(t, err)
+		}
+		_, err = b.svc.Accept(b.ctx, refund("evt_r", "cs_1", true))
+		require.NoError(t, err)
+		created := func(action string) float64 {
+			return metricstest.Value(t, reg, "guardian_transitions_total", map[string]string{"action": action, "from": "none", "to": "pending"})
+		}
+		require.Equal(t, 2.0, created("crm_contact"), "its fulfilment and its revocation")
+		require.Equal(t, 2.0, created("licence"))
+		require.Equal(t, 1.0, created("welcome_email"), "never taken back")
+		require.Equal(t, 1.0, metricstest.Value(t, reg, "guardian_dispatches_total", map[string]string{"action": "welcome_email", "outcome": "done"}))
 	})
 
 	t.Run("APendingActionTakenBackIsStoppedAloneByItsPolicy", func(t *testing.T) {

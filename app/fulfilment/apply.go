@@ -152,7 +152,7 @@ func (s *Service) applyOne(ctx context.Context, pay db.Payment, p ApplyParams) (
 		return false, fmt.Errorf("apply %s to %s %s: %w", p.Action, pay.Provider, pay.PaymentID, err)
 	}
 	for _, b := range created {
-		s.cfg.Metrics.Transition("", b.State, 1)
+		s.cfg.Metrics.Transition(b.Action, "", b.State, 1)
 	}
 	return len(created) > 0, nil
 }

@@ -143,7 +143,7 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 		return BulkResult{ID: id}, fmt.Errorf("retry %s: %w", id, err)
 	}
 	if r.Verdict == RetryCreated {
-		s.cfg.Metrics.Transition("", born, 1)
+		s.cfg.Metrics.Transition(r.ActionName, "", born, 1)
 		s.cfg.Logger.InfoContext(ctx, "failed fulfilment retried by operator", "fulfilment_id", id,
 			"new_fulfilment_id", r.FulfilmentID, "operator", operator)
 	}

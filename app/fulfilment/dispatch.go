@@ -96,7 +96,7 @@ func (s *Service) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRe
 		return s.unclaim(ctx, log, req, token, err)
 	}
 	claimed := in.Fulfilment
-	s.cfg.Metrics.Transition(state.Pending, state.Dispatching, 1)
+	s.cfg.Metrics.Transition(claimed.ActionName, state.Pending, state.Dispatching, 1)
 	log = log.With("payment_id", in.PaymentID, "event_id", in.EventID, "attempt", claimed.Attempt)
 
 	perf, _ := s.performer(claimed.ActionName) // claimed: so performed here
@@ -152,7 +152,7 @@ func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, req Dispatc
 			return DispatchResult{}, err
 		}
 		for to, ids := range stopped {
-			s.cfg.Metrics.Transition(state.Pending, to, len(ids))
+			s.countMoved(ctx, state.Pending, to, ids)
 			if slices.Contains(ids, cur.ID) {
 				log.InfoContext(ctx, "dispatch: payment reversed before its fulfilment went out; not sent", "payment_id", cur.PaymentID, "state", to)
 				return DispatchResult{State: to}, nil
@@ -189,7 +189,7 @@ func (s *Service) unclaimable(ctx context.Context, log *slog.Logger, req Dispatc
 	if err != nil {
 		return DispatchResult{}, err
 	}
-	s.cfg.Metrics.Transition(state.Dispatching, state.NeedsReconciliation, 1)
+	s.cfg.Metrics.Transition(cur.ActionName, state.Dispatching, state.NeedsReconciliation, 1)
 	log.WarnContext(ctx, "dispatch: parked an attempt of unknown outcome for reconciliation", "attempt", cur.Attempt)
 	return DispatchResult{State: state.NeedsReconciliation}, nil
 }
@@ -245,8 +245,8 @@ func (s *Service) putBack(ctx context.Context, log *slog.Logger, req DispatchReq
 	if err != nil {
 		return DispatchResult{}, err
 	}
-	s.cfg.Metrics.Transition(state.Pending, state.Dispatching, 1)
-	s.cfg.Metrics.Transition(state.Dispatching, state.Pending, 1)
+	s.cfg.Metrics.Transition(cur.ActionName, state.Pending, state.Dispatching, 1)
+	s.cfg.Metrics.Transition(cur.ActionName, state.Dispatching, state.Pending, 1)
 	log.WarnContext(ctx, "dispatch: the claim's answer was lost; nothing was sent, so the fulfilment is pending again", "attempt", cur.Attempt)
 	return DispatchResult{State: state.Pending}, ErrClaimLost
 }
@@ -283,7 +283,7 @@ func (s *Service) record(ctx context.Context, log *slog.Logger, claimed db.Fulfi
 		if err != nil {
 			return "", s.recordFailed(ctx, log, evidence, err)
 		}
-		s.cfg.Metrics.Transition(state.NeedsReconciliation, state.Fulfilled, 1)
+		s.cfg.Metrics.Transition(claimed.ActionName, state.NeedsReconciliation, state.Fulfilled, 1)
 		log.InfoContext(ctx, "dispatch: late success resolved the parked fulfilment")
 		return state.Fulfilled, nil
 	case errors.Is(err, db.ErrConflict):
@@ -292,7 +292,7 @@ func (s *Service) record(ctx context.Context, log *slog.Logger, claimed db.Fulfi
 	case err != nil:
 		return "", s.recordFailed(ctx, log, evidence, err)
 	}
-	s.cfg.Metrics.Transition(state.Dispatching, next, 1)
+	s.cfg.Metrics.Transition(claimed.ActionName, state.Dispatching, next, 1)
 
 	switch next {
 	case state.Fulfilled:

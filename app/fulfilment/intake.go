@@ -54,6 +54,8 @@ type AcceptResult struct {
 	// and the state it was born in; empty when none was created.
 	FulfilmentID    string
 	FulfilmentState state.State
+	// took is what the delivery's batch took back, for the metrics.
+	took tookBack
 }
 
 // Accept records a verified event exactly once. It returns only after the
@@ -97,8 +99,12 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 		return AcceptResult{}, err
 	}
 
+	for to, ids := range res.took.stopped {
+		s.countMoved(ctx, state.Pending, to, ids)
+	}
+	s.countMoved(ctx, "", state.Pending, res.took.revoking)
 	for _, b := range res.Created {
-		s.cfg.Metrics.Transition("", b.State, 1)
+		s.cfg.Metrics.Transition(b.Action, "", b.State, 1)
 		if b.State == state.NeedsReconciliation {
 			s.cfg.Logger.WarnContext(ctx, "event stored for a payment already taken back: its fulfilment is parked until a lookup says whether the receiver acted",
 				"provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID, "fulfilment_id", b.ID, "action_name", b.Action, "event_type", ev.Type)
@@ -270,7 +276,7 @@ func (s *Service) Replay(ctx context.Context, providerName, eventID, operator st
 		return ReplayResult{}, fmt.Errorf("replay event: %w", err)
 	}
 	for _, b := range created {
-		s.cfg.Metrics.Transition("", b.State, 1)
+		s.cfg.Metrics.Transition(b.Action, "", b.State, 1)
 	}
 	s.cfg.Logger.InfoContext(ctx, "event replayed", "provider", providerName, "event_id", eventID, "operator", operator, "fulfilment_id", res.FulfilmentID)
 	return res, nil
@@ -437,8 +443,9 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 			reversed = append(reversed, db.Payment{Provider: events[i].Provider, PaymentID: events[i].Reverses})
 		}
 	}
+	var took tookBack
 	if len(reversed) > 0 {
-		if _, _, err := s.takeBack(ctx, tx, "intake", reversed, time.Time{}); err != nil {
+		if took.stopped, took.revoking, err = s.takeBack(ctx, tx, "intake", reversed, time.Time{}); err != nil {
 			return err
 		}
 	}
@@ -454,5 +461,15 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 			}
 		}
 	}
+	// What the batch's reversals moved is counted once, by the first
+	// delivery's Accept, after the commit.
+	batch[0].res.took = took
 	return nil
+}
+
+// tookBack is what a batch's reversals moved: rows stopped, by the state
+// they went to, and revocations made.
+type tookBack struct {
+	stopped  map[state.State][]string
+	revoking []string
 }

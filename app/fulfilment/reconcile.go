@@ -134,19 +134,19 @@ func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Ver
 			_, revoking, err = s.takeBack(ctx, tx, actor, []db.Payment{{Provider: f.Provider, PaymentID: f.PaymentID}}, time.Time{})
 			return err
 		})
-		v, err := s.settled(ctx, log, err, state.Fulfilled, CheckFulfilled)
+		v, err := s.settled(ctx, log, f.ActionName, err, state.Fulfilled, CheckFulfilled)
 		if v == CheckFulfilled && len(revoking) > 0 {
-			s.cfg.Metrics.Transition("", state.Pending, len(revoking))
+			s.countMoved(ctx, "", state.Pending, revoking)
 			log.InfoContext(ctx, "reconcile: the payment was taken back meanwhile; revocation created", "revocation_id", revoking[0])
 		}
 		return v, err
 	case connector.Declined:
 		err := move(state.Failed, "connector lookup: the receiver declined the key", nil)
-		return s.settled(ctx, log, err, state.Failed, CheckFailed)
+		return s.settled(ctx, log, f.ActionName, err, state.Failed, CheckFailed)
 	case connector.NotPerformed:
 		if f.CallOutcome != nil && *f.CallOutcome == state.Refused {
 			err := move(state.Failed, "connector lookup: not done, after the receiver refused the request", nil)
-			return s.settled(ctx, log, err, state.Failed, CheckFailed)
+			return s.settled(ctx, log, f.ActionName, err, state.Failed, CheckFailed)
 		}
 		if f.Action == state.Fulfil {
 			reversed, err := db.Reversed(ctx, s.cfg.Store.Pool(), db.Payment{Provider: f.Provider, PaymentID: f.PaymentID})
@@ -155,13 +155,13 @@ func (s *Service) check(ctx context.Context, f db.Fulfilment, actor string) (Ver
 			}
 			if reversed {
 				err := move(state.Cancelled, notDoneReversed, nil)
-				return s.settled(ctx, log, err, state.Cancelled, CheckCancelled)
+				return s.settled(ctx, log, f.ActionName, err, state.Cancelled, CheckCancelled)
 			}
 		}
 		err := move(state.Pending, "connector lookup: not done; dispatching again under the same key", func(tx pgx.Tx) error {
 			return s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, f.ID)
 		})
-		return s.settled(ctx, log, err, state.Pending, CheckRedispatched)
+		return s.settled(ctx, log, f.ActionName, err, state.Pending, CheckRedispatched)
 	default:
 		err := s.cfg.Store.InTx(ctx, record)
 		if errors.Is(err, db.ErrConflict) {
@@ -186,7 +186,7 @@ const notDoneReversed = "connector lookup: not done, and the payment was taken b
 
 // settled logs a resolution's result; a conflict (someone resolved it
 // first) is not an error.
-func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to state.State, result Verdict) (Verdict, error) {
+func (s *Service) settled(ctx context.Context, log *slog.Logger, action string, err error, to state.State, result Verdict) (Verdict, error) {
 	if errors.Is(err, db.ErrConflict) {
 		log.InfoContext(ctx, "reconcile: fulfilment moved before the lookup's answer was applied")
 		return CheckMoved, nil
@@ -194,7 +194,7 @@ func (s *Service) settled(ctx context.Context, log *slog.Logger, err error, to s
 	if err != nil {
 		return "", err
 	}
-	s.cfg.Metrics.Transition(state.NeedsReconciliation, to, 1)
+	s.cfg.Metrics.Transition(action, state.NeedsReconciliation, to, 1)
 	log.InfoContext(ctx, "reconcile: resolved by connector lookup")
 	return result, nil
 }

@@ -108,7 +108,7 @@ func (s *Service) Resolve(ctx context.Context, r Resolution) (db.Fulfilment, err
 	if err != nil {
 		return db.Fulfilment{}, err
 	}
-	s.cfg.Metrics.Transition(state.NeedsReconciliation, r.To, 1)
+	s.cfg.Metrics.Transition(moved.ActionName, state.NeedsReconciliation, r.To, 1)
 	s.cfg.Logger.InfoContext(ctx, "fulfilment resolved by operator", "fulfilment_id", r.FulfilmentID,
 		"payment_id", moved.PaymentID, "to", string(r.To), "operator", r.Operator)
 	return moved, nil
@@ -150,7 +150,7 @@ func (s *Service) Reopen(ctx context.Context, r Reopening) (db.Fulfilment, error
 	if err != nil {
 		return db.Fulfilment{}, err
 	}
-	s.cfg.Metrics.Transition(state.Cancelled, state.NeedsReconciliation, 1)
+	s.cfg.Metrics.Transition(moved.ActionName, state.Cancelled, state.NeedsReconciliation, 1)
 	s.cfg.Logger.InfoContext(ctx, "fulfilment reopened by operator", "fulfilment_id", r.FulfilmentID,
 		"payment_id", moved.PaymentID, "operator", r.Operator)
 	return moved, nil

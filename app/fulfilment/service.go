@@ -16,6 +16,7 @@ import (
 	"github.com/guardian-pay/guardian/app/filter"
 	"github.com/guardian-pay/guardian/app/metrics"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -277,6 +278,24 @@ func performersOf(cfg *Config) (map[string]Performer, error) {
 func (s *Service) performer(name string) (Performer, bool) {
 	p, ok := s.performers[name]
 	return p, ok
+}
+
+// countMoved counts the moves of the rows ids from one state to another
+// by their actions, read back by id: the set-based statements that moved
+// them (reversals, the sweep) return ids alone. Counting is best effort:
+// when the read fails, the moves are counted under "unknown".
+func (s *Service) countMoved(ctx context.Context, from, to state.State, ids []string) {
+	if len(ids) == 0 || s.cfg.Metrics == nil {
+		return
+	}
+	byAction, err := db.ActionCounts(ctx, s.cfg.Store.Pool(), ids)
+	if err != nil {
+		s.cfg.Logger.DebugContext(ctx, "could not read the actions of moved rows for their metrics", "error", err)
+		byAction = map[string]int{"unknown": len(ids)}
+	}
+	for action, n := range byAction {
+		s.cfg.Metrics.Transition(action, from, to, n)
+	}
 }
 
 // looker returns the lookup of the action named, or nil.

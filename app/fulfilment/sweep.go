@@ -53,8 +53,8 @@ func (s *Service) ParkStale(ctx context.Context, actor string, lease lock.Lease)
 	if err != nil {
 		return 0, err
 	}
-	s.cfg.Metrics.Transition(state.Dispatching, state.NeedsReconciliation, len(moved))
 	for _, f := range moved {
+		s.cfg.Metrics.Transition(f.ActionName, state.Dispatching, state.NeedsReconciliation, 1)
 		s.cfg.Logger.WarnContext(ctx, "sweep: dispatch lease expired; parked for reconciliation",
 			"fulfilment_id", f.ID, "payment_id", f.PaymentID, "attempt", f.Attempt)
 	}
@@ -78,12 +78,12 @@ func (s *Service) TakeBackReversed(ctx context.Context, actor string, lease lock
 	n := len(revoking)
 	for to, ids := range stopped {
 		n += len(ids)
-		s.cfg.Metrics.Transition(state.Pending, to, len(ids))
+		s.countMoved(ctx, state.Pending, to, ids)
 		for _, id := range ids {
 			s.cfg.Logger.InfoContext(ctx, "sweep: payment reversed before its fulfilment went out; not sent", "fulfilment_id", id, "state", to)
 		}
 	}
-	s.cfg.Metrics.Transition("", state.Pending, len(revoking))
+	s.countMoved(ctx, "", state.Pending, revoking)
 	for _, id := range revoking {
 		s.cfg.Logger.InfoContext(ctx, "sweep: fulfilled payment reversed; revocation created", "fulfilment_id", id)
 	}

@@ -59,8 +59,8 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 		}, []string{"provider"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guardian_transitions_total",
-			Help: "Fulfilment state transitions made by this process.",
-		}, []string{"from", "to"}),
+			Help: "Fulfilment state transitions made by this process, by action.",
+		}, []string{"action", "from", "to"}),
 		dispatchSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "guardian_dispatch_duration_seconds",
 			Help:    "Connector call duration by action and outcome.",
@@ -163,13 +163,13 @@ func (m *Metrics) Delivery(provider, outcome string, seconds float64) {
 	m.intakeSeconds.WithLabelValues(provider).Observe(seconds)
 }
 
-// Transition counts moves of fulfilments; an empty from is a fulfilment's
-// creation, labelled "none".
-func (m *Metrics) Transition(from, to state.State, n int) {
+// Transition counts moves of fulfilments of an action (bounded, as
+// Dispatch's); an empty from is a fulfilment's creation, labelled "none".
+func (m *Metrics) Transition(action string, from, to state.State, n int) {
 	if m == nil || n == 0 {
 		return
 	}
-	m.transitions.WithLabelValues(cmp.Or(string(from), "none"), string(to)).Add(float64(n))
+	m.transitions.WithLabelValues(action, cmp.Or(string(from), "none"), string(to)).Add(float64(n))
 }
 
 // Dispatch counts one connector call of an action by outcome, and its
