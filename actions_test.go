@@ -74,6 +74,33 @@ func TestActionsList(t *testing.T) {
 	}
 }
 
+// TestRoutesOnProductsFetchStripesLineItems: routes that match on
+// products make Stripe's API the source of a Checkout purchase's items
+// when its key is set, and without one the deployment is warned that
+// those routes never match a Checkout purchase.
+func TestRoutesOnProductsFetchStripesLineItems(t *testing.T) {
+	t.Parallel()
+	vars := actionsEnv(t, strings.ReplaceAll(twoActions, "{metadata_present: course}", "{products: [prod_course]}"))
+	cfg, err := ConfigFromEnv(env(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(cfg.Warnings, "\n"); !strings.Contains(w, "without GUARDIAN_STRIPE_API_KEY its line items are not fetched") {
+		t.Errorf("no warning of routes that cannot match:\n%s", w)
+	}
+	if len(cfg.ItemsSources()) != 0 {
+		t.Error("an items source without a key")
+	}
+	vars["GUARDIAN_STRIPE_API_KEY"] = "sk_test_items_for_routes"
+	vars["GUARDIAN_MODE"] = "test"
+	if cfg, err = ConfigFromEnv(env(vars)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cfg.ItemsSources()["stripe"]; !ok || strings.Contains(strings.Join(cfg.Warnings, "\n"), "line items are not fetched") {
+		t.Errorf("with the key, Stripe's API lists the items: %v %v", cfg.ItemsSources(), cfg.Warnings)
+	}
+}
+
 // TestConfigCheckNamesEveryProblemOfTheActionsFile: each with its line,
 // beside the rules the connector's settings follow (the development
 // profile's receivers stay on loopback; a file replaces the connector).

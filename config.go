@@ -183,6 +183,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if err := cfg.loadActions(getenv, common.Mode); err != nil {
 		env.Fail(err)
 	}
+	if w := cfg.itemsWarning(); w != "" {
+		env.Warn(w)
+	}
 	cfg.Warnings = env.Warnings()
 	return cfg, env.Err()
 }
@@ -303,6 +306,31 @@ func (c *Config) loadActions(getenv func(string) string, mode provider.Mode) err
 	}
 	c.Actions = set
 	return errors.Join(errs...)
+}
+
+// ItemsSources are the served providers' APIs that list what a purchase
+// bought where its events name none (fulfilment.Config.Items): Stripe's,
+// for a Checkout Session's line items, with GUARDIAN_STRIPE_API_KEY.
+func (c *Config) ItemsSources() map[string]fulfilment.ItemsSource {
+	out := map[string]fulfilment.ItemsSource{}
+	for _, p := range c.Providers {
+		if s, ok := p.(*provider.Stripe); ok && s.API() != nil {
+			out[p.Name()] = s.API()
+		}
+	}
+	return out
+}
+
+// itemsWarning says when routes match on products or prices that a
+// served provider's events do not name and nothing here fetches.
+func (c *Config) itemsWarning() string {
+	for _, p := range c.Providers {
+		if _, ok := p.(*provider.Stripe); ok && c.Actions != nil && c.Actions.NeedsItems(p.Name()) && c.ItemsSources()[p.Name()] == nil {
+			return "GUARDIAN_ACTIONS_FILE: routes match on products or prices, and a Stripe Checkout Session's event names neither: " +
+				"without GUARDIAN_STRIPE_API_KEY its line items are not fetched, and those routes never match a Checkout purchase (docs/actions.md)"
+		}
+	}
+	return ""
 }
 
 // ActionSet is the deployment's actions: the actions file's, or without

@@ -252,7 +252,7 @@ func (a *App) buildDomain(store *db.Store, stats *db.StatsReader, perform fulfil
 	}
 	service, err := fulfilment.New(fulfilment.Config{
 		Store: store, Enqueuer: enqueuer, Logger: a.logger, Mappers: mappers, Reversals: cfg.RevokeOn,
-		Actions: perform.Actions, Performers: perform.Performers, Mode: cfg.Mode,
+		Actions: perform.Actions, Performers: perform.Performers, Mode: cfg.Mode, Items: cfg.ItemsSources(),
 		Filter: dupFilter, Metrics: m, ConnectorTimeout: cfg.ConnectorTimeout, DispatchLease: cfg.DispatchLease,
 		ReconcileGrace: cfg.ReconcileGrace, Batch: cfg.Batch, BatchWriters: cfg.BatchWriters,
 	})

@@ -42,6 +42,12 @@ func insertEvent(ctx context.Context, q db.DBTX, p db.EventParams) (id int64, in
 }
 
 // newFulfilment stores an event and its pending fulfilment.
+// recordPurchases records purchases none of which awaits its items.
+func recordPurchases(ctx context.Context, q db.DBTX, purchases []db.PurchaseRecord) error {
+	_, err := db.RecordPurchases(ctx, q, purchases)
+	return err
+}
+
 func newFulfilment(t *testing.T, ctx context.Context, q db.DBTX, eventID, paymentID string) string {
 	t.Helper()
 	pk, inserted, err := insertEvent(ctx, q, db.EventParams{Provider: "stripe", EventID: eventID, Type: "payment_intent.succeeded", PaymentID: paymentID, Payload: []byte(`{"id":"` + eventID + `"}`)})

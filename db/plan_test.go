@@ -170,7 +170,7 @@ func TestIntakeReadsDoNotGrowWithHistory(t *testing.T) {
 	require.NoError(t, err)
 	// The purchase of the new payment and of one with history, recorded
 	// with three actions: their rows are read through the partial indexes.
-	require.NoError(t, db.RecordPurchases(ctx, tx, []db.PurchaseRecord{
+	require.NoError(t, recordPurchases(ctx, tx, []db.PurchaseRecord{
 		{Payment: db.Payment{Provider: "stripe", PaymentID: "pi_new"}, Actions: []string{"crm", "fulfil", "mail"}, Routes: "r"},
 		{Payment: db.Payment{Provider: "stripe", PaymentID: "pi_rf_7"}, Actions: []string{"crm", "fulfil", "mail"}, Routes: "r"},
 	}))

@@ -17,6 +17,7 @@ var ErrPruned = errors.New("the event's body was pruned after GUARDIAN_PAYLOAD_R
 // lock is taken.
 const bodyPrunable = `(e.pruned_at IS NULL
 	AND NOT EXISTS (SELECT 1 FROM fulfilment f WHERE f.event_pk = e.id AND f.state <> 'fulfilled')
+	AND NOT EXISTS (SELECT 1 FROM purchase p WHERE p.provider = e.provider AND p.payment_id = e.payment_id AND p.awaiting_items IS NOT NULL)
 	AND (e.reverses IS NULL OR NOT EXISTS (
 		SELECT 1 FROM fulfilment f WHERE f.provider = e.provider AND f.payment_id = e.reverses AND f.action = 'fulfil'
 		  AND f.action_name = ANY(e.revokes) AND f.state <> 'failed' -- declined: nothing to take back
@@ -28,9 +29,10 @@ const bodyPrunable = `(e.pruned_at IS NULL
 // before, and empties the body of each one nothing can need again: no
 // fulfilment of it that is not fulfilled (a pending, in-flight, parked,
 // failed or cancelled row may yet be sent, retried or reopened, and every
-// attempt under a key sends the same body), and, for a reversal, its
-// payment's revocation made for each action it takes back that has a
-// fulfilment (until then the sweep may make one from it). The event's
+// attempt under a key sends the same body), none of a purchase awaiting
+// its items (its fulfilments are made from it once they come), and, for a
+// reversal, its payment's revocation made for each action it takes back
+// that has a fulfilment (until then the sweep may make one from it). The event's
 // identity stays, so a late delivery is still a duplicate. It returns how
 // many bodies it emptied and whether the walk reached before (or the end):
 // false means call again.

@@ -62,7 +62,7 @@ func TestPruneEventBodies(t *testing.T) {
 		reversalNoRevocation := event("evt_refund_waiting", "", "pi_2")
 		recent := event("evt_recent", "", "")
 		exec(`UPDATE webhook_event SET first_seen_at = now() - interval '100 days' WHERE id <> $1`, recent)
-		require.NoError(t, db.RecordPurchases(ctx, d.Pool, []db.PurchaseRecord{
+		require.NoError(t, recordPurchases(ctx, d.Pool, []db.PurchaseRecord{
 			{Payment: db.Payment{Provider: "stripe", PaymentID: "pi_1"}, Actions: []string{"fulfil"}, Routes: "r", Detail: []byte(`{"customer":{"email":"ana@example.com"}}`)},
 			{Payment: db.Payment{Provider: "stripe", PaymentID: "pi_2"}, Actions: []string{"fulfil"}, Routes: "r", Detail: []byte(`{"customer":{"email":"bo@example.com"}}`)},
 		}))

@@ -23,6 +23,11 @@ type Stats struct {
 	// OldestPending is when the longest-waiting pending fulfilment entered
 	// pending; nil when none waits.
 	OldestPending *time.Time
+	// AwaitingItems counts the purchases recorded awaiting their items
+	// (RecordPurchases), OldestAwaiting is when the longest-waiting one
+	// was recorded; nil when none waits.
+	AwaitingItems  int
+	OldestAwaiting *time.Time
 }
 
 // StatsReader is the one reader of Stats for those that ask often (the
@@ -56,7 +61,7 @@ func (r *StatsReader) Read(ctx context.Context) (Stats, error) {
 }
 
 // GetStats counts fulfilments per state and finds the oldest parked and the
-// oldest pending one. The Live states are counted through
+// oldest pending one, and the purchases awaiting their items. The Live states are counted through
 // fulfilment_state_idx, in time proportional to the backlog; the Settled
 // ones, which grow with all history, are read from the tally the triggers
 // keep (tallied). No part of it reads history.
@@ -82,5 +87,7 @@ func GetStats(ctx context.Context, q DBTX) (Stats, error) {
 			return Stats{}, wrap("oldest "+string(s), err)
 		}
 	}
-	return st, nil
+	// Through purchase_awaiting: as many rows as are waiting.
+	err = q.QueryRow(ctx, `SELECT count(*), min(routed_at) FROM purchase WHERE awaiting_items IS NOT NULL`).Scan(&st.AwaitingItems, &st.OldestAwaiting)
+	return st, wrap("awaiting purchases", err)
 }

@@ -28,6 +28,9 @@ import (
 const (
 	QueueDispatch    = "dispatch"
 	QueueMaintenance = "maintenance"
+	// QueueRoute fetches what purchases bought from providers' APIs
+	// (RouteWorker): slow or failing APIs hold no dispatch back.
+	QueueRoute = "route"
 )
 
 // Defaults for the River side of Guardian.
@@ -40,6 +43,11 @@ const (
 	// DefaultReconcileInterval is how often the leader runs the reconciler.
 	DefaultReconcileInterval = time.Minute
 )
+
+// routeWorkers is how many purchases' items are fetched at once in a
+// process: a provider's API limits its callers, and a Checkout purchase
+// is fetched once.
+const routeWorkers = 4
 
 // FetchCooldown is the pause between River fetches while jobs are waiting.
 // River's default (100 ms) with 50 workers caps a process at 500 jobs/s;
@@ -87,6 +95,17 @@ func (e *Enqueuer) EnqueueDispatchTx(ctx context.Context, tx pgx.Tx, fulfilmentI
 	}
 	_, err := e.river.InsertManyFastTx(ctx, tx, params)
 	return err
+}
+
+// EnqueueRouteTx inserts, in tx, a routing job for each purchase recorded
+// awaiting its items (RouteArgs); one that has a live job keeps it.
+func (e *Enqueuer) EnqueueRouteTx(ctx context.Context, tx pgx.Tx, purchases ...db.Payment) error {
+	for _, p := range purchases {
+		if _, err := e.river.InsertTx(ctx, tx, RouteArgs{Provider: p.Provider, PaymentID: p.PaymentID}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DispatchJobs names the dispatch jobs EnqueueDispatchTx inserts: their
@@ -224,6 +243,7 @@ func New(cfg Config) (*Client, error) {
 	reconcile := &ReconcileWorker{service: cfg.Service, locker: cfg.Locker, logger: cfg.Logger}
 	tally := &TallyWorker{folder: cfg.Tally, logger: cfg.Logger}
 	workers := river.NewWorkers()
+	route := &RouteWorker{service: cfg.Service}
 	fill := &BackfillWorker{backfills: map[string]*backfill.Backfill{}, locker: cfg.Locker, logger: cfg.Logger}
 	for _, b := range cfg.Backfills {
 		fill.backfills[b.Provider()] = b
@@ -233,6 +253,7 @@ func New(cfg Config) (*Client, error) {
 		func() error { return river.AddWorkerSafely(workers, maintain) },
 		func() error { return river.AddWorkerSafely(workers, reconcile) },
 		func() error { return river.AddWorkerSafely(workers, fill) },
+		func() error { return river.AddWorkerSafely(workers, route) },
 		func() error { return river.AddWorkerSafely(workers, tally) },
 	} {
 		if err := add(); err != nil {
@@ -272,6 +293,7 @@ func New(cfg Config) (*Client, error) {
 		Queues: map[string]river.QueueConfig{
 			QueueDispatch:    {MaxWorkers: cfg.DispatchWorkers},
 			QueueMaintenance: {MaxWorkers: 2},
+			QueueRoute:       {MaxWorkers: routeWorkers},
 		},
 		PeriodicJobs: periodic,
 		// River's own cleaner deletes finished jobs past these.
@@ -285,6 +307,7 @@ func New(cfg Config) (*Client, error) {
 	dispatch.actor = func(jobID int64) string { return fmt.Sprintf("dispatcher %s job %d", rc.ID(), jobID) }
 	actor = "sweeper " + rc.ID()
 	reconcile.actor = "reconciler " + rc.ID()
+	route.actor = func(jobID int64) string { return fmt.Sprintf("router %s job %d", rc.ID(), jobID) }
 	return &Client{river: rc}, nil
 }
 
@@ -325,5 +348,6 @@ func sweeps(cfg Config, actor *string) []Maintainer {
 		every("sweep_stale", func(ctx context.Context, l lock.Lease) (int, error) { return s.ParkStale(ctx, *actor, l) }),
 		every("sweep_reversed", func(ctx context.Context, l lock.Lease) (int, error) { return s.TakeBackReversed(ctx, *actor, l) }),
 		every("sweep_stranded", s.RequeueStranded),
+		every("sweep_awaiting", s.RequeueAwaiting),
 	}
 }

@@ -33,6 +33,7 @@ func (s *Server) mountAPI() {
 	g.POST("/events/:provider/:event_id/replay", s.apiReplay)
 	g.GET("/stats", s.apiStats)
 	g.GET("/actions", s.apiActions)
+	g.GET("/purchases/awaiting", s.apiAwaiting)
 	g.GET("/refused", s.apiRefused)
 	g.GET("/openapi.json", s.apiOpenAPI)
 }
@@ -430,6 +431,12 @@ type StatsAnswer struct {
 	// seconds; both absent when none waits.
 	OldestNeedsReconciliation    *time.Time `json:"oldest_needs_reconciliation,omitempty"`
 	OldestNeedsReconciliationAge *float64   `json:"oldest_needs_reconciliation_age_seconds,omitempty"`
+	// AwaitingItems counts the purchases awaiting their items from their
+	// provider's API (GET /api/v1/purchases/awaiting), and
+	// OldestAwaitingAge says how long the longest-waiting one has waited
+	// in seconds; absent when none waits.
+	AwaitingItems     int      `json:"awaiting_items"`
+	OldestAwaitingAge *float64 `json:"oldest_awaiting_age_seconds,omitempty"`
 }
 
 func (s *Server) apiStats(c echo.Context) error {
@@ -452,6 +459,11 @@ func (s *Server) stats(c echo.Context) (StatsAnswer, error) {
 	if st.OldestNeedsReconciliation != nil {
 		age := s.now().Sub(*st.OldestNeedsReconciliation).Seconds()
 		a.OldestNeedsReconciliationAge = &age
+	}
+	a.AwaitingItems = st.AwaitingItems
+	if st.OldestAwaiting != nil {
+		age := s.now().Sub(*st.OldestAwaiting).Seconds()
+		a.OldestAwaitingAge = &age
 	}
 	return a, nil
 }

@@ -148,8 +148,12 @@ func (s *Server) handleQueue(c echo.Context) error {
 	for _, c := range cs {
 		at[c.FulfilmentID].Checks = append(at[c.FulfilmentID].Checks, c)
 	}
+	awaiting, err := s.awaiting(c)
+	if err != nil {
+		return err
+	}
 	return s.render(c, http.StatusOK, "queue", page{Title: "Reconciliation queue", Data: map[string]any{
-		"Rows": rows, "Next": next, "Action": c.QueryParam("action"), "Actions": s.cfg.Service.Actions().Names()}})
+		"Rows": rows, "Next": next, "Action": c.QueryParam("action"), "Actions": s.cfg.Service.Actions().Names(), "Awaiting": awaiting}})
 }
 
 // searchLimit caps each kind of match the search page shows.

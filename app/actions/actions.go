@@ -150,6 +150,17 @@ func (m Match) Matches(p *provider.Purchase) bool {
 	return true
 }
 
+// NeedsItems reports whether a route that may match a purchase of the
+// provider named matches on what was bought (products or prices): where
+// the provider's paid event lists no items, they are fetched before the
+// purchase is routed (provider.Event.ItemsRef).
+func (s *Set) NeedsItems(providerName string) bool {
+	return slices.ContainsFunc(s.Routes, func(r Route) bool {
+		m := r.Match
+		return (len(m.Products) > 0 || len(m.Prices) > 0) && (len(m.Providers) == 0 || slices.Contains(m.Providers, providerName))
+	})
+}
+
 // Route names the actions p pays for: the union of the actions of every
 // route that matches it, each once, in the order the actions are declared.
 func (s *Set) Route(p *provider.Purchase) []string {

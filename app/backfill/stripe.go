@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v82"
@@ -128,42 +127,20 @@ func (e *stripeError) Error() string {
 
 func (e *stripeError) Unwrap() error { return e.serr }
 
-// The Stripe backfill's settings, and its registration.
-var (
-	stripeAPIKey = settings.String(settings.Setting{
-		Name: "GUARDIAN_STRIPE_API_KEY", Default: "unset (backfill off)", Secret: true,
-		Doc: "a Stripe secret or restricted key that may read events: turns on the leader's periodic backfill of events Stripe never delivered, and `guardian backfill stripe [--since 72h]`",
-	}, "")
-	stripeAPIURL = settings.String(settings.Setting{
-		Name: "GUARDIAN_STRIPE_API_URL", Default: "`https://api.stripe.com`",
-		Doc: "Stripe's API, for the backfill (a local fake or proxy; https outside the development profile)",
-	}, "")
-)
-
 func init() {
 	Register(Driver{Provider: "stripe", Needs: "set GUARDIAN_STRIPE_API_KEY to a Stripe key that may read events", Open: openStripe})
 }
 
-// openStripe reads the Stripe backfill's settings: the key must be of the
-// deployment's mode, so a live deployment never backfills test money.
-func openStripe(env *settings.Env, c provider.Common, p provider.Provider) (Maker, error) {
-	key := stripeAPIKey.Read(env)
-	apiURL := provider.APIURL(env, c, stripeAPIURL, "https://api.stripe.com", "https://api.stripe.com")
-	test := strings.HasPrefix(key, "sk_test_") || strings.HasPrefix(key, "rk_test_")
-	live := strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_")
-	switch {
-	case key == "":
-		return nil, nil
-	case c.Mode == provider.ModeLive && test:
-		return nil, errors.New("GUARDIAN_STRIPE_API_KEY is a test-mode key in a live deployment: the backfill would fetch test money (set GUARDIAN_MODE=test for a test deployment)")
-	case c.Mode == provider.ModeTest && live:
-		return nil, errors.New("GUARDIAN_STRIPE_API_KEY is a live-mode key in a test deployment (GUARDIAN_MODE=test)")
-	}
+// openStripe makes the Stripe backfill of the served Stripe provider when
+// it has Stripe's API (GUARDIAN_STRIPE_API_KEY, read and checked against
+// the deployment's mode with the provider's settings).
+func openStripe(_ *settings.Env, _ provider.Common, p provider.Provider) (Maker, error) {
 	stripe, _ := p.(*provider.Stripe)
-	if stripe == nil {
-		return nil, errors.New("GUARDIAN_STRIPE_API_KEY: the Stripe provider is not served")
+	if stripe == nil || stripe.API() == nil {
+		return nil, nil
 	}
+	api := stripe.API()
 	return func(cfg Config) (*Backfill, error) {
-		return NewStripe(StripeConfig{APIKey: key, APIURL: apiURL, Provider: stripe, Config: cfg})
+		return NewStripe(StripeConfig{APIKey: api.Key(), APIURL: api.URL(), Provider: stripe, Config: cfg})
 	}, nil
 }

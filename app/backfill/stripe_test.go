@@ -104,7 +104,8 @@ type bundle struct {
 
 type nopEnqueuer struct{}
 
-func (nopEnqueuer) EnqueueDispatchTx(context.Context, pgx.Tx, ...string) error { return nil }
+func (nopEnqueuer) EnqueueDispatchTx(context.Context, pgx.Tx, ...string) error  { return nil }
+func (nopEnqueuer) EnqueueRouteTx(context.Context, pgx.Tx, ...db.Payment) error { return nil }
 func (nopEnqueuer) DispatchJobs() db.DispatchJobs {
 	return db.DispatchJobs{Kind: "guardian_dispatch", IDArg: "fulfilment_id"}
 }

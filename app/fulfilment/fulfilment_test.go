@@ -23,8 +23,9 @@ import (
 // enqueuer records the dispatches the domain asked for. It stands in for
 // River: these tests call Dispatch themselves.
 type enqueuer struct {
-	mu  sync.Mutex
-	ids []string
+	mu     sync.Mutex
+	ids    []string
+	routes []db.Payment
 }
 
 // DispatchJobs names River's dispatch jobs as jobs.Enqueuer does; this
@@ -38,6 +39,13 @@ func (e *enqueuer) EnqueueDispatchTx(_ context.Context, _ pgx.Tx, ids ...string)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.ids = append(e.ids, ids...)
+	return nil
+}
+
+func (e *enqueuer) EnqueueRouteTx(_ context.Context, _ pgx.Tx, purchases ...db.Payment) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.routes = append(e.routes, purchases...)
 	return nil
 }
 

@@ -262,7 +262,7 @@ func (s *Service) Replay(ctx context.Context, providerName, eventID, operator st
 		}
 		// A purchase first recorded as paid by this replay is routed by
 		// the routes in force now; one recorded before keeps its actions.
-		if err := db.RecordPurchases(ctx, tx, []db.PurchaseRecord{s.routeStored(ev)}); err != nil {
+		if err := s.recordPurchases(ctx, tx, []db.PurchaseRecord{s.routeStored(ev)}); err != nil {
 			return err
 		}
 		created, err = s.create(ctx, tx, ev.ID, "", "operator "+operator, "replay of stored event")
@@ -329,17 +329,22 @@ func (s *Service) writeBatch(ctx context.Context, batch []*acceptCall) {
 }
 
 // route decides the actions a paid event's purchase pays for, by the
-// routes in force, and the purchase's detail as receivers are sent it.
+// routes in force, and the purchase's detail as receivers are sent it; or,
+// where the routes need items the event does not name, records it
+// awaiting them (awaitsItems).
 func (s *Service) route(ev provider.Event) db.PurchaseRecord {
 	p := provider.PurchaseOf(ev, s.cfg.Mode)
 	detail, err := json.Marshal(p)
 	if err != nil {
 		detail = nil // a Purchase of strings and numbers always marshals
 	}
-	return db.PurchaseRecord{
-		Payment: db.Payment{Provider: ev.Provider, PaymentID: ev.PaymentID},
-		Actions: s.cfg.Actions.Route(p), Routes: s.cfg.Actions.Digest, Detail: detail,
+	rec := db.PurchaseRecord{Payment: db.Payment{Provider: ev.Provider, PaymentID: ev.PaymentID}, Routes: s.cfg.Actions.Digest, Detail: detail}
+	if s.awaitsItems(ev, p) {
+		rec.AwaitingItems = ev.ItemsRef
+	} else {
+		rec.Actions = s.cfg.Actions.Route(p)
 	}
+	return rec
 }
 
 // routeStored is route for a stored event: its provider's rules read its
@@ -424,7 +429,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	}
 	created := map[int64][]db.Born{}
 	if len(creates) > 0 {
-		if err := db.RecordPurchases(ctx, tx, purchases); err != nil {
+		if err := s.recordPurchases(ctx, tx, purchases); err != nil {
 			return err
 		}
 		born, err := s.born(ctx, tx, creates, createdReason)

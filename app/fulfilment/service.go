@@ -47,11 +47,14 @@ const (
 	RecordMargin = 15 * time.Second
 )
 
-// Enqueuer inserts the dispatch job for a fulfilment inside the caller's
-// transaction, so the job exists if and only if the transaction commits.
-// Implementations must be safe for concurrent use.
+// Enqueuer inserts the jobs of fulfilments and purchases inside the
+// caller's transaction, so a job exists if and only if the transaction
+// commits. Implementations must be safe for concurrent use.
 type Enqueuer interface {
 	EnqueueDispatchTx(ctx context.Context, tx pgx.Tx, fulfilmentIDs ...string) error
+	// EnqueueRouteTx inserts a job that calls RouteAwaiting for each
+	// purchase; a purchase with a live one keeps it.
+	EnqueueRouteTx(ctx context.Context, tx pgx.Tx, purchases ...db.Payment) error
 	// DispatchJobs says how the jobs it inserts are named, so the sweep
 	// can tell a fulfilment with a live job from a stranded one.
 	DispatchJobs() db.DispatchJobs
@@ -86,6 +89,12 @@ type Config struct {
 	// stored event again when an operator replays one that named no
 	// payment (the configuration behind it fixed since). Optional.
 	Mappers map[string]provider.Mapper
+	// Items, by provider name, list what a purchase bought where its paid
+	// event names none (provider.Event.ItemsRef) and a route matches on
+	// products or prices: such a purchase awaits its items, routed once
+	// they are fetched (RouteAwaiting). A provider without one routes on
+	// what its events say. Optional.
+	Items map[string]ItemsSource
 	// Metrics counts transitions, dispatches and filter errors; nil counts
 	// nothing.
 	Metrics *metrics.Metrics

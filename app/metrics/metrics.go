@@ -34,6 +34,7 @@ type Metrics struct {
 	refused         *prometheus.CounterVec
 	refusedDropped  prometheus.Counter
 	unmapped        *prometheus.CounterVec
+	itemsFetches    *prometheus.CounterVec
 	maintenanceRuns *prometheus.CounterVec
 	maintenanceRows *prometheus.CounterVec
 	retention       *prometheus.GaugeVec
@@ -91,9 +92,13 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 		Name: "guardian_unmapped_events_total",
 		Help: "Events that say they are paid but name no payment Guardian can read, by provider: stored, acknowledged and flagged (GET /api/v1/events?unmapped=true). Alert on any.",
 	}, []string{"provider"})
+	m.itemsFetches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "guardian_items_fetches_total",
+		Help: "Fetches of what a purchase bought from its provider's API (a Stripe Checkout Session's line items), by provider and outcome (ok, error). A purchase awaits its items, and pays for no action, until one succeeds.",
+	}, []string{"provider", "outcome"})
 	m.maintenanceRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "guardian_maintenance_runs_total",
-		Help: "The leader's maintenance rounds, by service (sweep_stale, sweep_reversed, sweep_stranded, prune_tokens, prune_refusals, prune_transmissions, prune_bodies) and outcome (ok, error).",
+		Help: "The leader's maintenance rounds, by service (sweep_stale, sweep_reversed, sweep_stranded, sweep_awaiting, prune_tokens, prune_refusals, prune_transmissions, prune_bodies) and outcome (ok, error).",
 	}, []string{"service", "outcome"})
 	m.maintenanceRows = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "guardian_maintenance_rows_total",
@@ -111,7 +116,7 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 	})
 	buildInfo.Set(1)
 	for _, c := range []prometheus.Collector{
-		buildInfo, m.refused, m.refusedDropped, m.unmapped, m.maintenanceRuns, m.maintenanceRows, m.retention,
+		buildInfo, m.refused, m.refusedDropped, m.unmapped, m.itemsFetches, m.maintenanceRuns, m.maintenanceRows, m.retention,
 		m.deliveries, m.intakeSeconds, m.transitions, m.dispatchSeconds, m.dispatches, m.connectorErrors, m.filterErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.table,
@@ -215,6 +220,14 @@ func (m *Metrics) Unmapped(provider string) {
 	m.unmapped.WithLabelValues(provider).Inc()
 }
 
+// ItemsFetched counts one fetch of a purchase's items from provider's API.
+func (m *Metrics) ItemsFetched(provider string, err error) {
+	if m == nil {
+		return
+	}
+	m.itemsFetches.WithLabelValues(provider, map[bool]string{true: "ok", false: "error"}[err == nil]).Inc()
+}
+
 // Retention shows how long a kind of record is kept; 0 means for good.
 func (m *Metrics) Retention(record string, d time.Duration) {
 	if m == nil {
@@ -287,6 +300,8 @@ var (
 	oldestDesc      = prometheus.NewDesc("guardian_reconciliation_oldest_age_seconds", "How long the oldest needs_reconciliation fulfilment has waited; 0 when none waits.", nil, nil)
 	pendingAgeDesc  = prometheus.NewDesc("guardian_pending_oldest_age_seconds", "How long the oldest pending fulfilment has waited for dispatch since it entered pending; 0 when none waits. Above the sweep interval plus the job timeout, a payment may be stranded.", nil, nil)
 	scrapeErrDesc   = prometheus.NewDesc("guardian_table_scrape_error", "1 when the last read of the fulfilment table for metrics failed.", nil, nil)
+	awaitingDesc    = prometheus.NewDesc("guardian_purchases_awaiting_items", "Purchases recorded awaiting their items from the provider's API (a Stripe Checkout Session whose routes match on products or prices): none of their actions is made until the fetch succeeds. As of the last table read.", nil, nil)
+	awaitingAgeDesc = prometheus.NewDesc("guardian_purchases_awaiting_oldest_age_seconds", "How long the longest-waiting purchase has awaited its items; 0 when none waits.", nil, nil)
 	readAgeDesc     = prometheus.NewDesc("guardian_table_read_age_seconds", "Seconds since the fulfilment table was last read for these gauges.", nil, nil)
 )
 
@@ -328,6 +343,8 @@ func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueDesc
 	ch <- oldestDesc
 	ch <- pendingAgeDesc
+	ch <- awaitingDesc
+	ch <- awaitingAgeDesc
 	ch <- scrapeErrDesc
 	ch <- readAgeDesc
 }
@@ -352,6 +369,8 @@ func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(st.ByState[state.NeedsReconciliation]))
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, ageOf(st.OldestNeedsReconciliation))
 	ch <- prometheus.MustNewConstMetric(pendingAgeDesc, prometheus.GaugeValue, ageOf(st.OldestPending))
+	ch <- prometheus.MustNewConstMetric(awaitingDesc, prometheus.GaugeValue, float64(st.AwaitingItems))
+	ch <- prometheus.MustNewConstMetric(awaitingAgeDesc, prometheus.GaugeValue, ageOf(st.OldestAwaiting))
 }
 
 // ageOf is the seconds since t, or 0 for none.

@@ -118,7 +118,8 @@ func (c *API) Do(ctx context.Context, method, ref, authorization string, form ur
 }
 
 // errorDetail keeps a short description from an API's error body: Paddle's
-// error.detail, PayPal's message or error_description.
+// error.detail, Stripe's error.message, PayPal's message or
+// error_description.
 func errorDetail(raw []byte) string {
 	var e struct {
 		Error json.RawMessage `json:"error"`
@@ -126,9 +127,9 @@ func errorDetail(raw []byte) string {
 		Desc  string          `json:"error_description"`
 	}
 	_ = json.Unmarshal(raw, &e)
-	var nested struct{ Code, Detail string }
+	var nested struct{ Code, Detail, Message string }
 	_ = json.Unmarshal(e.Error, &nested)
-	for _, s := range []string{nested.Detail, nested.Code, e.Msg, e.Desc} {
+	for _, s := range []string{nested.Detail, nested.Message, nested.Code, e.Msg, e.Desc} {
 		if s != "" {
 			return truncate(s, 200)
 		}

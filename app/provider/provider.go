@@ -61,6 +61,12 @@ type Event struct {
 	// reads more than PurchaseOf's base (provider, payment, amount); nil
 	// otherwise.
 	Purchase *Purchase
+	// ItemsRef names the provider's object whose items its API lists,
+	// where a paid event lists none that its API would (a Stripe Checkout
+	// Session's id): routes that match on products or prices have the
+	// items fetched before they decide (fulfilment.ItemsSource). Empty
+	// otherwise.
+	ItemsRef string
 	// Reversal is set when the event refunds or disputes a payment, by the
 	// provider's rules (a refund that did not go through is not one); nil
 	// otherwise.

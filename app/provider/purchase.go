@@ -141,6 +141,14 @@ func PurchaseOf(ev Event, mode Mode) *Purchase {
 	return fit(p)
 }
 
+// WithItems is p with the items a provider's API listed for it (where its
+// event names none: Event.ItemsRef), at most as many as a purchase keeps,
+// fitted like every purchase.
+func WithItems(p Purchase, items []Item) *Purchase {
+	p.Items = slices.Clone(items[:min(len(items), maxPurchaseItems)])
+	return fit(&p)
+}
+
 // fit bounds p to contract.MaxPurchaseBytes marshalled, so every request
 // fits its envelope (contract.EnvelopeBytes): it drops the last items,
 // then metadata keys from the last in order, until it fits. Routes match

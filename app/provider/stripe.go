@@ -30,6 +30,9 @@ type StripeConfig struct {
 	// Mode is the money the deployment serves: an event whose livemode says
 	// otherwise is refused (ErrMode). The zero Mode checks nothing.
 	Mode Mode
+	// API, when set, is Stripe's API with a key of the deployment's mode:
+	// the backfill and the fetch of Checkout line items use it.
+	API *StripeAPI
 }
 
 // DefaultStripeFulfilTypes are the Stripe events that fulfil by default:
@@ -49,6 +52,7 @@ type Stripe struct {
 	tolerance   time.Duration
 	fulfilTypes []string
 	mode        Mode
+	api         *StripeAPI
 }
 
 // NewStripe returns a Stripe provider, or an error if no usable secret is given.
@@ -68,8 +72,12 @@ func NewStripe(cfg StripeConfig) (*Stripe, error) {
 		tolerance:   cmp.Or(cfg.Tolerance, DefaultTolerance),
 		fulfilTypes: orDefault(cfg.FulfilTypes, DefaultStripeFulfilTypes),
 		mode:        cfg.Mode,
+		api:         cfg.API,
 	}, nil
 }
+
+// API is Stripe's API with the deployment's key; nil without one.
+func (s *Stripe) API() *StripeAPI { return s.api }
 
 // Name returns "stripe".
 func (s *Stripe) Name() string { return "stripe" }
@@ -149,6 +157,9 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 	if ev.PaymentID != "" {
 		ev.Paid = stripePaid(object)
 		ev.Purchase = stripePurchase(ev, env, object)
+		if object["object"] == "checkout.session" {
+			ev.ItemsRef = text(object["id"])
+		}
 	}
 	return ev, nil
 }
@@ -156,7 +167,8 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 // stripePurchase reads what a paying object says was bought: its
 // metadata, customer, kind and, for an invoice, its lines. A Checkout
 // Session's event lists no line items (Stripe sends them only through its
-// API), so a session's items are empty.
+// API, GET /v1/checkout/sessions/{id}/line_items): a session's items are
+// empty, and the event names the session (Event.ItemsRef) for a fetch.
 func stripePurchase(ev Event, env, object map[string]any) *Purchase {
 	p := basePurchase(ev)
 	p.Metadata = metadata(object["metadata"])
@@ -433,6 +445,10 @@ func init() {
 			return nil, errors.New("GUARDIAN_STRIPE_SECRETS is empty: set the endpoint signing secret(s), comma-separated")
 		}
 		checkSecrets(env, c, stripeSecrets.Name, secrets, StripeSecret)
-		return NewStripe(StripeConfig{Secrets: secrets, Tolerance: c.Tolerance, FulfilTypes: stripeFulfilTypes.Read(env), Mode: c.Mode})
+		api, err := openStripeAPI(env, c)
+		if err != nil {
+			return nil, err
+		}
+		return NewStripe(StripeConfig{Secrets: secrets, Tolerance: c.Tolerance, FulfilTypes: stripeFulfilTypes.Read(env), Mode: c.Mode, API: api})
 	}})
 }
