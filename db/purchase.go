@@ -20,6 +20,9 @@ type PurchaseRecord struct {
 	Routes        string
 	Detail        []byte
 	AwaitingItems string
+	// RoutedAt is when the purchase was decided; zero is now. A payment
+	// fulfilled before actions existed was decided when it was paid.
+	RoutedAt time.Time
 }
 
 // RecordPurchases records each purchase not recorded yet with the actions
@@ -33,20 +36,24 @@ type PurchaseRecord struct {
 func RecordPurchases(ctx context.Context, q DBTX, purchases []PurchaseRecord) ([]Payment, error) {
 	n := len(purchases)
 	providers, ids, actions, routes, details, awaiting := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]*string, n), make([]string, n)
+	at := make([]*time.Time, n)
 	for i, p := range purchases {
 		providers[i], ids[i], actions[i], routes[i], awaiting[i] = p.Provider, p.PaymentID, strings.Join(p.Actions, ","), p.Routes, p.AwaitingItems
 		if p.Detail != nil {
 			d := string(p.Detail)
 			details[i] = &d
 		}
+		if !p.RoutedAt.IsZero() {
+			at[i] = &p.RoutedAt
+		}
 	}
 	rows, err := q.Query(ctx, `
 		WITH recorded AS (
-			INSERT INTO purchase (provider, payment_id, actions, routes, detail, awaiting_items)
+			INSERT INTO purchase (provider, payment_id, actions, routes, detail, awaiting_items, routed_at)
 			SELECT DISTINCT ON (u.p, u.pay) u.p, u.pay,
 				coalesce(done.actions, CASE WHEN u.w = '' THEN string_to_array(u.a, ',') ELSE '{}' END),
-				u.r, u.d::jsonb, CASE WHEN done.actions IS NULL THEN nullif(u.w, '') END
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS u(p, pay, a, r, d, w)
+				u.r, u.d::jsonb, CASE WHEN done.actions IS NULL THEN nullif(u.w, '') END, coalesce(u.at, now())
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[]) AS u(p, pay, a, r, d, w, at)
 				CROSS JOIN LATERAL (
 					-- Each half through its partial index (fulfilment_one_per_action,
 					-- fulfilment_payment_failed): never a scan of the table.
@@ -58,7 +65,7 @@ func RecordPurchases(ctx context.Context, q DBTX, purchases []PurchaseRecord) ([
 			ON CONFLICT (provider, payment_id) DO NOTHING
 			RETURNING provider, payment_id, awaiting_items
 		)
-		SELECT provider, payment_id FROM recorded WHERE awaiting_items IS NOT NULL`, providers, ids, actions, routes, details, awaiting)
+		SELECT provider, payment_id FROM recorded WHERE awaiting_items IS NOT NULL`, providers, ids, actions, routes, details, awaiting, at)
 	if err != nil {
 		return nil, wrap("record purchases", err)
 	}
@@ -137,6 +144,47 @@ func ApplyAction(ctx context.Context, q DBTX, p Payment, action, operator string
 		return 0, nil
 	}
 	return eventPK, wrap("apply action", err)
+}
+
+// PaidBeforeActions lists, up to limit, the payments fulfilled before
+// actions existed that have no recorded purchase yet, whose first
+// fulfilled event was first seen in [since, until), in that event's id
+// order after afterID: each as its event, the actions of its rows, and
+// whether a stored event takes it back. An apply records and weighs them
+// as it does the purchases it finds recorded.
+func PaidBeforeActions(ctx context.Context, q DBTX, since, until time.Time, afterID int64, limit int) ([]UnrecordedPurchase, error) {
+	rows, err := q.Query(ctx, `
+		SELECT e.id, e.provider, e.event_id, e.event_type, e.payment_id, coalesce(e.unmapped, ''), coalesce(e.delivery_id, ''),
+			coalesce(e.reversal, ''), coalesce(e.reverses, ''), e.body, e.pruned_at, e.deliveries, e.first_seen_at, e.last_seen_at,
+			(SELECT array_agg(DISTINCT f.action_name ORDER BY f.action_name) FROM fulfilment f
+				WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil'),
+			EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id)
+		FROM webhook_event e
+		WHERE e.first_seen_at >= $1 AND e.first_seen_at < $2 AND e.id > $3 AND e.payment_id IS NOT NULL
+		  AND NOT EXISTS (SELECT 1 FROM purchase p WHERE p.provider = e.provider AND p.payment_id = e.payment_id)
+		  AND e.id = (SELECT min(f.event_pk) FROM fulfilment f WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil')
+		ORDER BY e.id LIMIT $4`, since, until, afterID, limit)
+	if err != nil {
+		return nil, wrap("list payments paid before actions", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnrecordedPurchase, error) {
+		var u UnrecordedPurchase
+		var payload []byte
+		e := &u.Event
+		err := r.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Unmapped, &e.DeliveryID, &e.Reversal, &e.Reverses,
+			&payload, &e.PrunedAt, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt, &u.Actions, &u.Reversed)
+		e.Payload = payload
+		return u, err
+	})
+	return out, wrap("list payments paid before actions", err)
+}
+
+// UnrecordedPurchase is a payment fulfilled before actions existed, with
+// no recorded purchase (PaidBeforeActions).
+type UnrecordedPurchase struct {
+	Event    Event
+	Actions  []string
+	Reversed bool
 }
 
 // AwaitingPurchase is a purchase recorded awaiting its items: the

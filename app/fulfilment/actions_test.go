@@ -469,3 +469,55 @@ func TestActionsApply(t *testing.T) {
 	_, err = svc.ApplyAction(b.ctx, fulfilment.ApplyParams{Action: "nothing", Operator: "ana"})
 	require.Error(t, err)
 }
+
+// TestActionsApplyReachesPaymentsFulfilledBeforeActions: a deployment
+// that upgrades has no recorded purchase for what it fulfilled before; an
+// apply over the window records each as intake would (its one action,
+// decided when it was paid) and gives it the new action once, never to
+// one taken back, never sending its fulfilment again.
+func TestActionsApplyReachesPaymentsFulfilledBeforeActions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.settle(t, "evt_0", "pi_0", state.Done, state.Fulfilled)
+	b.pay(t, "evt_1", "pi_1")
+	b.pay(t, "evt_2", "pi_2")
+	_, err := b.svc.Accept(b.ctx, refund("evt_r", "pi_2", true))
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(b.ctx, `DELETE FROM purchase`) // as before the upgrade to actions
+	require.NoError(t, err)
+	sent := len(b.rec.Calls())
+
+	crm := &connectortest.Recorder{}
+	cfg := b.cfg
+	cfg.Connector = nil
+	cfg.Actions = &actions.Set{Source: "routes.yaml", Digest: "v1",
+		Actions: []actions.Action{{Name: actions.Fulfil, TakeBack: actions.DefaultPolicy}, {Name: "crm_contact", TakeBack: actions.Policy{}}},
+		Routes:  []actions.Route{{Name: "all", Actions: []string{actions.Fulfil, "crm_contact"}, Match: actions.Match{Providers: []string{"stripe"}}}}}
+	cfg.Performers = map[string]fulfilment.Performer{actions.Fulfil: {Connector: b.rec}, "crm_contact": {Connector: crm}}
+	svc, err := fulfilment.New(cfg)
+	require.NoError(t, err)
+	window := fulfilment.ApplyParams{Action: "crm_contact", Operator: "ana", Since: time.Now().Add(-time.Hour)}
+
+	dry := window
+	dry.DryRun = true
+	res, err := svc.ApplyAction(b.ctx, dry)
+	require.NoError(t, err)
+	require.Equal(t, fulfilment.ApplyResult{Considered: 3, Matched: 3, Reversed: 1, Applied: 2}, res)
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM purchase`), "a dry run records nothing")
+
+	res, err = svc.ApplyAction(b.ctx, window)
+	require.NoError(t, err)
+	require.Equal(t, fulfilment.ApplyResult{Considered: 3, Matched: 3, Reversed: 1, Applied: 2}, res)
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM purchase WHERE actions = '{fulfil,crm_contact}'`))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM purchase WHERE payment_id = 'pi_2' AND actions = '{fulfil}'`))
+	require.Equal(t, 3, b.db.Count(t, `SELECT count(*) FROM purchase p JOIN webhook_event e ON e.provider = p.provider AND e.payment_id = p.payment_id
+		WHERE p.routed_at = e.first_seen_at`), "decided when it was paid")
+	require.Len(t, b.byAction(t, "pi_0", state.Fulfil), 2)
+	require.Empty(t, b.byAction(t, "pi_2", state.Fulfil)["crm_contact"], "never to a payment taken back")
+	require.Len(t, b.rec.Calls(), sent, "the one action is never sent again")
+
+	again, err := svc.ApplyAction(b.ctx, window)
+	require.NoError(t, err)
+	require.Equal(t, fulfilment.ApplyResult{Considered: 3, Matched: 3, Already: 2, Reversed: 1}, again, "recorded now, found in the window as any purchase")
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE action_name = 'crm_contact'`))
+}

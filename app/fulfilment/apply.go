@@ -53,8 +53,9 @@ var errNothingToSend = errors.New("the purchase's event body was pruned")
 const applyBatch = 500
 
 // ApplyAction applies an action to past purchases, for an operator: each
-// purchase recorded in the window that the routes in force now say pays
-// for the action, that does not pay for it yet and is not taken back,
+// purchase recorded in the window (or, for a payment fulfilled before
+// actions existed, paid in it) that the routes in force now say pays for
+// the action, that does not pay for it yet and is not taken back,
 // gets the action (recorded with the purchase and audited under the
 // operator's name, db.ApplyAction) and its fulfilment, in one transaction
 // per purchase, through intake's own rules (db.InsertFulfilments). Each
@@ -80,32 +81,8 @@ func (s *Service) ApplyAction(ctx context.Context, p ApplyParams) (ApplyResult, 
 			return res, err
 		}
 		for _, rp := range batch {
-			res.Considered++
-			if !s.paysFor(rp, p.Action) {
-				continue
-			}
-			res.Matched++
-			switch {
-			case slices.Contains(rp.Actions, p.Action):
-				res.Already++
-				continue
-			case rp.Reversed:
-				res.Reversed++
-				continue
-			case p.DryRun:
-				res.Applied++
-				continue
-			}
-			applied, err := s.applyOne(ctx, rp.Payment, p)
-			switch {
-			case errors.Is(err, errNothingToSend):
-				res.Unsendable++
-			case err != nil:
+			if err := s.applyTo(ctx, rp, p, &res); err != nil {
 				return res, err
-			case applied:
-				res.Applied++
-			default:
-				res.Already++ // another apply, or a reversal, came first
 			}
 		}
 		if len(batch) < applyBatch {
@@ -113,9 +90,70 @@ func (s *Service) ApplyAction(ctx context.Context, p ApplyParams) (ApplyResult, 
 		}
 		after = batch[len(batch)-1]
 	}
+	// Payments fulfilled before actions existed have no recorded purchase:
+	// each is recorded now, as intake would record it (with its rows'
+	// actions, decided when it was paid), then weighed like the others.
+	// Recorded after the walk above, so none is weighed twice.
+	var afterID int64
+	for {
+		batch, err := db.PaidBeforeActions(ctx, s.cfg.Store.Pool(), p.Since, until, afterID, applyBatch)
+		if err != nil {
+			return res, err
+		}
+		for _, u := range batch {
+			rec := s.routeStored(u.Event)
+			rec.RoutedAt = u.Event.FirstSeenAt
+			if !p.DryRun {
+				if _, err := db.RecordPurchases(ctx, s.cfg.Store.Pool(), []db.PurchaseRecord{rec}); err != nil {
+					return res, err
+				}
+			}
+			rp := db.RoutedPurchase{Payment: rec.Payment, Actions: u.Actions, Detail: rec.Detail, RoutedAt: rec.RoutedAt, Reversed: u.Reversed}
+			if err := s.applyTo(ctx, rp, p, &res); err != nil {
+				return res, err
+			}
+		}
+		if len(batch) < applyBatch {
+			break
+		}
+		afterID = batch[len(batch)-1].Event.ID
+	}
 	s.cfg.Logger.InfoContext(ctx, "action applied to past purchases", "action_name", p.Action, "operator", p.Operator, "dry_run", p.DryRun,
 		"since", p.Since, "until", until, "considered", res.Considered, "matched", res.Matched, "applied", res.Applied)
 	return res, nil
+}
+
+// applyTo weighs one recorded purchase for the apply, counting it in res,
+// and applies the action to it where it is due.
+func (s *Service) applyTo(ctx context.Context, rp db.RoutedPurchase, p ApplyParams, res *ApplyResult) error {
+	res.Considered++
+	if !s.paysFor(rp, p.Action) {
+		return nil
+	}
+	res.Matched++
+	switch {
+	case slices.Contains(rp.Actions, p.Action):
+		res.Already++
+		return nil
+	case rp.Reversed:
+		res.Reversed++
+		return nil
+	case p.DryRun:
+		res.Applied++
+		return nil
+	}
+	applied, err := s.applyOne(ctx, rp.Payment, p)
+	switch {
+	case errors.Is(err, errNothingToSend):
+		res.Unsendable++
+	case err != nil:
+		return err
+	case applied:
+		res.Applied++
+	default:
+		res.Already++ // another apply, or a reversal, came first
+	}
+	return nil
 }
 
 // paysFor reports whether the routes in force now say the recorded
