@@ -28,6 +28,19 @@ type Stats struct {
 	// was recorded; nil when none waits.
 	AwaitingItems  int
 	OldestAwaiting *time.Time
+	// Live counts the rows in the Live states by action (action_name) and
+	// state, with when the longest-waiting one entered it: each action's
+	// backlog on its own (an action's names come from the actions file).
+	Live []LiveCount
+}
+
+// LiveCount is how many of an action's rows are in a Live state, and since
+// when the oldest of them has been.
+type LiveCount struct {
+	Action string
+	State  state.State
+	Count  int
+	Oldest time.Time
 }
 
 // StatsReader is the one reader of Stats for those that ask often (the
@@ -61,7 +74,8 @@ func (r *StatsReader) Read(ctx context.Context) (Stats, error) {
 }
 
 // GetStats counts fulfilments per state and finds the oldest parked and the
-// oldest pending one, and the purchases awaiting their items. The Live states are counted through
+// oldest pending one, each action's backlog, and the purchases awaiting
+// their items. The Live states are counted through
 // fulfilment_state_idx, in time proportional to the backlog; the Settled
 // ones, which grow with all history, are read from the tally the triggers
 // keep (tallied). No part of it reads history.
@@ -86,6 +100,15 @@ func GetStats(ctx context.Context, q DBTX) (Stats, error) {
 		if err := q.QueryRow(ctx, `SELECT min(updated_at) FROM fulfilment WHERE state = $1`, s).Scan(dst); err != nil {
 			return Stats{}, wrap("oldest "+string(s), err)
 		}
+	}
+	// Through fulfilment_state_idx, as the counts above: the backlog's rows.
+	rows, err := q.Query(ctx, `SELECT action_name, state, count(*), min(updated_at) FROM fulfilment
+		WHERE state = ANY($1::text[]) GROUP BY action_name, state ORDER BY action_name, state`, stateNames(Live))
+	if err != nil {
+		return Stats{}, wrap("live by action", err)
+	}
+	if st.Live, err = pgx.CollectRows(rows, pgx.RowToStructByPos[LiveCount]); err != nil {
+		return Stats{}, wrap("live by action", err)
 	}
 	// Through purchase_awaiting: as many rows as are waiting.
 	err = q.QueryRow(ctx, `SELECT count(*), min(routed_at) FROM purchase WHERE awaiting_items IS NOT NULL`).Scan(&st.AwaitingItems, &st.OldestAwaiting)

@@ -300,6 +300,8 @@ var (
 	oldestDesc      = prometheus.NewDesc("guardian_reconciliation_oldest_age_seconds", "How long the oldest needs_reconciliation fulfilment has waited; 0 when none waits.", nil, nil)
 	pendingAgeDesc  = prometheus.NewDesc("guardian_pending_oldest_age_seconds", "How long the oldest pending fulfilment has waited for dispatch since it entered pending; 0 when none waits. Above the sweep interval plus the job timeout, a payment may be stranded.", nil, nil)
 	scrapeErrDesc   = prometheus.NewDesc("guardian_table_scrape_error", "1 when the last read of the fulfilment table for metrics failed.", nil, nil)
+	liveDesc        = prometheus.NewDesc("guardian_live_fulfilments", "Fulfilments (revocations too) in the states a payment passes through (pending, dispatching, needs_reconciliation), by action and state, as of the last table read: each action's backlog. Absent for an action with none.", []string{"action", "state"}, nil)
+	liveAgeDesc     = prometheus.NewDesc("guardian_live_oldest_age_seconds", "How long the longest-waiting fulfilment of each action has been in its state (pending, dispatching, needs_reconciliation). Absent for an action with none.", []string{"action", "state"}, nil)
 	awaitingDesc    = prometheus.NewDesc("guardian_purchases_awaiting_items", "Purchases recorded awaiting their items from the provider's API (a Stripe Checkout Session whose routes match on products or prices): none of their actions is made until the fetch succeeds. As of the last table read.", nil, nil)
 	awaitingAgeDesc = prometheus.NewDesc("guardian_purchases_awaiting_oldest_age_seconds", "How long the longest-waiting purchase has awaited its items; 0 when none waits.", nil, nil)
 	readAgeDesc     = prometheus.NewDesc("guardian_table_read_age_seconds", "Seconds since the fulfilment table was last read for these gauges.", nil, nil)
@@ -343,6 +345,8 @@ func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueDesc
 	ch <- oldestDesc
 	ch <- pendingAgeDesc
+	ch <- liveDesc
+	ch <- liveAgeDesc
 	ch <- awaitingDesc
 	ch <- awaitingAgeDesc
 	ch <- scrapeErrDesc
@@ -369,6 +373,10 @@ func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(st.ByState[state.NeedsReconciliation]))
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, ageOf(st.OldestNeedsReconciliation))
 	ch <- prometheus.MustNewConstMetric(pendingAgeDesc, prometheus.GaugeValue, ageOf(st.OldestPending))
+	for _, l := range st.Live {
+		ch <- prometheus.MustNewConstMetric(liveDesc, prometheus.GaugeValue, float64(l.Count), l.Action, string(l.State))
+		ch <- prometheus.MustNewConstMetric(liveAgeDesc, prometheus.GaugeValue, ageOf(&l.Oldest), l.Action, string(l.State))
+	}
 	ch <- prometheus.MustNewConstMetric(awaitingDesc, prometheus.GaugeValue, float64(st.AwaitingItems))
 	ch <- prometheus.MustNewConstMetric(awaitingAgeDesc, prometheus.GaugeValue, ageOf(st.OldestAwaiting))
 }

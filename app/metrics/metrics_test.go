@@ -58,10 +58,28 @@ func TestScrapesNeverQueryTheTable(t *testing.T) {
 	require.NoError(t, m.RefreshTable(context.Background()))
 	require.InDelta(t, 3600, gauge(t, reg, "guardian_pending_oldest_age_seconds", ""), 60, "the oldest pending row's wait")
 
+	// Each action's backlog on its own.
+	stored, err := db.InsertEvents(context.Background(), d.Pool, []db.BatchEvent{{Deliveries: 1, EventParams: db.EventParams{Provider: "stripe", EventID: "evt_crm", Type: "checkout.session.completed", PaymentID: "pi_crm", Payload: []byte(`{}`)}}})
+	require.NoError(t, err)
+	_, err = db.RecordPurchases(context.Background(), d.Pool, []db.PurchaseRecord{{Payment: db.Payment{Provider: "stripe", PaymentID: "pi_crm"}, Actions: []string{"crm_contact"}, Routes: "r"}})
+	require.NoError(t, err)
+	_, err = db.InsertFulfilments(context.Background(), d.Pool, []db.BatchFulfilment{{EventPK: stored[0].ID, Actor: "test"}}, db.Birth{Reason: "a test row"})
+	require.NoError(t, err)
+	pending(t, d, 1, "c")
+	_, err = d.Pool.Exec(context.Background(), `UPDATE fulfilment SET state = 'dispatching', attempt = 1 WHERE payment_id = 'pi_c_0'`)
+	require.NoError(t, err)
+	require.NoError(t, m.RefreshTable(context.Background()))
+	fulfil := map[string]string{"action": "fulfil", "state": "pending"}
+	require.Equal(t, 5.0, metricstest.Value(t, reg, "guardian_live_fulfilments", fulfil))
+	require.InDelta(t, 3600, metricstest.Value(t, reg, "guardian_live_oldest_age_seconds", fulfil), 60)
+	require.Equal(t, 1.0, metricstest.Value(t, reg, "guardian_live_fulfilments", map[string]string{"action": "fulfil", "state": "dispatching"}))
+	require.Equal(t, 1.0, metricstest.Value(t, reg, "guardian_live_fulfilments", map[string]string{"action": "crm_contact", "state": "pending"}))
+	require.Less(t, metricstest.Value(t, reg, "guardian_live_oldest_age_seconds", map[string]string{"action": "crm_contact", "state": "pending"}), 60.0)
+
 	// A failed read keeps the snapshot and says so.
 	d.Pool.Close()
 	require.Error(t, m.RefreshTable(context.Background()))
-	require.Equal(t, 5.0, gauge(t, reg, "guardian_fulfilments", string(state.Pending)))
+	require.Equal(t, 6.0, gauge(t, reg, "guardian_fulfilments", string(state.Pending)))
 	require.Equal(t, 1.0, gauge(t, reg, "guardian_table_scrape_error", ""))
 }
 
