@@ -52,8 +52,9 @@ type Config struct {
 	// JobRetention is how long River keeps completed and cancelled jobs.
 	// Defaults to jobs.DefaultJobRetention.
 	JobRetention time.Duration
-	// RevokeOn is what a refund or dispute takes a fulfilled payment back
-	// for (actions.Policy). Defaults to full_refund,dispute_lost.
+	// RevokeOn is what a refund, a dispute or a subscription's end takes a
+	// fulfilled payment back for (actions.Policy). Defaults to
+	// actions.DefaultPolicy.
 	RevokeOn actions.Policy
 	// BackfillInterval is how often the leader backfills from each
 	// provider with an API key.

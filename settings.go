@@ -69,8 +69,8 @@ var (
 		Doc: "how long River keeps completed and cancelled jobs (discarded ones a week, or as long if longer)",
 	}, jobs.DefaultJobRetention)
 	revokeOn = settings.New(settings.Setting{
-		Name: "GUARDIAN_REVOKE_ON", Default: "`full_refund,dispute_lost`",
-		Doc: "what a refund or dispute takes a fulfilled payment back for (any of `full_refund`, `any_refund`, `dispute_opened`, `dispute_lost`, or `none`): the receiver gets a second request, `\"action\":\"revoke\"`, once per payment (docs/design.md). A refund is `full_refund` when its event says so or when the payment's refunds add up to what its paid event says was paid, in the same currency (docs/design.md, \"Whole refunds\")",
+		Name: "GUARDIAN_REVOKE_ON", Default: "`full_refund,dispute_lost,subscription_ended`",
+		Doc: "what a refund, a dispute or a subscription's end takes a fulfilled payment back for (any of `full_refund`, `any_refund`, `dispute_opened`, `dispute_lost`, `subscription_ended`, or `none`): the receiver gets a second request, `\"action\":\"revoke\"`, once per payment (docs/design.md). A refund is `full_refund` when its event says so or when the payment's refunds add up to what its paid event says was paid, in the same currency (docs/design.md, \"Whole refunds\")",
 	}, actions.DefaultPolicy, actions.ParsePolicy)
 	maxBodyBytes = settings.Int(settings.Setting{
 		Name: "GUARDIAN_MAX_BODY_BYTES", Default: "`1048576`", Doc: "webhook body cap (413 beyond)",

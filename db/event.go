@@ -50,8 +50,13 @@ type EventParams struct {
 	// policy takes back for it. Empty for every other event.
 	Reversal, Reverses string
 	// Revokes names the actions the reversal takes back (their take-back
-	// policies, at the node that records it); set with Reverses.
+	// policies, at the node that records it); set with Reverses, or with
+	// Ends before the subscription's purchase is known.
 	Revokes []string
+	// Ends names the subscription an event ends (provider.End); its
+	// Reverses is set once the purchase the subscription's start paid for
+	// is known (LinkSubscriptions).
+	Ends string
 	// Amount is what a paying event says was paid, or what a refund
 	// returned; nil where the event does not say (migration 00032).
 	Amount *Amount

@@ -70,7 +70,7 @@ func TestParseReadsTheFile(t *testing.T) {
 	if crm.TakeBack.String() != "any_refund,dispute_opened" || crm.Receiver.Timeout != 30*time.Second {
 		t.Fatalf("crm_contact: %+v", crm)
 	}
-	if lic, _ := s.Action("licence"); lic.TakeBack.String() != "full_refund,dispute_lost" {
+	if lic, _ := s.Action("licence"); lic.TakeBack.String() != "full_refund,dispute_lost,subscription_ended" {
 		t.Fatalf("licence takes the deployment's policy: %s", lic.TakeBack)
 	}
 	if s.Routes[1].Line != 22 || s.Digest == "" {

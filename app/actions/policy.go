@@ -22,10 +22,14 @@ const (
 	DisputeOpened Reason = "dispute_opened"
 	// DisputeLost: a dispute lost.
 	DisputeLost Reason = "dispute_lost"
+	// SubscriptionEnded: the subscription the purchase started ended
+	// (cancelled and its paid period over, expired, or unpaid after the
+	// provider's retries).
+	SubscriptionEnded Reason = "subscription_ended"
 )
 
 // AllReasons lists every reason, in the order an operator reads them.
-var AllReasons = []Reason{FullRefund, AnyRefund, DisputeOpened, DisputeLost}
+var AllReasons = []Reason{FullRefund, AnyRefund, DisputeOpened, DisputeLost, SubscriptionEnded}
 
 // Policy is the set of reasons an action is taken back for. An action is
 // taken back at most once whatever number of its payment's reversals
@@ -34,9 +38,11 @@ var AllReasons = []Reason{FullRefund, AnyRefund, DisputeOpened, DisputeLost}
 type Policy []Reason
 
 // DefaultPolicy takes an action back on a full refund and on a dispute
-// lost: the money is gone for good. A partial refund (a goodwill discount)
-// and an open dispute (which the merchant may win) leave it.
-var DefaultPolicy = Policy{FullRefund, DisputeLost}
+// lost, the money gone for good, and when the subscription it was granted
+// for ends: a subscription's access ends with it. A partial refund (a
+// goodwill discount) and an open dispute (which the merchant may win)
+// leave it.
+var DefaultPolicy = Policy{FullRefund, DisputeLost, SubscriptionEnded}
 
 // ParsePolicy reads a comma-separated policy ("full_refund,
 // dispute_lost"); "none" takes nothing back.
@@ -74,6 +80,8 @@ func (p Policy) Revokes(r provider.Reversal) bool {
 	case provider.Dispute:
 		return (r.Stage == provider.DisputeOpened && slices.Contains(p, DisputeOpened)) ||
 			(r.Stage == provider.DisputeLost && (slices.Contains(p, DisputeLost) || slices.Contains(p, DisputeOpened)))
+	case provider.End:
+		return slices.Contains(p, SubscriptionEnded)
 	}
 	return false
 }

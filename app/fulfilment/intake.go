@@ -398,6 +398,9 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		events[i].Reverses, events[i].Revokes = s.reverses(ev)
 		if r := ev.Reversal; r != nil {
 			events[i].Reversal = r.String()
+			if r.Kind == provider.End {
+				events[i].Ends = r.Subscription
+			}
 			if r.Kind == provider.Refund {
 				events[i].Amount, events[i].RefundID, events[i].RefundCumulative = amount(r.Amount), r.RefundID, r.Cumulative
 				events[i].RefundOf = s.refundOf(ev)
@@ -417,21 +420,42 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 
 	// A purchase's actions are decided here, once: by the routes in force
 	// when it is first recorded as paid, in the transaction that makes
-	// its rows. A purchase recorded before keeps its actions.
+	// its rows. A purchase recorded before keeps its actions. A
+	// subscription's start is linked to its purchase, and the ends of
+	// subscriptions are resolved to theirs, before any row is made: an end
+	// stored before its start makes the start's purchase reversed, and it
+	// grants nothing.
 	var creates []db.BatchFulfilment
 	var purchases []db.PurchaseRecord
+	var starts []db.SubscriptionStart
+	var ends []db.SubscriptionRef
 	for i, k := range keys {
 		first := groups[k][0]
-		if stored[i].Inserted && first.ev.Fulfils() {
+		if !stored[i].Inserted {
+			continue
+		}
+		if first.ev.Fulfils() {
 			creates = append(creates, db.BatchFulfilment{EventPK: stored[i].ID, Actor: cmp.Or(first.ev.Origin, "intake")})
 			purchases = append(purchases, s.route(first.ev))
+			if sub := first.ev.Subscription; sub != "" {
+				starts = append(starts, db.SubscriptionStart{Provider: first.ev.Provider, SubscriptionID: sub, PaymentID: first.ev.PaymentID})
+			}
+		}
+		if events[i].Ends != "" {
+			ends = append(ends, db.SubscriptionRef{Provider: events[i].Provider, SubscriptionID: events[i].Ends})
 		}
 	}
-	created := map[int64][]db.Born{}
 	if len(creates) > 0 {
 		if err := s.recordPurchases(ctx, tx, purchases); err != nil {
 			return err
 		}
+	}
+	ended, err := db.LinkSubscriptions(ctx, tx, starts, ends)
+	if err != nil {
+		return err
+	}
+	created := map[int64][]db.Born{}
+	if len(creates) > 0 {
 		born, err := s.born(ctx, tx, creates, createdReason)
 		if err != nil {
 			return err
@@ -441,8 +465,9 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		}
 	}
 	// A reversal the policy takes back for: the payment's fulfilment is
-	// cancelled if it has not gone out, or taken back if it is done.
-	reversed := whole
+	// cancelled if it has not gone out, or taken back if it is done. A
+	// subscription's end is one once its purchase is known.
+	reversed := append(whole, ended...)
 	for i := range keys {
 		if stored[i].Inserted && events[i].Reverses != "" {
 			reversed = append(reversed, db.Payment{Provider: events[i].Provider, PaymentID: events[i].Reverses})

@@ -33,6 +33,7 @@ var (
 	disputeOpened = provider.Reversal{Kind: provider.Dispute, Stage: provider.DisputeOpened}
 	disputeLost   = provider.Reversal{Kind: provider.Dispute, Stage: provider.DisputeLost}
 	disputeWon    = provider.Reversal{Kind: provider.Dispute, Stage: provider.DisputeWon}
+	ended         = provider.Reversal{Kind: provider.End, Subscription: "sub_1"}
 )
 
 // rows counts a payment's rows of one action in each state.
@@ -122,10 +123,11 @@ func TestReversalPolicy(t *testing.T) {
 		takes  []provider.Reversal
 		leaves []provider.Reversal
 	}{
-		{"full_refund,dispute_lost", []provider.Reversal{fullRefund, disputeLost}, []provider.Reversal{partialRefund, disputeOpened, disputeWon}},
-		{"any_refund", []provider.Reversal{fullRefund, partialRefund}, []provider.Reversal{disputeOpened, disputeLost, disputeWon}},
-		{"dispute_opened", []provider.Reversal{disputeOpened, disputeLost}, []provider.Reversal{fullRefund, disputeWon}},
-		{"none", nil, []provider.Reversal{fullRefund, partialRefund, disputeOpened, disputeLost, disputeWon}},
+		{"full_refund,dispute_lost", []provider.Reversal{fullRefund, disputeLost}, []provider.Reversal{partialRefund, disputeOpened, disputeWon, ended}},
+		{"any_refund", []provider.Reversal{fullRefund, partialRefund}, []provider.Reversal{disputeOpened, disputeLost, disputeWon, ended}},
+		{"dispute_opened", []provider.Reversal{disputeOpened, disputeLost}, []provider.Reversal{fullRefund, disputeWon, ended}},
+		{"subscription_ended", []provider.Reversal{ended}, []provider.Reversal{fullRefund, partialRefund, disputeOpened, disputeLost, disputeWon}},
+		{"none", nil, []provider.Reversal{fullRefund, partialRefund, disputeOpened, disputeLost, disputeWon, ended}},
 	}
 	for _, tt := range tests {
 		p, err := actions.ParsePolicy(tt.policy)

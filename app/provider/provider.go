@@ -67,6 +67,11 @@ type Event struct {
 	// items fetched before they decide (fulfilment.ItemsSource). Empty
 	// otherwise.
 	ItemsRef string
+	// Subscription names, by the provider's id, the subscription a paid
+	// event starts: its purchase is the subscription's, and the events
+	// that end the subscription (Reversal.Kind End) take it back. Empty
+	// for a purchase that is not a subscription's start.
+	Subscription string
 	// Reversal is set when the event refunds or disputes a payment, by the
 	// provider's rules (a refund that did not go through is not one); nil
 	// otherwise.

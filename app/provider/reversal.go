@@ -1,13 +1,19 @@
 package provider
 
-// ReversalKind says how money went back: a refund the merchant gave, or a
-// dispute the buyer opened with their bank.
+// ReversalKind says how a purchase is taken back: money went back (a refund
+// the merchant gave, a dispute the buyer opened with their bank), or a
+// subscription ended.
 type ReversalKind string
 
 // The kinds of reversal.
 const (
 	Refund  ReversalKind = "refund"
 	Dispute ReversalKind = "dispute"
+	// End: a subscription ended by its provider's rule (its cancellation
+	// took effect, it expired, or it is unpaid after the provider's
+	// retries): what its start granted is taken back by the policy
+	// (docs/design.md, "Subscriptions").
+	End ReversalKind = "end"
 )
 
 // DisputeStage says where a dispute stands.
@@ -51,11 +57,17 @@ type Reversal struct {
 	// RefundID names the refund, so that the several events one refund
 	// sends (Stripe's refund.created, refund.updated) count once.
 	RefundID string
+	// Subscription names the subscription an End ends, by the provider's
+	// id; PaymentID is then empty: intake finds the purchase its start
+	// paid for (Event.Subscription), now or when the start arrives.
+	Subscription string
 }
 
 // String describes the reversal in a few words, for the event's record.
 func (r Reversal) String() string {
 	switch {
+	case r.Kind == End:
+		return "subscription ended"
 	case r.Kind == Dispute:
 		return "dispute " + string(r.Stage)
 	case r.Full:

@@ -142,6 +142,10 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 		ev.Reversal, ev.Note = stripeReversal(typ, object)
 		return ev, nil
 	}
+	if slices.Contains(StripeEndTypes, typ) {
+		ev.Reversal, ev.Note = stripeEnd(typ, object)
+		return ev, nil
+	}
 	if !slices.Contains(s.fulfilTypes, typ) {
 		return ev, nil
 	}
@@ -159,6 +163,9 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 		ev.Purchase = stripePurchase(ev, env, object)
 		if object["object"] == "checkout.session" {
 			ev.ItemsRef = text(object["id"])
+			if object["mode"] == "subscription" {
+				ev.Subscription = text(stripeID(object["subscription"]))
+			}
 		}
 	}
 	return ev, nil
@@ -273,10 +280,58 @@ func dataObject(env map[string]any) (map[string]any, error) {
 	return om, nil
 }
 
-// RuleTypes lists the event types the payment and reversal rules read: a
-// backfill asks Stripe for these.
+// RuleTypes lists the event types the payment, reversal and end rules
+// read: a backfill asks Stripe for these, so an end Stripe could not
+// deliver is fetched like any other event.
 func (s *Stripe) RuleTypes() []string {
-	return append(slices.Clone(s.fulfilTypes), StripeReversalTypes...)
+	return slices.Concat(s.fulfilTypes, StripeReversalTypes, StripeEndTypes)
+}
+
+// StripeEndTypes are the Stripe events that may end a subscription
+// (docs/design.md, "Subscriptions"): customer.subscription.deleted, sent
+// when a subscription ends (cancelled now, or at the end of its period
+// once cancel_at_period_end was set), and customer.subscription.updated,
+// whose status says when it ended otherwise (unpaid after the retries the
+// account's settings run).
+var StripeEndTypes = []string{"customer.subscription.deleted", "customer.subscription.updated"}
+
+// stripeEnd reads a subscription event: an End of the subscription when
+// its status says it ended (canceled, unpaid, incomplete_expired), else
+// nil and why not. A cancellation at the period's end (cancel_at_period_end
+// with the status still active) is no end: access lasts the paid period,
+// and the deletion Stripe sends when it is over ends it.
+func stripeEnd(eventType string, object map[string]any) (*Reversal, string) {
+	id := stripeID(object["id"])
+	if object["object"] != "subscription" || !strings.HasPrefix(id, "sub_") || len(id) > maxIDLength || hasNUL(id) {
+		return nil, "names no subscription Guardian can read"
+	}
+	status, _ := object["status"].(string)
+	switch status {
+	case "canceled", "unpaid", "incomplete_expired":
+		return &Reversal{Kind: End, Subscription: id}, ""
+	}
+	if eventType == "customer.subscription.deleted" {
+		// Stripe deletes a subscription when it ends; a status that does
+		// not say so is read as what the event type says.
+		return &Reversal{Kind: End, Subscription: id}, ""
+	}
+	if cancel, _ := object["cancel_at_period_end"].(bool); cancel {
+		return nil, "subscription cancelled at the end of its period: it ends then, not now"
+	}
+	return nil, "subscription " + strconv.Quote(status) + ": not ended"
+}
+
+// stripeID reads an id field that Stripe sends as a string or, expanded,
+// as the object.
+func stripeID(v any) string {
+	switch t := v.(type) {
+	case string:
+		return t
+	case map[string]any:
+		id, _ := t["id"].(string)
+		return id
+	}
+	return ""
 }
 
 // stripeRule applies Stripe's rule for whether an event of a fulfilling
@@ -367,16 +422,7 @@ func stripeReversal(eventType string, object map[string]any) (*Reversal, string)
 
 // paymentIntentOf names the payment intent an object (a charge, a
 // refund, a dispute) belongs to, or "".
-func paymentIntentOf(object map[string]any) string {
-	switch pi := object["payment_intent"].(type) {
-	case string:
-		return pi
-	case map[string]any:
-		id, _ := pi["id"].(string)
-		return id
-	}
-	return ""
-}
+func paymentIntentOf(object map[string]any) string { return stripeID(object["payment_intent"]) }
 
 // checkoutPurchase names the purchase a Checkout Session (or another object)
 // pays for: its payment intent when it has one (payment mode: the same name

@@ -1,0 +1,172 @@
+package fulfilment_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/lock"
+	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/db"
+)
+
+// A subscription's life as Stripe tells it, on the course platform: its
+// start (a subscription-mode Checkout Session, paid), a cancellation at
+// the period's end (no end yet), and its end, told twice (the deletion,
+// and an update whose status says canceled).
+func subStart(n int) provider.Event {
+	ev := purchase(fmt.Sprintf("evt_start_%d", n), fmt.Sprintf("cs_sub_%d", n), map[string]string{"course": "go"})
+	ev.Subscription = fmt.Sprintf("sub_%d", n)
+	ev.Purchase.Kind = provider.SubscriptionStart
+	return ev
+}
+
+func subCancelAtPeriodEnd(n int) provider.Event {
+	return provider.Event{Provider: "stripe", ID: fmt.Sprintf("evt_cancel_%d", n), Type: "customer.subscription.updated", Payload: []byte(`{}`),
+		Note: "subscription cancelled at the end of its period: it ends then, not now"}
+}
+
+func subEnd(n int, typ string) provider.Event {
+	return provider.Event{Provider: "stripe", ID: fmt.Sprintf("evt_%s_%d", typ, n), Type: typ, Payload: []byte(`{}`),
+		Reversal: &provider.Reversal{Kind: provider.End, Subscription: fmt.Sprintf("sub_%d", n)}}
+}
+
+// settleAll dispatches every pending row of the payment, as workers would,
+// answering done.
+func (b *testBundle) settleAll(t *testing.T, paymentID string) {
+	t.Helper()
+	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", paymentID)
+	require.NoError(t, err)
+	for _, f := range fs {
+		if f.State == state.Pending {
+			_, err := b.dispatch(t, f.ID)
+			require.NoError(t, err)
+		}
+	}
+}
+
+// ledger counts, by action and direction, the rows that reached fulfilled:
+// what the receivers did.
+func (b *testBundle) ledger(t *testing.T, paymentID string) map[string]int {
+	t.Helper()
+	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", paymentID)
+	require.NoError(t, err)
+	out := map[string]int{}
+	for _, f := range fs {
+		if f.State == state.Fulfilled {
+			out[f.ActionName+" "+string(f.Action)]++
+		}
+	}
+	return out
+}
+
+func TestSubscriptions(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AnEndTakesBackWhatTheStartGrantedOnceByPolicy", func(t *testing.T) {
+		t.Parallel()
+		cp := newCoursePlatform("routes.yaml")
+		b := setup(t, cp.option)
+		_, err := b.svc.Accept(b.ctx, subStart(1))
+		require.NoError(t, err)
+		b.settleAll(t, "cs_sub_1")
+		_, err = b.svc.Accept(b.ctx, subCancelAtPeriodEnd(1))
+		require.NoError(t, err)
+		require.Empty(t, b.byAction(t, "cs_sub_1", state.Revoke), "a cancellation at the period's end keeps access until then")
+		for _, typ := range []string{"customer.subscription.deleted", "customer.subscription.updated"} {
+			_, err = b.svc.Accept(b.ctx, subEnd(1, typ))
+			require.NoError(t, err)
+			b.settleAll(t, "cs_sub_1")
+		}
+		require.Equal(t, map[string]int{"licence fulfil": 1, "licence revoke": 1, "welcome_email fulfil": 1}, b.ledger(t, "cs_sub_1"),
+			"the licence (default policy) is taken back once for two ends; the email (none) never")
+		require.Len(t, cp.receivers["licence"].Calls(), 2)
+		require.Equal(t, state.Revoke, cp.receivers["licence"].Calls()[1].Action)
+	})
+
+	t.Run("InEveryOrderNoAccessOutlivesTheEnd", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newCoursePlatform("routes.yaml").option)
+		perms := permutations([]string{"start", "cancel", "deleted", "updated"})
+		for n, order := range perms {
+			payment := fmt.Sprintf("cs_sub_%d", n)
+			for _, step := range order {
+				ev := map[string]provider.Event{"start": subStart(n), "cancel": subCancelAtPeriodEnd(n),
+					"deleted": subEnd(n, "customer.subscription.deleted"), "updated": subEnd(n, "customer.subscription.updated")}[step]
+				_, err := b.svc.Accept(b.ctx, ev)
+				require.NoError(t, err)
+				b.settleAll(t, payment)
+			}
+			got := b.ledger(t, payment)
+			startFirst := order[0] == "start" || (order[0] == "cancel" && order[1] == "start")
+			if startFirst {
+				require.Equal(t, map[string]int{"licence fulfil": 1, "licence revoke": 1, "welcome_email fulfil": 1}, got, "%v", order)
+			} else {
+				// An end before the start: the licence is never granted
+				// (its policy takes it back at the end, and no lookup can
+				// say a restored database forgot a grant); the welcome
+				// email, which no end takes back, goes out for the period
+				// that was paid.
+				require.Equal(t, map[string]int{"welcome_email fulfil": 1}, got, "%v", order)
+			}
+			require.NotEqual(t, state.Pending, b.byAction(t, payment, state.Fulfil)["licence"].State, "%v: no grant left to go out", order)
+		}
+		require.Len(t, perms, 24)
+	})
+
+	t.Run("StartAndEndAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newCoursePlatform("routes.yaml").option)
+		other, err := fulfilment.New(b.cfg) // a second process
+		require.NoError(t, err)
+		const subs = 20
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for n := range subs {
+			for i, ev := range []provider.Event{subStart(n), subEnd(n, "customer.subscription.deleted")} {
+				svc := []*fulfilment.Service{b.svc, other}[(n+i)%2]
+				wg.Go(func() {
+					<-start
+					if _, err := svc.Accept(b.ctx, ev); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+		for n := range subs {
+			b.settleAll(t, fmt.Sprintf("cs_sub_%d", n))
+		}
+		_, err = b.svc.TakeBackReversed(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep_reversed", Fence: 1})
+		require.NoError(t, err)
+		for n := range subs {
+			payment := fmt.Sprintf("cs_sub_%d", n)
+			b.settleAll(t, payment)
+			got := b.ledger(t, payment)
+			require.Equal(t, got["licence fulfil"], got["licence revoke"], "%s: a licence granted is taken back: %v", payment, got)
+			require.LessOrEqual(t, got["licence fulfil"], 1)
+			rows := b.byAction(t, payment, state.Fulfil)
+			require.NotEqual(t, state.Pending, rows["licence"].State, "%s: no grant left to go out after the end", payment)
+		}
+	})
+}
+
+// permutations lists every order of items.
+func permutations(items []string) [][]string {
+	if len(items) <= 1 {
+		return [][]string{append([]string(nil), items...)}
+	}
+	var out [][]string
+	for i, first := range items {
+		rest := append(append([]string(nil), items[:i]...), items[i+1:]...)
+		for _, p := range permutations(rest) {
+			out = append(out, append([]string{first}, p...))
+		}
+	}
+	return out
+}
