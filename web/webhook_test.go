@@ -96,6 +96,8 @@ type setupOpts struct {
 	trustedProxies []string
 	// logs, when set, receives the server's debug log.
 	logs io.Writer
+	// sweepInterval, when set, is how often the leader sweeps.
+	sweepInterval time.Duration
 	// fulfilment, when set, adjusts the domain's configuration.
 	fulfilment func(*fulfilment.Config)
 	// shopifyShops is GUARDIAN_SHOPIFY_SHOPS.
@@ -151,7 +153,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 		if opts.fulfilment != nil {
 			opts.fulfilment(c)
 		}
-	}})
+	}, Jobs: func(c *jobs.Config) { c.SweepInterval = cmp.Or(opts.sweepInterval, c.SweepInterval) }})
 	st.Start(t)
 	service, client := st.Service, st.Client
 	vars := map[string]string{}

@@ -437,9 +437,9 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		if first.ev.Fulfils() {
 			creates = append(creates, db.BatchFulfilment{EventPK: stored[i].ID, Actor: cmp.Or(first.ev.Origin, "intake")})
 			purchases = append(purchases, s.route(first.ev))
-			if sub := first.ev.Subscription; sub != "" {
-				starts = append(starts, db.SubscriptionStart{Provider: first.ev.Provider, SubscriptionID: sub, PaymentID: first.ev.PaymentID})
-			}
+		}
+		if sub, pay := first.ev.StartsSubscription(); sub != "" {
+			starts = append(starts, db.SubscriptionStart{Provider: first.ev.Provider, SubscriptionID: sub, PaymentID: pay})
 		}
 		if events[i].Ends != "" {
 			ends = append(ends, db.SubscriptionRef{Provider: events[i].Provider, SubscriptionID: events[i].Ends})

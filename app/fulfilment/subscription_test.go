@@ -118,6 +118,42 @@ func TestSubscriptions(t *testing.T) {
 		require.Len(t, perms, 24)
 	})
 
+	t.Run("ALinkFromAnEventThatDoesNotPay", func(t *testing.T) {
+		t.Parallel()
+		// Paddle's subscription.created names the transaction that created
+		// the subscription; the transaction's own event may name it or not.
+		b := setup(t, newCoursePlatform("routes.yaml").option)
+		created := func(n int) provider.Event {
+			return provider.Event{Provider: "stripe", ID: fmt.Sprintf("evt_created_%d", n), Type: "subscription.created", Payload: []byte(`{}`),
+				Subscription: fmt.Sprintf("sub_%d", n), SubscriptionPurchase: fmt.Sprintf("cs_sub_%d", n)}
+		}
+		paid := func(n int) provider.Event {
+			ev := subStart(n)
+			ev.Subscription = "" // the transaction does not say
+			return ev
+		}
+		end := func(n int) provider.Event { return subEnd(n, "customer.subscription.deleted") }
+		for n, order := range [][]provider.Event{
+			{paid(0), created(0), end(0)},
+			{created(1), paid(1), end(1)},
+			{end(2), created(2), paid(2)},
+			{created(3), end(3), paid(3)},
+			{paid(4), end(4), created(4)},
+		} {
+			payment := fmt.Sprintf("cs_sub_%d", n)
+			for _, ev := range order {
+				_, err := b.svc.Accept(b.ctx, ev)
+				require.NoError(t, err)
+				b.settleAll(t, payment)
+			}
+			got := b.ledger(t, payment)
+			require.Equal(t, got["licence fulfil"], got["licence revoke"], "case %d: no access outlives the end: %v", n, got)
+			if n <= 1 {
+				require.Equal(t, 1, got["licence fulfil"], "case %d: granted, then taken back", n)
+			}
+		}
+	})
+
 	t.Run("StartAndEndAtOnce", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, newCoursePlatform("routes.yaml").option)

@@ -129,6 +129,9 @@ func lemonSqueezyMap(ev Event, meta, data, attrs map[string]any) Event {
 		}
 		return ev
 	}
+	if strings.HasPrefix(ev.Type, "subscription_") {
+		return lemonSqueezySubscription(ev, data, attrs)
+	}
 	if ev.Type != LemonSqueezyFulfilEvent {
 		return ev
 	}
@@ -144,6 +147,41 @@ func lemonSqueezyMap(ev Event, meta, data, attrs map[string]any) Event {
 	default:
 		ev.PaymentID = order
 		ev.Purchase = lemonSqueezyPurchase(ev, meta, attrs)
+	}
+	return ev
+}
+
+// lemonSqueezySubscription reads a subscription event (docs/design.md,
+// "Subscriptions"). subscription_created links the subscription to the
+// order that started it (its order_id: the purchase order_created named).
+// It ends when its status says expired (subscription_expired: a cancelled
+// subscription's paid period over) or unpaid (payment recovery failed).
+// A cancellation (subscription_cancelled, status cancelled) is no end: the
+// subscription stays active until its ends_at, when it expires. Paused and
+// past due are no end either. A subscription-invoices object (the
+// subscription_payment_* events) names no subscription at data.id and is
+// not read here.
+func lemonSqueezySubscription(ev Event, data, attrs map[string]any) Event {
+	id := idText(data["id"])
+	if data["type"] != "subscriptions" || id == "" || len(id) > maxIDLength || hasNUL(id) {
+		ev.Note = "names no subscription Guardian can read"
+		return ev
+	}
+	status, _ := attrs["status"].(string)
+	switch {
+	case ev.Type == "subscription_created":
+		order := idText(attrs["order_id"])
+		if order == "" || len(order) > maxIDLength || hasNUL(order) {
+			ev.Note = "subscription created by no order Guardian can read"
+			return ev
+		}
+		ev.Subscription, ev.SubscriptionPurchase = id, order
+	case status == "expired" || status == "unpaid":
+		ev.Reversal = &Reversal{Kind: End, Subscription: id}
+	case status == "cancelled":
+		ev.Note = "subscription cancelled: it stays active until its ends_at, and ends when it expires"
+	default:
+		ev.Note = "subscription " + strconv.Quote(status) + ": not ended"
 	}
 	return ev
 }

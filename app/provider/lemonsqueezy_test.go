@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
@@ -145,4 +147,54 @@ func TestLemonSqueezyReversals(t *testing.T) {
 			t.Errorf("status %s: reversal %+v, want %+v", status, ev.Reversal, want)
 		}
 	}
+}
+
+// TestLemonSqueezySubscriptionLife reads a subscription's life as Lemon
+// Squeezy's documentation describes its events, signed as it signs:
+// subscription_created links the subscription to its order; a
+// cancellation keeps it active until it expires; past due and paused are
+// no end; expired and unpaid end it; a payment event names an invoice,
+// not the subscription, and is not read as one.
+func TestLemonSqueezySubscriptionLife(t *testing.T) {
+	t.Parallel()
+	l, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: []string{providertest.LemonSqueezySecret}})
+	require.NoError(t, err)
+	read := func(name, typ, id, attrs string) provider.Event {
+		t.Helper()
+		body := providertest.LemonSqueezyEvent(name, typ, id, attrs)
+		ev, err := l.Verify(providertest.SignLemonSqueezy(body, providertest.LemonSqueezySecret, name), body, time.Now())
+		require.NoError(t, err)
+		return ev
+	}
+	order := read("order_created", "orders", "1", `"status":"paid","total":999,"currency":"USD","first_order_item":{"product_id":2,"variant_id":3}`)
+	require.Equal(t, "1", order.PaymentID)
+
+	created := read("subscription_created", "subscriptions", "7", `"order_id":1,"status":"active","ends_at":null`)
+	sub, pay := created.StartsSubscription()
+	require.Equal(t, "7", sub)
+	require.Equal(t, "1", pay, "the order the subscription started with, as order_created names it")
+	require.False(t, created.Fulfils())
+
+	for _, tt := range []struct{ name, status string }{
+		{"subscription_cancelled", "cancelled"},
+		{"subscription_updated", "past_due"},
+		{"subscription_paused", "paused"},
+		{"subscription_resumed", "active"},
+	} {
+		ev := read(tt.name, "subscriptions", "7", `"order_id":1,"status":"`+tt.status+`"`)
+		require.Nil(t, ev.Reversal, tt.name)
+		require.NotEmpty(t, ev.Note, tt.name)
+	}
+	for _, tt := range []struct{ name, status string }{
+		{"subscription_expired", "expired"},
+		{"subscription_updated", "expired"},
+		{"subscription_updated", "unpaid"},
+	} {
+		ev := read(tt.name, "subscriptions", "7", `"order_id":1,"status":"`+tt.status+`"`)
+		require.Equal(t, &provider.Reversal{Kind: provider.End, Subscription: "7"}, ev.Reversal, "%s %s", tt.name, tt.status)
+	}
+	failed := read("subscription_payment_failed", "subscription-invoices", "55", `"subscription_id":7,"status":"failed"`)
+	require.Nil(t, failed.Reversal)
+	sub, _ = failed.StartsSubscription()
+	require.Empty(t, sub)
 }

@@ -115,9 +115,12 @@ func (p *Paddle) Map(eventType string, body []byte) (Event, error) {
 	return p.mapEnvelope(Event{Provider: p.Name(), Type: eventType, Payload: body}, env), nil
 }
 
-// PaddleRuleTypes are the events Paddle's rules read: the fulfilling one
-// and the adjustments (refunds and chargebacks). A backfill lists these.
-var PaddleRuleTypes = []string{PaddleFulfilType, "adjustment.created", "adjustment.updated"}
+// PaddleRuleTypes are the events Paddle's rules read: the fulfilling one,
+// the adjustments (refunds and chargebacks), and a subscription's creation
+// and end. A backfill lists these, so an end Paddle could not deliver is
+// fetched like any other event.
+var PaddleRuleTypes = []string{PaddleFulfilType, "adjustment.created", "adjustment.updated",
+	"subscription.created", "subscription.canceled", "subscription.updated"}
 
 // mapEnvelope applies the rule for "paid" to ev: a completed transaction
 // names its payment, anything else says why not; an adjustment says what
@@ -127,6 +130,10 @@ func (p *Paddle) mapEnvelope(ev Event, env map[string]any) Event {
 		data, _ := env["data"].(map[string]any)
 		ev.Reversal, ev.Note = paddleReversal(data)
 		return ev
+	}
+	if strings.HasPrefix(ev.Type, "subscription.") {
+		data, _ := env["data"].(map[string]any)
+		return paddleSubscription(ev, data)
 	}
 	if ev.Type != PaddleFulfilType {
 		return ev
@@ -153,8 +160,50 @@ func (p *Paddle) mapEnvelope(ev Event, env map[string]any) Event {
 		totals, _ := details["totals"].(map[string]any)
 		ev.Paid = minorMoney(totals["grand_total"], data["currency_code"])
 		ev.Purchase = paddlePurchase(ev, data, origin)
+		if ev.Purchase.Kind == SubscriptionStart {
+			ev.Subscription = paddleID(data["subscription_id"], "sub_")
+		}
 	}
 	return ev
+}
+
+// paddleSubscription reads a subscription notification (docs/design.md,
+// "Subscriptions"): subscription.created links the subscription to the
+// transaction that created it (its transaction_id, which Paddle sends on
+// this event alone); subscription.canceled, or an update whose status is
+// canceled, ends it. A cancellation scheduled for the period's end
+// (scheduled_change) is no end: Paddle sends subscription.canceled when it
+// takes effect. past_due and paused are no end either.
+func paddleSubscription(ev Event, data map[string]any) Event {
+	id := paddleID(data["id"], "sub_")
+	if id == "" {
+		ev.Note = "names no subscription Guardian can read"
+		return ev
+	}
+	status, _ := data["status"].(string)
+	switch {
+	case ev.Type == "subscription.created":
+		ev.Subscription, ev.SubscriptionPurchase = id, paddleID(data["transaction_id"], "txn_")
+		if ev.SubscriptionPurchase == "" {
+			ev.Subscription, ev.Note = "", "subscription created by no transaction Guardian can read"
+		}
+	case status == "canceled" && (ev.Type == "subscription.canceled" || ev.Type == "subscription.updated"):
+		ev.Reversal = &Reversal{Kind: End, Subscription: id}
+	case data["scheduled_change"] != nil:
+		ev.Note = "subscription change scheduled: a cancellation ends it when it takes effect, not now"
+	default:
+		ev.Note = "subscription " + strconv.Quote(status) + ": not ended"
+	}
+	return ev
+}
+
+// paddleID reads a Paddle id of the given prefix, or "".
+func paddleID(v any, prefix string) string {
+	id, _ := v.(string)
+	if !strings.HasPrefix(id, prefix) || len(id) > maxIDLength || hasNUL(id) {
+		return ""
+	}
+	return id
 }
 
 // paddlePurchase reads what a completed transaction says was bought: its

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
@@ -223,4 +225,64 @@ func TestPaddleReversals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPaddleSubscriptionLife reads a subscription's life from the official
+// Node SDK's mocks, signed as Paddle signs: the transaction that starts it
+// names it; subscription.created links it to that transaction; a
+// cancellation scheduled for the period's end, past due and paused are no
+// end; subscription.canceled, or an update saying canceled, ends it.
+func TestPaddleSubscriptionLife(t *testing.T) {
+	t.Parallel()
+	const secret = "pdl_ntfset_subscriptions_0123456789"
+	now := time.Unix(1767225600, 0)
+	p, err := provider.NewPaddle(provider.PaddleConfig{Secrets: []string{secret}})
+	require.NoError(t, err)
+	require.Subset(t, provider.PaddleRuleTypes, []string{"subscription.created", "subscription.canceled", "subscription.updated"}, "a backfill lists them")
+	read := func(name string, edit func(env, data map[string]any)) provider.Event {
+		t.Helper()
+		var env map[string]any
+		loadTestdata(t, name, &env)
+		if edit != nil {
+			edit(env, env["data"].(map[string]any))
+		}
+		body, err := json.Marshal(env)
+		require.NoError(t, err)
+		ev, err := p.Verify(providertest.SignPaddle(body, secret, now), body, now)
+		require.NoError(t, err)
+		return ev
+	}
+	const sub, txn = "sub_01h7ht5z5wdg9pz18jx1fagp8k", "txn_01h7hst69d7tar4rm6vyeb0j36"
+
+	start := read("paddle/transaction_completed.json", func(_, d map[string]any) { d["subscription_id"], d["origin"] = sub, "web" })
+	require.True(t, start.Fulfils())
+	gotSub, gotPay := start.StartsSubscription()
+	require.Equal(t, sub, gotSub)
+	require.Equal(t, start.PaymentID, gotPay)
+	renewal := read("paddle/transaction_completed.json", func(_, d map[string]any) { d["subscription_id"], d["origin"] = sub, "subscription_recurring" })
+	gotSub, _ = renewal.StartsSubscription()
+	require.Empty(t, gotSub, "a renewal starts nothing")
+
+	created := read("paddle/subscription_created.json", nil)
+	require.False(t, created.Fulfils())
+	gotSub, gotPay = created.StartsSubscription()
+	require.Equal(t, sub, gotSub)
+	require.Equal(t, txn, gotPay, "the transaction that created the subscription")
+
+	for _, status := range []string{"active", "past_due", "paused"} {
+		ev := read("paddle/subscription_canceled.json", func(env, d map[string]any) {
+			env["event_type"], d["status"] = "subscription.updated", status
+			if status == "active" {
+				d["scheduled_change"] = map[string]any{"action": "cancel", "effective_at": "2024-02-11T08:07:35Z", "resume_at": nil}
+			}
+		})
+		require.Nil(t, ev.Reversal, status)
+		require.NotEmpty(t, ev.Note, status)
+	}
+	canceled := read("paddle/subscription_canceled.json", nil)
+	require.Equal(t, &provider.Reversal{Kind: provider.End, Subscription: sub}, canceled.Reversal)
+	gotSub, _ = canceled.StartsSubscription()
+	require.Empty(t, gotSub, "the mock's transaction_id on a cancellation is not read: Paddle sends it on subscription.created alone")
+	updated := read("paddle/subscription_canceled.json", func(env, _ map[string]any) { env["event_type"] = "subscription.updated" })
+	require.Equal(t, canceled.Reversal, updated.Reversal)
 }

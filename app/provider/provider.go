@@ -70,8 +70,13 @@ type Event struct {
 	// Subscription names, by the provider's id, the subscription a paid
 	// event starts: its purchase is the subscription's, and the events
 	// that end the subscription (Reversal.Kind End) take it back. Empty
-	// for a purchase that is not a subscription's start.
-	Subscription string
+	// for a purchase that is not a subscription's start. An event that
+	// does not pay may name it too, with SubscriptionPurchase: the
+	// purchase the subscription's start paid for, where the provider's
+	// signed event says so (Paddle's subscription.created names its
+	// transaction). Either links the two, once.
+	Subscription         string
+	SubscriptionPurchase string
 	// Reversal is set when the event refunds or disputes a payment, by the
 	// provider's rules (a refund that did not go through is not one); nil
 	// otherwise.
@@ -93,6 +98,20 @@ type Transmission struct {
 
 // Fulfils reports whether the event asks for a fulfilment.
 func (e Event) Fulfils() bool { return e.PaymentID != "" }
+
+// StartsSubscription returns the subscription the event links to the
+// purchase its start paid for, and that purchase; empty when it links
+// none.
+func (e Event) StartsSubscription() (subscription, purchase string) {
+	purchase = e.SubscriptionPurchase
+	if purchase == "" && e.Fulfils() {
+		purchase = e.PaymentID
+	}
+	if e.Subscription == "" || purchase == "" {
+		return "", ""
+	}
+	return e.Subscription, purchase
+}
 
 // Provider verifies one provider's deliveries.
 //
