@@ -15,6 +15,10 @@
 # whose routes differ, a decline and its retry, a lost answer and its lookup
 # (FIXIDX, FIXPER, FIXONCE, FIXAKEY).
 #
+# subscription.pml takes a subscription's start, the event that links it
+# and its end through every order, each delivered twice (FIXSBEFORE,
+# FIXSLOCK).
+#
 # Needs spin and a C compiler (`apt-get install -y spin`); .ci/run installs it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -68,6 +72,8 @@ case ${1:-} in
 	run "two actions, keyless receiver" -m100000
 	build actions.pml -DSAFETY -DNOCLAIM KEYED=1
 	run "two actions, one keyed receiver for both" -m100000
+	build subscription.pml -DSAFETY -DNOCLAIM
+	run "subscription: no access outlives its end" -m100000
 	;;
 holes)
 	status=0
@@ -97,6 +103,9 @@ holes)
 		# shellcheck disable=SC2086 # two rules on purpose
 		hole actions.pml 100000 "two actions with $fix" -DNOCLAIM $fix
 	done
+	for fix in FIXSBEFORE FIXSLOCK; do
+		hole subscription.pml 100000 "subscription without $fix" -DNOCLAIM $fix=0
+	done
 	for fix in FIX7=0 MARKFIRST=1; do
 		hole filter.pml 100000 "filter with $fix" $fix
 	done
@@ -111,6 +120,7 @@ trail)
 		FIX7) model=filter.pml; defs+=(FIX7=0) ;;
 		FIXR*) model=reversal.pml; defs+=("$a=0") ;;
 		FIXIDX | FIXPER | FIXONCE | FIXAKEY) model=actions.pml; defs+=("$a=0") ;;
+		FIXS*) model=subscription.pml; defs+=("$a=0") ;;
 		MARKFIRST) model=filter.pml; defs+=(MARKFIRST=1) ;;
 		*=*) defs+=("$a") ;;
 		*) defs+=("$a=0") ;;
@@ -120,7 +130,7 @@ trail)
 	build "$model" -DSAFETY -DNOCLAIM "${defs[@]}"
 	./pan -m400000 >/dev/null 2>&1 || true
 	dflags=(); for d in "${defs[@]}"; do dflags+=("-D$d"); done
-	spin "${dflags[@]}" -t -p "$model" | grep -E 'proc +[0-9]+ \((provider|worker|sweep|reconciler|operator|chaos|clock|receiver|payment|reversal|fulfiller|revoker|restore|intake|retrier|monitor)' \
+	spin "${dflags[@]}" -t -p "$model" | grep -E 'proc +[0-9]+ \((provider|worker|sweep|reconciler|operator|chaos|clock|receiver|payment|reversal|fulfiller|revoker|restore|intake|retrier|monitor|start|linker|ender|dispatcher)' \
 		| grep -vE '\[(\(1\)|else|skip)\]|\[(r|a|out|n|k|body|i) = ' | sed -E 's/^ *[0-9]+:\s+proc +[0-9]+ //; s/ \(state [0-9]+\)//'
 	spin "${dflags[@]}" -t "$model" | grep -E 'assertion violated|spin: trail ends' || true
 	;;
