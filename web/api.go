@@ -34,6 +34,8 @@ func (s *Server) mountAPI() {
 	g.GET("/stats", s.apiStats)
 	g.GET("/actions", s.apiActions)
 	g.GET("/purchases/awaiting", s.apiAwaiting)
+	g.GET("/subscriptions", s.apiSubscriptions)
+	g.GET("/subscriptions/:provider/:subscription_id", s.apiGetSubscription)
 	g.GET("/refused", s.apiRefused)
 	g.GET("/openapi.json", s.apiOpenAPI)
 }

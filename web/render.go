@@ -124,6 +124,8 @@ func (s *Server) mountDashboard() error {
 	e.POST("/fulfilments/bulk", s.handleBulkAsk, s.requireSession)
 	e.POST("/fulfilments/bulk/confirm", s.handleBulkConfirm, s.requireSession)
 	e.GET("/events", s.handleEventsPage, s.requireSession)
+	e.GET("/subscriptions", s.handleSubscriptionsPage, s.requireSession)
+	e.GET("/subscriptions/:provider/:subscription_id", s.handleSubscriptionPage, s.requireSession)
 	e.GET("/events.csv", s.handleEventsCSV, s.requireSession)
 	e.GET("/fulfilments/:id", s.handleFulfilmentPage, s.requireSession)
 	e.POST("/fulfilments/:id/resolve", s.handleResolveAsk, s.requireSession)

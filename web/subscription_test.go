@@ -13,6 +13,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/state"
+	"github.com/guardian-pay/guardian/web"
 )
 
 // TestStripeSubscriptionThroughTheEdge: a subscription's life as Stripe
@@ -46,6 +47,46 @@ func TestStripeSubscriptionThroughTheEdge(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	require.Len(t, b.rec.Calls(), 2, "two ends take back once")
 	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE ends = 'sub_edge' AND reverses = 'cs_edge'`))
+
+	// Operators see it: listed by state, its page with what was granted
+	// and taken back, and an end whose start never came.
+	orphan := `{"id":"evt_orphan","object":"event","type":"customer.subscription.deleted","data":{"object":{"id":"sub_orphan","object":"subscription","status":"canceled"}}}`
+	require.Equal(t, http.StatusOK, b.postStripe(t, orphan).code)
+	code, raw := b.api(t, "GET", "/api/v1/subscriptions?state=ended", b.token, nil)
+	require.Equal(t, http.StatusOK, code)
+	var list web.SubscriptionList
+	require.NoError(t, json.Unmarshal(raw, &list))
+	require.Len(t, list.Subscriptions, 1)
+	require.Equal(t, "sub_edge", list.Subscriptions[0].SubscriptionID)
+	require.NotNil(t, list.Subscriptions[0].EndedAt)
+	require.Equal(t, 1, list.EndsAwaitingStart)
+	code, raw = b.api(t, "GET", "/api/v1/subscriptions?state=active", b.token, nil)
+	require.Equal(t, http.StatusOK, code)
+	require.JSONEq(t, `{"subscriptions":[],"ends_awaiting_start":1}`, string(raw))
+	code, _ = b.api(t, "GET", "/api/v1/subscriptions?state=lapsed", b.token, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	code, raw = b.api(t, "GET", "/api/v1/subscriptions/stripe/sub_edge", b.token, nil)
+	require.Equal(t, http.StatusOK, code)
+	var d web.SubscriptionDetail
+	require.NoError(t, json.Unmarshal(raw, &d))
+	require.Equal(t, "cs_edge", d.Subscription.PaymentID)
+	require.Len(t, d.Fulfilments, 2)
+	require.Len(t, d.Events, 3, "the start, the deletion, the update saying canceled")
+	require.NotContains(t, string(raw), `"payload"`)
+	code, _ = b.api(t, "GET", "/api/v1/subscriptions/stripe/sub_nothing", b.token, nil)
+	require.Equal(t, http.StatusNotFound, code)
+
+	op := newBrowser(t, b)
+	code, _ = op.signIn(b.token)
+	require.Equal(t, http.StatusSeeOther, code)
+	code, body, _ := op.get("/subscriptions")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `href="/subscriptions/stripe/sub_edge"`)
+	require.Contains(t, body, "1 stored end names a subscription whose start Guardian has not linked")
+	code, body, _ = op.get("/subscriptions/stripe/sub_edge")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "take-back")
+	require.Contains(t, body, "customer.subscription.deleted")
 }
 
 // TestPaddleAndLemonSqueezySubscriptionsThroughTheEdge: each provider's

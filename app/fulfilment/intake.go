@@ -54,8 +54,17 @@ type AcceptResult struct {
 	// and the state it was born in; empty when none was created.
 	FulfilmentID    string
 	FulfilmentState state.State
-	// took is what the delivery's batch took back, for the metrics.
+	// took is what the delivery's batch took back, and subs the
+	// subscriptions it started and ended, for the metrics.
 	took tookBack
+	subs subscriptionCounts
+}
+
+// subscriptionCounts are the subscriptions a batch linked for the first
+// time, and the ends it stored.
+type subscriptionCounts struct {
+	started []db.SubscriptionRef
+	ended   []db.SubscriptionRef
 }
 
 // Accept records a verified event exactly once. It returns only after the
@@ -103,6 +112,15 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 		s.countMoved(ctx, state.Pending, to, ids)
 	}
 	s.countMoved(ctx, "", state.Pending, res.took.revoking)
+	for _, sub := range res.subs.started {
+		s.cfg.Metrics.Subscription(sub.Provider, "start")
+	}
+	for _, sub := range res.subs.ended {
+		s.cfg.Metrics.Subscription(sub.Provider, "end")
+	}
+	if res.Outcome == NewEvent && ev.Purchase != nil && ev.Purchase.Kind == provider.Renewal {
+		s.cfg.Metrics.Subscription(ev.Provider, "renewal")
+	}
 	for _, b := range res.Created {
 		s.cfg.Metrics.Transition(b.Action, "", b.State, 1)
 		if b.State == state.NeedsReconciliation {
@@ -450,7 +468,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 			return err
 		}
 	}
-	ended, err := db.LinkSubscriptions(ctx, tx, starts, ends)
+	linked, err := db.LinkSubscriptions(ctx, tx, starts, ends)
 	if err != nil {
 		return err
 	}
@@ -467,7 +485,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	// A reversal the policy takes back for: the payment's fulfilment is
 	// cancelled if it has not gone out, or taken back if it is done. A
 	// subscription's end is one once its purchase is known.
-	reversed := append(whole, ended...)
+	reversed := append(whole, linked.Reversed...)
 	for i := range keys {
 		if stored[i].Inserted && events[i].Reverses != "" {
 			reversed = append(reversed, db.Payment{Provider: events[i].Provider, PaymentID: events[i].Reverses})
@@ -491,9 +509,11 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 			}
 		}
 	}
-	// What the batch's reversals moved is counted once, by the first
-	// delivery's Accept, after the commit.
+	// What the batch's reversals moved, and the subscriptions it started
+	// and ended, are counted once, by the first delivery's Accept, after
+	// the commit.
 	batch[0].res.took = took
+	batch[0].res.subs = subscriptionCounts{started: linked.Linked, ended: ends}
 	return nil
 }
 

@@ -2,13 +2,17 @@ package fulfilment_test
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/lock"
+	"github.com/guardian-pay/guardian/app/metrics"
+	"github.com/guardian-pay/guardian/app/metrics/metricstest"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
@@ -70,8 +74,11 @@ func TestSubscriptions(t *testing.T) {
 	t.Run("AnEndTakesBackWhatTheStartGrantedOnceByPolicy", func(t *testing.T) {
 		t.Parallel()
 		cp := newCoursePlatform("routes.yaml")
-		b := setup(t, cp.option)
-		_, err := b.svc.Accept(b.ctx, subStart(1))
+		reg := prometheus.NewRegistry()
+		m, err := metrics.New(reg, nil, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		b := setup(t, cp.option, func(c *fulfilment.Config) { c.Metrics = m })
+		_, err = b.svc.Accept(b.ctx, subStart(1))
 		require.NoError(t, err)
 		b.settleAll(t, "cs_sub_1")
 		_, err = b.svc.Accept(b.ctx, subCancelAtPeriodEnd(1))
@@ -86,6 +93,19 @@ func TestSubscriptions(t *testing.T) {
 			"the licence (default policy) is taken back once for two ends; the email (none) never")
 		require.Len(t, cp.receivers["licence"].Calls(), 2)
 		require.Equal(t, state.Revoke, cp.receivers["licence"].Calls()[1].Action)
+		count := func(event string) float64 {
+			return metricstest.Value(t, reg, "guardian_subscription_events_total", map[string]string{"provider": "stripe", "event": event})
+		}
+		require.Equal(t, 1.0, count("start"))
+		require.Equal(t, 2.0, count("end"), "each end stored is counted; one took back")
+
+		sub, err := db.GetSubscription(b.ctx, b.db.Pool, "stripe", "sub_1")
+		require.NoError(t, err)
+		require.Equal(t, "ended", sub.State())
+		require.Equal(t, "cs_sub_1", sub.PaymentID)
+		events, err := db.SubscriptionEvents(b.ctx, b.db.Pool, sub)
+		require.NoError(t, err)
+		require.Len(t, events, 3, "its start and its two ends")
 	})
 
 	t.Run("InEveryOrderNoAccessOutlivesTheEnd", func(t *testing.T) {

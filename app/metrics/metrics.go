@@ -35,6 +35,7 @@ type Metrics struct {
 	refusedDropped  prometheus.Counter
 	unmapped        *prometheus.CounterVec
 	itemsFetches    *prometheus.CounterVec
+	subscriptions   *prometheus.CounterVec
 	maintenanceRuns *prometheus.CounterVec
 	maintenanceRows *prometheus.CounterVec
 	retention       *prometheus.GaugeVec
@@ -96,6 +97,10 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 		Name: "guardian_items_fetches_total",
 		Help: "Fetches of what a purchase bought from its provider's API (a Stripe Checkout Session's line items), by provider and outcome (ok, error). A purchase awaits its items, and pays for no action, until one succeeds.",
 	}, []string{"provider", "outcome"})
+	m.subscriptions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "guardian_subscription_events_total",
+		Help: "Subscriptions' lives as intake records them, by provider and event: start (a subscription linked to the purchase its start paid for, once), renewal (a paid renewal, its own purchase), end (an end stored; it takes back what the start granted once the start is linked).",
+	}, []string{"provider", "event"})
 	m.maintenanceRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "guardian_maintenance_runs_total",
 		Help: "The leader's maintenance rounds, by service (sweep_stale, sweep_reversed, sweep_stranded, sweep_awaiting, prune_tokens, prune_refusals, prune_transmissions, prune_bodies) and outcome (ok, error).",
@@ -116,7 +121,7 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 	})
 	buildInfo.Set(1)
 	for _, c := range []prometheus.Collector{
-		buildInfo, m.refused, m.refusedDropped, m.unmapped, m.itemsFetches, m.maintenanceRuns, m.maintenanceRows, m.retention,
+		buildInfo, m.refused, m.refusedDropped, m.unmapped, m.itemsFetches, m.subscriptions, m.maintenanceRuns, m.maintenanceRows, m.retention,
 		m.deliveries, m.intakeSeconds, m.transitions, m.dispatchSeconds, m.dispatches, m.connectorErrors, m.filterErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.table,
@@ -218,6 +223,15 @@ func (m *Metrics) Unmapped(provider string) {
 		return
 	}
 	m.unmapped.WithLabelValues(provider).Inc()
+}
+
+// Subscription counts one event of a subscription's life: start, renewal
+// or end.
+func (m *Metrics) Subscription(provider, event string) {
+	if m == nil {
+		return
+	}
+	m.subscriptions.WithLabelValues(provider, event).Inc()
 }
 
 // ItemsFetched counts one fetch of a purchase's items from provider's API.
