@@ -30,8 +30,9 @@ const actionsUsage = `usage: guardian actions list [--json]
   duration back from now, or an RFC 3339 time; until: now by default) that the
   routes in force now say pay for it, and that are not taken back. Each purchase
   gets it at most once, audited under WHO's name; its other actions are not sent
-  again. --dry-run counts what it would do. Purchases paid before actions
-  existed are not in any window.
+  again. --dry-run counts what it would do. A payment fulfilled before actions
+  existed is recorded first, as intake would, its one action decided when it
+  was paid (a dry run records nothing).
   Exit 2 when the configuration is refused, naming every problem.
 `
 
@@ -81,13 +82,8 @@ func runActionsApply(ctx context.Context, args []string, getenv func(string) str
 		return ExitUsage
 	}
 	p := fulfilment.ApplyParams{Action: rest[0], Operator: *operator, DryRun: *dryRun}
-	if p.Since, err = windowStart(*since, time.Now()); err != nil {
+	if p.Since, p.Until, err = window(*since, *until, time.Now()); err != nil {
 		return fail(stderr, ExitUsage, err)
-	}
-	if *until != "" {
-		if p.Until, err = time.Parse(time.RFC3339, *until); err != nil {
-			return fail(stderr, ExitUsage, fmt.Errorf("--until: want an RFC 3339 time, got %q", *until))
-		}
 	}
 	a, logger, code := appFrom(ctx, getenv, stderr, commandOnly)
 	if a == nil {
@@ -106,6 +102,20 @@ func runActionsApply(ctx context.Context, args []string, getenv func(string) str
 	fmt.Fprintf(stdout, "%s: %d purchases first paid since %s; %d pay for it by the routes now: %s %d, %d already pay for it, %d taken back, %d with no body left to send\n",
 		p.Action, res.Considered, p.Since.UTC().Format(time.RFC3339), res.Matched, verb, res.Applied, res.Already, res.Reversed, res.Unsendable)
 	return ExitOK
+}
+
+// window reads --since and --until: the start a duration back from now or
+// an RFC 3339 time, the end an RFC 3339 time (zero when unset: now).
+func window(since, until string, now time.Time) (from, to time.Time, err error) {
+	if from, err = windowStart(since, now); err != nil {
+		return time.Time{}, time.Time{}, err
+	}
+	if until != "" {
+		if to, err = time.Parse(time.RFC3339, until); err != nil {
+			return time.Time{}, time.Time{}, fmt.Errorf("--until: want an RFC 3339 time, got %q", until)
+		}
+	}
+	return from, to, nil
 }
 
 // windowStart reads --since: a duration back from now, or an RFC 3339

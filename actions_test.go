@@ -155,3 +155,23 @@ func TestActionsApplyCommand(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 }
+
+// TestSubscriptionsLinkCommand: the command links through the domain on
+// the database, says what it did, and refuses without an operator.
+func TestSubscriptionsLinkCommand(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	vars := actionsEnv(t, twoActions)
+	vars["DATABASE_URL"] = d.URL
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"subscriptions", "link"}, env(vars), &out, &errOut); code != ExitUsage {
+		t.Fatalf("without --operator: exit %d", code)
+	}
+	if code := Main(context.Background(), []string{"subscriptions", "link", "--operator", "ana", "--since", "soon"}, env(vars), &out, &errOut); code != ExitUsage {
+		t.Fatalf("a bad window: exit %d", code)
+	}
+	code := Main(context.Background(), []string{"subscriptions", "link", "--operator", "ana", "--since", "24h", "--dry-run"}, env(vars), &out, &errOut)
+	if code != ExitOK || !strings.Contains(out.String(), "naming a subscription's start: 0; would link 0 subscriptions") {
+		t.Fatalf("exit %d: %s %s", code, out.String(), errOut.String())
+	}
+}

@@ -60,6 +60,7 @@ Usage:
   guardian connector test [--json]    check the receiver against the contract (docs/receivers.md)
   guardian actions list [--json]    the actions purchases pay for and the routes that decide them
   guardian actions apply NAME ...   give an action to past purchases the routes now say pay for it
+  guardian subscriptions link ...   link subscriptions started before links were recorded, from their stored events
   guardian demo [--url URL]         send signed sample deliveries to a dev server
   guardian bench [flags]            load a running Guardian with signed deliveries (see --help)
   guardian help                     show this
@@ -110,6 +111,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return runConnector(ctx, rest, getenv, stdout, stderr)
 	case "actions":
 		return runActions(ctx, rest, getenv, stdout, stderr)
+	case "subscriptions":
+		return runSubscriptions(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK
@@ -121,16 +124,17 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 
 // commandUsage is each command's help where its flags do not say it all.
 var commandUsage = map[string]string{
-	"migrate":     "usage: guardian migrate up|down|status\n  applies, rolls back (one) or lists migrations on DATABASE_URL\n",
-	"epoch":       "usage: guardian epoch show|rotate\n  the database's epoch, which scopes Redis marks; rotate after a restore or failover (docs/operations.md)\n",
-	"operators":   operatorsUsage,
-	"backfill":    backfillUsage,
-	"config":      "usage: guardian config check|list [--markdown]\n  check: reads the configuration from the environment and names every problem; exit 2 if any\n  list: every setting Guardian reads, its value here (a secret only as set or unset) and its default;\n  --markdown prints the README's configuration table instead\n",
-	"fulfilments": client.Usage,
-	"reconcile":   client.Usage,
-	"events":      client.Usage,
-	"connector":   connectorUsage,
-	"actions":     actionsUsage,
+	"migrate":       "usage: guardian migrate up|down|status\n  applies, rolls back (one) or lists migrations on DATABASE_URL\n",
+	"epoch":         "usage: guardian epoch show|rotate\n  the database's epoch, which scopes Redis marks; rotate after a restore or failover (docs/operations.md)\n",
+	"operators":     operatorsUsage,
+	"backfill":      backfillUsage,
+	"config":        "usage: guardian config check|list [--markdown]\n  check: reads the configuration from the environment and names every problem; exit 2 if any\n  list: every setting Guardian reads, its value here (a secret only as set or unset) and its default;\n  --markdown prints the README's configuration table instead\n",
+	"fulfilments":   client.Usage,
+	"reconcile":     client.Usage,
+	"events":        client.Usage,
+	"connector":     connectorUsage,
+	"actions":       actionsUsage,
+	"subscriptions": subscriptionsUsage,
 }
 
 // The command line's helpers are the client commands'.

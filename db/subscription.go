@@ -167,3 +167,20 @@ func CountEndsAwaitingStart(ctx context.Context, q DBTX) (int, error) {
 		AND NOT EXISTS (SELECT 1 FROM subscription s WHERE s.provider = e.provider AND s.subscription_id = e.ends)`).Scan(&n)
 	return n, wrap("count ends awaiting their start", err)
 }
+
+// EventsToLink lists, up to limit, in id order after afterID, the stored
+// events first seen in [since, until) whose body is kept and whose
+// purchase (if they name one) has no subscription linked to it: those a
+// link of subscriptions started before links were recorded reads.
+func EventsToLink(ctx context.Context, q DBTX, since, until time.Time, afterID int64, limit int) ([]Event, error) {
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM webhook_event e
+		WHERE e.first_seen_at >= $1 AND e.first_seen_at < $2 AND e.id > $3 AND e.pruned_at IS NULL
+		  AND (e.payment_id IS NULL OR NOT EXISTS (
+			SELECT 1 FROM subscription s WHERE s.provider = e.provider AND s.payment_id = e.payment_id))
+		ORDER BY e.id LIMIT $4`, since, until, afterID, limit)
+	if err != nil {
+		return nil, wrap("list events to link", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) { return scanEvent(r) })
+	return out, wrap("list events to link", err)
+}

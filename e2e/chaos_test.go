@@ -278,6 +278,9 @@ func chaosPurchase(i int) (providerName, payment string) {
 	case 6:
 		return "shopify", strconv.Itoa(910000000 + i)
 	}
+	if i%16 == 15 { // a subscription: its purchase is the session
+		return "stripe", fmt.Sprintf("cs_sub_chaos_%d", i)
+	}
 	return "stripe", fmt.Sprintf("pi_chaos_%d", i)
 }
 
@@ -363,6 +366,22 @@ func (h *chaosHarness) purchaseEvents(i int) []chaosDelivery {
 	// Most purchases are paid by card at completion; one in four pays
 	// later by a delayed method, and one in eight in all fails: Stripe's
 	// Checkout as it is.
+	if i%16 == 15 {
+		// A subscription started by Checkout: cancelled at its period's
+		// end (no end yet), then ended by Stripe's deletion, which takes
+		// back what the start granted, whatever order they arrive in.
+		sub := fmt.Sprintf("sub_chaos_%d", i)
+		start := stripe("evt_cs_", "checkout.session.completed", fmt.Sprintf(
+			`"data":{"object":{"id":%q,"object":"checkout.session","mode":"subscription","payment_status":"paid","payment_intent":null,"subscription":%q}}}`, pay, sub))
+		subscription := func(prefix, typ, status string, cancelAtPeriodEnd bool) chaosDelivery {
+			return stripe(prefix, typ, fmt.Sprintf(`"data":{"object":{"id":%q,"object":"subscription","status":%q,"cancel_at_period_end":%t}}}`, sub, status, cancelAtPeriodEnd))
+		}
+		end := subscription("evt_subdel_", "customer.subscription.deleted", "canceled", false)
+		h.fulfils.Store(start.id, true)
+		h.reversed.Store(pay, true)
+		h.reversals.Store(end.id, pay)
+		return []chaosDelivery{start, subscription("evt_subupd_", "customer.subscription.updated", "active", true), end}
+	}
 	switch i % 8 {
 	case 1, 5:
 		h.fulfils.Store(fmt.Sprintf("evt_async_%d", i), true)

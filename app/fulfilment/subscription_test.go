@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -225,4 +226,56 @@ func permutations(items []string) [][]string {
 		}
 	}
 	return out
+}
+
+// TestLinkStoredSubscriptions: a subscription started before links were
+// recorded has none, and its end takes nothing back; an operator's link
+// reads the stored start again by Stripe's rules, links it, resolves the
+// stored end and takes the grant back, once.
+func TestLinkStoredSubscriptions(t *testing.T) {
+	t.Parallel()
+	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{"whsec_link_stored_0123456789abcdef"}})
+	require.NoError(t, err)
+	b := setup(t, newCoursePlatform("routes.yaml").option, func(c *fulfilment.Config) {
+		c.Mappers = map[string]provider.Mapper{"stripe": stripe}
+	})
+	read := func(body string) provider.Event {
+		ev, err := stripe.Read([]byte(body))
+		require.NoError(t, err)
+		return ev
+	}
+	_, err = b.svc.Accept(b.ctx, read(`{"id":"evt_old_start","object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_old","object":"checkout.session","mode":"subscription","payment_status":"paid","payment_intent":null,"subscription":"sub_old","metadata":{"course":"go"}}}}`))
+	require.NoError(t, err)
+	b.settleAll(t, "cs_old")
+	_, err = b.db.Pool.Exec(b.ctx, `DELETE FROM subscription`) // as before links were recorded
+	require.NoError(t, err)
+	_, err = b.svc.Accept(b.ctx, read(`{"id":"evt_old_end","object":"event","type":"customer.subscription.deleted","data":{"object":{"id":"sub_old","object":"subscription","status":"canceled"}}}`))
+	require.NoError(t, err)
+	b.settleAll(t, "cs_old")
+	require.Equal(t, map[string]int{"licence fulfil": 1, "welcome_email fulfil": 1}, b.ledger(t, "cs_old"), "no link: the end takes nothing back")
+	waiting, err := db.CountEndsAwaitingStart(b.ctx, b.db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, 1, waiting)
+
+	window := fulfilment.LinkParams{Operator: "ana", Since: time.Now().Add(-time.Hour)}
+	dry := window
+	dry.DryRun = true
+	res, err := b.svc.LinkStored(b.ctx, dry)
+	require.NoError(t, err)
+	require.Equal(t, fulfilment.LinkResult{Naming: 1, Linked: 1}, res)
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM subscription`), "a dry run links nothing")
+
+	res, err = b.svc.LinkStored(b.ctx, window)
+	require.NoError(t, err)
+	require.Equal(t, fulfilment.LinkResult{Naming: 1, Linked: 1, Ended: 1}, res)
+	b.settleAll(t, "cs_old")
+	require.Equal(t, map[string]int{"licence fulfil": 1, "licence revoke": 1, "welcome_email fulfil": 1}, b.ledger(t, "cs_old"))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment_transition t JOIN fulfilment f ON f.id = t.fulfilment_id
+		WHERE f.payment_id = 'cs_old' AND f.action = 'revoke' AND t.actor = 'operator ana'`), "audited under the operator's name")
+
+	res, err = b.svc.LinkStored(b.ctx, window)
+	require.NoError(t, err)
+	require.Equal(t, fulfilment.LinkResult{}, res, "linked once")
+	b.settleAll(t, "cs_old")
+	require.Equal(t, 1, b.ledger(t, "cs_old")["licence revoke"])
 }
