@@ -194,3 +194,36 @@ func TestPaddleAndLemonSqueezySubscriptionsThroughTheEdge(t *testing.T) {
 		settled(order, state.Fulfil, state.Revoke)
 	}
 }
+
+// TestPayPalSubscriptionThroughTheEdge: PayPal's activation grants once,
+// a suspension and a cycle's sale change nothing, the cancellation takes
+// the grant back once, all signed as PayPal signs.
+func TestPayPalSubscriptionThroughTheEdge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	sample, ok := providertest.SampleOf("paypal")
+	require.True(t, ok)
+	post := func(id, typ, resource string) {
+		t.Helper()
+		body := []byte(fmt.Sprintf(`{"id":%q,"event_type":%q,"resource_type":"subscription","resource":%s}`, id, typ, resource))
+		require.Equal(t, http.StatusOK, b.post(t, "/webhooks/paypal", sample.Sign(t, id, body, time.Now(), false), body).code)
+	}
+	calls := func() []state.Action {
+		var out []state.Action
+		for _, c := range b.rec.Calls() {
+			if c.PaymentID == "I-EDGE0SUB" {
+				out = append(out, c.Action)
+			}
+		}
+		return out
+	}
+	post("WH-SUB-ACT", "BILLING.SUBSCRIPTION.ACTIVATED", `{"id":"I-EDGE0SUB","status":"ACTIVE","billing_info":{"last_payment":{"amount":{"currency_code":"USD","value":"9.00"}}}}`)
+	require.Eventually(t, func() bool { return len(calls()) == 1 }, 15*time.Second, 10*time.Millisecond)
+	post("WH-SUB-SUS", "BILLING.SUBSCRIPTION.SUSPENDED", `{"id":"I-EDGE0SUB","status":"SUSPENDED"}`)
+	post("WH-SUB-SALE", "PAYMENT.SALE.COMPLETED", `{"id":"80021663DE681814L","state":"completed","billing_agreement_id":"I-EDGE0SUB"}`)
+	post("WH-SUB-CAN", "BILLING.SUBSCRIPTION.CANCELLED", `{"id":"I-EDGE0SUB","status":"CANCELLED"}`)
+	post("WH-SUB-EXP", "BILLING.SUBSCRIPTION.EXPIRED", `{"id":"I-EDGE0SUB","status":"EXPIRED"}`)
+	require.Eventually(t, func() bool { return len(calls()) == 2 }, 15*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, []state.Action{state.Fulfil, state.Revoke}, calls(), "granted once, taken back once for two ends")
+}

@@ -46,7 +46,12 @@ const PayPalFulfilEvent = "PAYMENT.CAPTURE.COMPLETED"
 // PayPalRuleTypes are the events PayPal's rules read: the fulfilling one,
 // and the refunds, reversals and disputes. A backfill lists these.
 var PayPalRuleTypes = []string{PayPalFulfilEvent, "PAYMENT.CAPTURE.REFUNDED", "PAYMENT.CAPTURE.REVERSED",
-	"CUSTOMER.DISPUTE.CREATED", "CUSTOMER.DISPUTE.RESOLVED"}
+	"CUSTOMER.DISPUTE.CREATED", "CUSTOMER.DISPUTE.RESOLVED",
+	payPalSubscriptionStart, "BILLING.SUBSCRIPTION.CANCELLED", "BILLING.SUBSCRIPTION.EXPIRED"}
+
+// payPalSubscriptionStart is the event that starts a PayPal subscription:
+// its activation, on which PayPal's subscription integration provisions.
+const payPalSubscriptionStart = "BILLING.SUBSCRIPTION.ACTIVATED"
 
 // Bounds of the certificate fetches, which an anonymous request can ask
 // for: the cache holds maxPayPalCerts certificates (PayPal rotates its
@@ -306,8 +311,12 @@ func (p *PayPal) Map(eventType string, body []byte) (Event, error) {
 	return payPalRules(Event{Provider: p.Name(), Type: eventType, Payload: body}, resource), nil
 }
 
-// payPalRules applies the rule for "paid" to ev, and reads a reversal.
+// payPalRules applies the rule for "paid" to ev, and reads a reversal or
+// a subscription's start or end.
 func payPalRules(ev Event, resource map[string]any) Event {
+	if strings.HasPrefix(ev.Type, "BILLING.SUBSCRIPTION.") || ev.Type == "PAYMENT.SALE.COMPLETED" {
+		return payPalSubscription(ev, resource)
+	}
 	if ev.Type != PayPalFulfilEvent {
 		ev.Reversal, ev.Note = payPalReversal(ev.Type, resource)
 		return ev
@@ -325,6 +334,48 @@ func payPalRules(ev Event, resource map[string]any) Event {
 		amount, _ := resource["amount"].(map[string]any)
 		ev.Paid = decimalMoney(amount["value"], amount["currency_code"])
 		ev.Purchase = payPalPurchase(ev, resource)
+	}
+	return ev
+}
+
+// payPalSubscription reads a subscription's event (docs/design.md,
+// "Subscriptions"). A PayPal subscription has no checkout object of its
+// own: its purchase is the subscription (I-...), started by its
+// activation (status ACTIVE: approved, its first cycle or trial begun, as
+// PayPal's integration guide provisions), and ended when it is cancelled
+// (PayPal ends a cancelled subscription at once) or expires. A suspension
+// (failed payments past the plan's threshold, or the merchant's) can be
+// reactivated: no end. Each cycle's PAYMENT.SALE.COMPLETED is stored and
+// fulfils nothing: PayPal's renewals are not purchases of their own here.
+func payPalSubscription(ev Event, resource map[string]any) Event {
+	id, _ := resource["id"].(string)
+	status, _ := resource["status"].(string)
+	valid := strings.HasPrefix(id, "I-") && len(id) <= maxIDLength && !hasNUL(id)
+	switch {
+	case ev.Type == "PAYMENT.SALE.COMPLETED":
+		ev.Note = "a subscription's cycle payment: stored; PayPal's renewals fulfil nothing of their own"
+	case !valid:
+		ev.Note = "names no subscription Guardian can read"
+	case ev.Type == payPalSubscriptionStart && status == "ACTIVE":
+		ev.PaymentID, ev.Subscription = id, id
+		p := &Purchase{Provider: ev.Provider, ID: id, Kind: SubscriptionStart}
+		billing, _ := resource["billing_info"].(map[string]any)
+		last, _ := billing["last_payment"].(map[string]any)
+		amount, _ := last["amount"].(map[string]any)
+		if ev.Paid = decimalMoney(amount["value"], amount["currency_code"]); ev.Paid != nil {
+			minor := ev.Paid.Minor
+			p.Amount, p.Currency = &minor, ev.Paid.Currency
+		}
+		p.Metadata = metadata(map[string]any{"custom_id": resource["custom_id"], "plan_id": resource["plan_id"]})
+		subscriber, _ := resource["subscriber"].(map[string]any)
+		if c := (Customer{ID: text(subscriber["payer_id"]), Email: text(subscriber["email_address"])}); c != (Customer{}) {
+			p.Customer = &c
+		}
+		ev.Purchase = p
+	case (ev.Type == "BILLING.SUBSCRIPTION.CANCELLED" && status == "CANCELLED") || (ev.Type == "BILLING.SUBSCRIPTION.EXPIRED" && status == "EXPIRED"):
+		ev.Reversal = &Reversal{Kind: End, Subscription: id}
+	default:
+		ev.Note = "subscription " + strconv.Quote(truncate(status, 40)) + ": neither started nor ended by this event"
 	}
 	return ev
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/provider/providertest"
 )
@@ -487,5 +489,53 @@ func TestPayPalConfirmsWithItsAPI(t *testing.T) {
 	}
 	if !p.Confirms() {
 		t.Error("Confirms = false with an Event")
+	}
+}
+
+// TestPayPalSubscriptionLife reads a subscription's life as PayPal's
+// subscription webhooks describe it, signed as PayPal signs: its
+// activation starts it (the purchase is the subscription), a suspension
+// and each cycle's sale are no end, its cancellation or expiry ends it.
+func TestPayPalSubscriptionLife(t *testing.T) {
+	t.Parallel()
+	s := newPayPal(t, provider.ModeTest, nil)
+	now := time.Now()
+	n := 0
+	read := func(typ, resource string) provider.Event {
+		t.Helper()
+		n++
+		body := []byte(fmt.Sprintf(`{"id":"WH-SUB-%d","event_type":%q,"resource_type":"subscription","resource":%s}`, n, typ, resource))
+		ev, err := s.p.Verify(s.sign(t, body, payPalSandboxCert, payPalWebhook, fmt.Sprintf("t-sub-%d", n), now), body, now)
+		require.NoError(t, err)
+		return ev
+	}
+	require.Subset(t, provider.PayPalRuleTypes, []string{"BILLING.SUBSCRIPTION.ACTIVATED", "BILLING.SUBSCRIPTION.CANCELLED", "BILLING.SUBSCRIPTION.EXPIRED"})
+
+	start := read("BILLING.SUBSCRIPTION.ACTIVATED", `{"id":"I-BW452GLLEP1G","plan_id":"P-5ML4271244454362WXNWU5NQ","status":"ACTIVE","custom_id":"course-go",
+		"subscriber":{"email_address":"ana@example.com","payer_id":"2J6QB8YJQSJRJ"},
+		"billing_info":{"last_payment":{"amount":{"currency_code":"USD","value":"10.00"},"time":"2026-12-01T00:00:00Z"}}}`)
+	require.Equal(t, "I-BW452GLLEP1G", start.PaymentID)
+	sub, pay := start.StartsSubscription()
+	require.Equal(t, "I-BW452GLLEP1G", sub)
+	require.Equal(t, "I-BW452GLLEP1G", pay)
+	require.Equal(t, provider.SubscriptionStart, start.Purchase.Kind)
+	require.Equal(t, int64(1000), *start.Purchase.Amount)
+	require.Equal(t, "ana@example.com", start.Purchase.Customer.Email)
+	require.Equal(t, "course-go", start.Purchase.Metadata["custom_id"])
+
+	for _, tt := range []struct{ typ, resource string }{
+		{"BILLING.SUBSCRIPTION.ACTIVATED", `{"id":"I-BW452GLLEP1G","status":"APPROVAL_PENDING"}`},
+		{"BILLING.SUBSCRIPTION.SUSPENDED", `{"id":"I-BW452GLLEP1G","status":"SUSPENDED"}`},
+		{"PAYMENT.SALE.COMPLETED", `{"id":"80021663DE681814L","state":"completed","billing_agreement_id":"I-BW452GLLEP1G","amount":{"total":"10.00","currency":"USD"}}`},
+		{"BILLING.SUBSCRIPTION.CANCELLED", `{"id":"not-a-subscription","status":"CANCELLED"}`},
+	} {
+		ev := read(tt.typ, tt.resource)
+		require.False(t, ev.Fulfils(), tt.typ)
+		require.Nil(t, ev.Reversal, tt.typ)
+		require.NotEmpty(t, ev.Note, tt.typ)
+	}
+	for _, tt := range []struct{ typ, status string }{{"BILLING.SUBSCRIPTION.CANCELLED", "CANCELLED"}, {"BILLING.SUBSCRIPTION.EXPIRED", "EXPIRED"}} {
+		ev := read(tt.typ, `{"id":"I-BW452GLLEP1G","status":"`+tt.status+`"}`)
+		require.Equal(t, &provider.Reversal{Kind: provider.End, Subscription: "I-BW452GLLEP1G"}, ev.Reversal, tt.typ)
 	}
 }
