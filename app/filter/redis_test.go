@@ -2,6 +2,7 @@ package filter_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -111,7 +112,11 @@ func TestRedis(t *testing.T) {
 		f, err := filter.NewRedis(filter.RedisConfig{Client: rc, Epoch: "e1", Timeout: 5 * time.Millisecond})
 		require.NoError(t, err)
 		_, err = f.Committed(ctx, "stripe", "evt_1")
-		require.ErrorIs(t, err, context.DeadlineExceeded)
+		// The caller's deadline, or, when the writer's read timed out
+		// first (a loaded machine), the call's own timeout: a timeout
+		// either way, never an answer.
+		var ne net.Error
+		require.True(t, errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()), "want a timeout, got %v", err)
 		select {
 		case <-closed: // the writer's read timed out: it is filling in the call now
 		case <-time.After(5 * time.Second):
