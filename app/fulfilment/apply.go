@@ -101,7 +101,7 @@ func (s *Service) ApplyAction(ctx context.Context, p ApplyParams) (ApplyResult, 
 			return res, err
 		}
 		for _, u := range batch {
-			rec := s.routeStored(u.Event)
+			rec := s.route(s.readStored(u.Event))
 			rec.RoutedAt = u.Event.FirstSeenAt
 			if !p.DryRun {
 				if _, err := db.RecordPurchases(ctx, s.cfg.Store.Pool(), []db.PurchaseRecord{rec}); err != nil {

@@ -280,14 +280,29 @@ func (s *Service) Replay(ctx context.Context, providerName, eventID, operator st
 		}
 		// A purchase first recorded as paid by this replay is routed by
 		// the routes in force now; one recorded before keeps its actions.
-		if err := s.recordPurchases(ctx, tx, []db.PurchaseRecord{s.routeStored(ev)}); err != nil {
+		// A subscription it starts is linked as intake links it, before
+		// its rows are made: an end stored before takes back what it
+		// grants.
+		pe := s.readStored(ev)
+		if err := s.recordPurchases(ctx, tx, []db.PurchaseRecord{s.route(pe)}); err != nil {
 			return err
 		}
-		created, err = s.create(ctx, tx, ev.ID, "", "operator "+operator, "replay of stored event")
+		var linked db.LinkResult
+		if sub, pay := pe.StartsSubscription(); sub != "" {
+			start := db.SubscriptionStart{Provider: ev.Provider, SubscriptionID: sub, PaymentID: pay}
+			if linked, err = db.LinkSubscriptions(ctx, tx, []db.SubscriptionStart{start}, nil); err != nil {
+				return err
+			}
+		}
+		actor := "operator " + operator
+		created, err = s.create(ctx, tx, ev.ID, "", actor, "replay of stored event")
 		if len(created) > 0 {
 			res.FulfilmentID = created[0].ID
 		}
 		res.Created = created
+		if err == nil && len(linked.Reversed) > 0 {
+			_, _, err = s.takeBack(ctx, tx, actor, linked.Reversed, time.Time{})
+		}
 		return err
 	})
 	if err != nil {
@@ -365,17 +380,17 @@ func (s *Service) route(ev provider.Event) db.PurchaseRecord {
 	return rec
 }
 
-// routeStored is route for a stored event: its provider's rules read its
-// body again where they are configured (Config.Mappers), else the purchase
-// is what the row names.
-func (s *Service) routeStored(ev db.Event) db.PurchaseRecord {
+// readStored is a stored event as its provider's rules read its body
+// again, where they are configured (Config.Mappers) and still name its
+// payment; else what the row names.
+func (s *Service) readStored(ev db.Event) provider.Event {
 	pe := provider.Event{Provider: ev.Provider, ID: ev.EventID, Type: ev.Type, PaymentID: ev.PaymentID}
 	if m, ok := s.cfg.Mappers[ev.Provider]; ok {
 		if mapped, err := m.Map(ev.Type, ev.Payload); err == nil && mapped.PaymentID == ev.PaymentID {
 			pe = mapped
 		}
 	}
-	return s.route(pe)
+	return pe
 }
 
 // amount is m as the event row stores it.

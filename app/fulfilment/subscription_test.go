@@ -279,3 +279,37 @@ func TestLinkStoredSubscriptions(t *testing.T) {
 	b.settleAll(t, "cs_old")
 	require.Equal(t, 1, b.ledger(t, "cs_old")["licence revoke"])
 }
+
+// TestReplayLinksItsSubscription: replaying a subscription's stored start
+// links it as intake does, so an end stored before takes back what it
+// granted, once.
+func TestReplayLinksItsSubscription(t *testing.T) {
+	t.Parallel()
+	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{"whsec_replay_links_0123456789abcdef"}})
+	require.NoError(t, err)
+	b := setup(t, newCoursePlatform("routes.yaml").option, func(c *fulfilment.Config) {
+		c.Mappers = map[string]provider.Mapper{"stripe": stripe}
+	})
+	for _, body := range []string{
+		`{"id":"evt_r_start","object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_r","object":"checkout.session","mode":"subscription","payment_status":"paid","payment_intent":null,"subscription":"sub_r","metadata":{"course":"go"}}}}`,
+		`{"id":"evt_r_end","object":"event","type":"customer.subscription.deleted","data":{"object":{"id":"sub_r","object":"subscription","status":"canceled"}}}`,
+	} {
+		ev, err := stripe.Read([]byte(body))
+		require.NoError(t, err)
+		_, err = b.svc.Accept(b.ctx, ev)
+		require.NoError(t, err)
+		b.settleAll(t, "cs_r")
+		if ev.Subscription != "" {
+			_, err = b.db.Pool.Exec(b.ctx, `DELETE FROM subscription`) // recorded before links were
+			require.NoError(t, err)
+		}
+	}
+	require.Zero(t, b.ledger(t, "cs_r")["licence revoke"], "no link: the end took nothing back")
+	for range 2 {
+		_, err = b.svc.Replay(b.ctx, "stripe", "evt_r_start", "ana")
+		require.NoError(t, err)
+		b.settleAll(t, "cs_r")
+	}
+	require.Equal(t, map[string]int{"licence fulfil": 1, "licence revoke": 1, "welcome_email fulfil": 1}, b.ledger(t, "cs_r"))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM subscription WHERE subscription_id = 'sub_r' AND payment_id = 'cs_r'`))
+}
