@@ -198,18 +198,12 @@ func lemonSqueezyPurchase(ev Event, meta, attrs map[string]any) *Purchase {
 		p.Amount, p.Currency = &m.Minor, m.Currency
 	}
 	if test, ok := meta["test_mode"].(bool); ok {
-		p.Mode = string(map[bool]Mode{true: ModeTest, false: ModeLive}[test])
+		p.Mode = modeOf(test)
 	}
 	p.Metadata = metadata(meta["custom_data"])
-	c := &Customer{ID: text(attrs["customer_id"]), Email: text(attrs["user_email"])}
-	if *c != (Customer{}) {
-		p.Customer = c
-	}
+	p.Customer = customer(text(attrs["customer_id"]), text(attrs["user_email"]))
 	if item, ok := attrs["first_order_item"].(map[string]any); ok {
-		it := Item{Product: text(item["product_id"]), Price: text(item["variant_id"]), Quantity: quantity(item["quantity"])}
-		if it.Product != "" || it.Price != "" {
-			p.Items = []Item{it}
-		}
+		p.Items = addItem(nil, Item{Product: text(item["product_id"]), Price: text(item["variant_id"]), Quantity: quantity(item["quantity"])})
 	}
 	return p
 }

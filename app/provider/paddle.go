@@ -161,7 +161,7 @@ func (p *Paddle) mapEnvelope(ev Event, env map[string]any) Event {
 		ev.Paid = minorMoney(totals["grand_total"], data["currency_code"])
 		ev.Purchase = paddlePurchase(ev, data, origin)
 		if ev.Purchase.Kind == SubscriptionStart {
-			ev.Subscription = paddleID(data["subscription_id"], "sub_")
+			ev.Subscription = prefixedID(data["subscription_id"], "sub_")
 		}
 	}
 	return ev
@@ -175,7 +175,7 @@ func (p *Paddle) mapEnvelope(ev Event, env map[string]any) Event {
 // (scheduled_change) is no end: Paddle sends subscription.canceled when it
 // takes effect. past_due and paused are no end either.
 func paddleSubscription(ev Event, data map[string]any) Event {
-	id := paddleID(data["id"], "sub_")
+	id := prefixedID(data["id"], "sub_")
 	if id == "" {
 		ev.Note = "names no subscription Guardian can read"
 		return ev
@@ -183,7 +183,7 @@ func paddleSubscription(ev Event, data map[string]any) Event {
 	status, _ := data["status"].(string)
 	switch {
 	case ev.Type == "subscription.created":
-		ev.Subscription, ev.SubscriptionPurchase = id, paddleID(data["transaction_id"], "txn_")
+		ev.Subscription, ev.SubscriptionPurchase = id, prefixedID(data["transaction_id"], "txn_")
 		if ev.SubscriptionPurchase == "" {
 			ev.Subscription, ev.Note = "", "subscription created by no transaction Guardian can read"
 		}
@@ -195,15 +195,6 @@ func paddleSubscription(ev Event, data map[string]any) Event {
 		ev.Note = "subscription " + strconv.Quote(status) + ": not ended"
 	}
 	return ev
-}
-
-// paddleID reads a Paddle id of the given prefix, or "".
-func paddleID(v any, prefix string) string {
-	id, _ := v.(string)
-	if !strings.HasPrefix(id, prefix) || len(id) > maxIDLength || hasNUL(id) {
-		return ""
-	}
-	return id
 }
 
 // paddlePurchase reads what a completed transaction says was bought: its
@@ -229,10 +220,7 @@ func paddlePurchase(ev Event, data map[string]any, origin string) *Purchase {
 	for _, i := range items {
 		item, _ := i.(map[string]any)
 		price, _ := item["price"].(map[string]any)
-		if price == nil || len(p.Items) == maxPurchaseItems {
-			continue
-		}
-		p.Items = append(p.Items, Item{Product: text(price["product_id"]), Price: text(price["id"]), Quantity: quantity(item["quantity"])})
+		p.Items = addItem(p.Items, Item{Product: text(price["product_id"]), Price: text(price["id"]), Quantity: quantity(item["quantity"])})
 	}
 	return p
 }

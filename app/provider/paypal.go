@@ -348,13 +348,12 @@ func payPalRules(ev Event, resource map[string]any) Event {
 // reactivated: no end. Each cycle's PAYMENT.SALE.COMPLETED is stored and
 // fulfils nothing: PayPal's renewals are not purchases of their own here.
 func payPalSubscription(ev Event, resource map[string]any) Event {
-	id, _ := resource["id"].(string)
+	id := prefixedID(resource["id"], "I-")
 	status, _ := resource["status"].(string)
-	valid := strings.HasPrefix(id, "I-") && len(id) <= maxIDLength && !hasNUL(id)
 	switch {
 	case ev.Type == "PAYMENT.SALE.COMPLETED":
 		ev.Note = "a subscription's cycle payment: stored; PayPal's renewals fulfil nothing of their own"
-	case !valid:
+	case id == "":
 		ev.Note = "names no subscription Guardian can read"
 	case ev.Type == payPalSubscriptionStart && status == "ACTIVE":
 		ev.PaymentID, ev.Subscription = id, id
@@ -368,9 +367,7 @@ func payPalSubscription(ev Event, resource map[string]any) Event {
 		}
 		p.Metadata = metadata(map[string]any{"custom_id": resource["custom_id"], "plan_id": resource["plan_id"]})
 		subscriber, _ := resource["subscriber"].(map[string]any)
-		if c := (Customer{ID: text(subscriber["payer_id"]), Email: text(subscriber["email_address"])}); c != (Customer{}) {
-			p.Customer = &c
-		}
+		p.Customer = customer(text(subscriber["payer_id"]), text(subscriber["email_address"]))
 		ev.Purchase = p
 	case (ev.Type == "BILLING.SUBSCRIPTION.CANCELLED" && status == "CANCELLED") || (ev.Type == "BILLING.SUBSCRIPTION.EXPIRED" && status == "EXPIRED"):
 		ev.Reversal = &Reversal{Kind: End, Subscription: id}

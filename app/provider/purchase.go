@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/guardian-pay/guardian/receiver/contract"
@@ -103,6 +104,44 @@ func quantity(v any) *int64 {
 		return nil
 	}
 	return &n
+}
+
+// customer is a purchase's customer as its event states it; nil when it
+// states neither id nor email.
+func customer(id, email string) *Customer {
+	if id == "" && email == "" {
+		return nil
+	}
+	return &Customer{ID: id, Email: email}
+}
+
+// modeOf is the mode an event's own test flag states.
+func modeOf(test bool) string {
+	if test {
+		return string(ModeTest)
+	}
+	return string(ModeLive)
+}
+
+// addItem appends it to items, unless it names neither product nor price
+// (nothing a route could match or a receiver read) or items hold as many
+// as a purchase keeps.
+func addItem(items []Item, it Item) []Item {
+	if (it.Product == "" && it.Price == "") || len(items) == maxPurchaseItems {
+		return items
+	}
+	return append(items, it)
+}
+
+// prefixedID reads an id of the provider's that starts with prefix
+// ("sub_", "txn_", "I-"); "" for anything else, an id too long to be real,
+// or one holding a NUL.
+func prefixedID(v any, prefix string) string {
+	id, _ := v.(string)
+	if !strings.HasPrefix(id, prefix) || len(id) > maxIDLength || hasNUL(id) {
+		return ""
+	}
+	return id
 }
 
 // basePurchase is the purchase every paid event states at least: its

@@ -173,15 +173,10 @@ func shopifyMap(ev Event, order map[string]any) Event {
 func shopifyPurchase(ev Event, order map[string]any) *Purchase {
 	p := basePurchase(ev)
 	if test, ok := order["test"].(bool); ok {
-		p.Mode = string(map[bool]Mode{true: ModeTest, false: ModeLive}[test])
+		p.Mode = modeOf(test)
 	}
-	c := &Customer{Email: text(order["email"])}
-	if customer, ok := order["customer"].(map[string]any); ok {
-		c.ID = text(customer["id"])
-	}
-	if *c != (Customer{}) {
-		p.Customer = c
-	}
+	buyer, _ := order["customer"].(map[string]any)
+	p.Customer = customer(text(buyer["id"]), text(order["email"]))
 	attrs, _ := order["note_attributes"].([]any)
 	meta := map[string]any{}
 	for _, a := range attrs {
@@ -202,9 +197,7 @@ func shopifyPurchase(ev Event, order map[string]any) *Purchase {
 		if plan, ok := line["selling_plan_allocation"]; ok && plan != nil {
 			subscription = true
 		}
-		if len(p.Items) < maxPurchaseItems {
-			p.Items = append(p.Items, Item{Product: text(line["product_id"]), Price: text(line["variant_id"]), Quantity: quantity(line["quantity"])})
-		}
+		p.Items = addItem(p.Items, Item{Product: text(line["product_id"]), Price: text(line["variant_id"]), Quantity: quantity(line["quantity"])})
 	}
 	if len(lines) > 0 && !subscription {
 		p.Kind = OneTime

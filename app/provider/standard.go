@@ -209,20 +209,12 @@ func standardPurchase(ev Event, env map[string]any) *Purchase {
 	if m := minorMoney(in["amount"], in["currency"]); m != nil {
 		p.Amount, p.Currency = &m.Minor, m.Currency
 	}
-	if c, ok := in["customer"].(map[string]any); ok {
-		if cust := (Customer{ID: text(c["id"]), Email: text(c["email"])}); cust != (Customer{}) {
-			p.Customer = &cust
-		}
-	}
+	c, _ := in["customer"].(map[string]any)
+	p.Customer = customer(text(c["id"]), text(c["email"]))
 	items, _ := in["items"].([]any)
 	for _, i := range items {
 		item, _ := i.(map[string]any)
-		if item == nil || len(p.Items) == maxPurchaseItems {
-			continue
-		}
-		if it := (Item{Product: text(item["product"]), Price: text(item["price"]), Quantity: quantity(item["quantity"])}); it.Product != "" || it.Price != "" {
-			p.Items = append(p.Items, it)
-		}
+		p.Items = addItem(p.Items, Item{Product: text(item["product"]), Price: text(item["price"]), Quantity: quantity(item["quantity"])})
 	}
 	p.Metadata = metadata(in["metadata"])
 	return p

@@ -164,7 +164,7 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 		if object["object"] == "checkout.session" {
 			ev.ItemsRef = text(object["id"])
 			if object["mode"] == "subscription" {
-				ev.Subscription = text(stripeID(object["subscription"]))
+				ev.Subscription = prefixedID(stripeID(object["subscription"]), "sub_")
 			}
 		}
 	}
@@ -180,16 +180,10 @@ func stripePurchase(ev Event, env, object map[string]any) *Purchase {
 	p := basePurchase(ev)
 	p.Metadata = metadata(object["metadata"])
 	if live, ok := env["livemode"].(bool); ok {
-		p.Mode = string(map[bool]Mode{true: ModeLive, false: ModeTest}[live])
+		p.Mode = modeOf(!live)
 	}
-	c := &Customer{ID: text(object["customer"])}
-	if details, ok := object["customer_details"].(map[string]any); ok {
-		c.Email = text(details["email"])
-	}
-	c.Email = cmp.Or(c.Email, text(object["customer_email"]), text(object["receipt_email"]))
-	if *c != (Customer{}) {
-		p.Customer = c
-	}
+	details, _ := object["customer_details"].(map[string]any)
+	p.Customer = customer(text(object["customer"]), cmp.Or(text(details["email"]), text(object["customer_email"]), text(object["receipt_email"])))
 	switch object["object"] {
 	case "checkout.session":
 		switch object["mode"] {
@@ -224,7 +218,7 @@ func stripeInvoiceLines(object map[string]any) []Item {
 	var items []Item
 	for _, l := range data {
 		line, _ := l.(map[string]any)
-		if line == nil || len(items) == maxPurchaseItems {
+		if line == nil {
 			continue
 		}
 		it := Item{Quantity: quantity(line["quantity"])}
@@ -236,9 +230,7 @@ func stripeInvoiceLines(object map[string]any) []Item {
 			details, _ := pricing["price_details"].(map[string]any)
 			it.Price, it.Product = text(details["price"]), text(details["product"])
 		}
-		if it.Price != "" || it.Product != "" {
-			items = append(items, it)
-		}
+		items = addItem(items, it)
 	}
 	return items
 }
@@ -301,8 +293,8 @@ var StripeEndTypes = []string{"customer.subscription.deleted", "customer.subscri
 // with the status still active) is no end: access lasts the paid period,
 // and the deletion Stripe sends when it is over ends it.
 func stripeEnd(eventType string, object map[string]any) (*Reversal, string) {
-	id := stripeID(object["id"])
-	if object["object"] != "subscription" || !strings.HasPrefix(id, "sub_") || len(id) > maxIDLength || hasNUL(id) {
+	id := prefixedID(stripeID(object["id"]), "sub_")
+	if object["object"] != "subscription" || id == "" {
 		return nil, "names no subscription Guardian can read"
 	}
 	status, _ := object["status"].(string)

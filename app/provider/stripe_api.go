@@ -65,18 +65,8 @@ func (s *StripeAPI) Items(ctx context.Context, session string) ([]Item, error) {
 	}
 	items := []Item{}
 	for _, line := range page.Data {
-		if line.Price == nil || len(items) == maxPurchaseItems {
-			continue
-		}
-		it := Item{Price: text(line.Price.ID), Quantity: quantity(line.Quantity)}
-		switch p := line.Price.Product.(type) {
-		case string:
-			it.Product = text(p)
-		case map[string]any:
-			it.Product = text(p["id"])
-		}
-		if it.Price != "" || it.Product != "" {
-			items = append(items, it)
+		if line.Price != nil {
+			items = addItem(items, Item{Price: text(line.Price.ID), Product: text(stripeID(line.Price.Product)), Quantity: quantity(line.Quantity)})
 		}
 	}
 	return items, nil
