@@ -77,10 +77,13 @@ type Amount struct {
 
 const eventColumns = `id, provider, event_id, event_type, coalesce(payment_id, ''), coalesce(unmapped, ''), coalesce(delivery_id, ''), coalesce(reversal, ''), coalesce(reverses, ''), body, pruned_at, deliveries, first_seen_at, last_seen_at`
 
-func scanEvent(row pgx.Row) (Event, error) {
+// scanEvent scans eventColumns, then into extra the columns a statement
+// selects after them.
+func scanEvent(row pgx.Row, extra ...any) (Event, error) {
 	var e Event
 	var payload []byte
-	err := row.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Unmapped, &e.DeliveryID, &e.Reversal, &e.Reverses, &payload, &e.PrunedAt, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt)
+	err := row.Scan(append([]any{&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Unmapped, &e.DeliveryID, &e.Reversal, &e.Reverses,
+		&payload, &e.PrunedAt, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt}, extra...)...)
 	e.Payload = payload
 	return e, err
 }

@@ -154,8 +154,7 @@ func ApplyAction(ctx context.Context, q DBTX, p Payment, action, operator string
 // as it does the purchases it finds recorded.
 func PaidBeforeActions(ctx context.Context, q DBTX, since, until time.Time, afterID int64, limit int) ([]UnrecordedPurchase, error) {
 	rows, err := q.Query(ctx, `
-		SELECT e.id, e.provider, e.event_id, e.event_type, e.payment_id, coalesce(e.unmapped, ''), coalesce(e.delivery_id, ''),
-			coalesce(e.reversal, ''), coalesce(e.reverses, ''), e.body, e.pruned_at, e.deliveries, e.first_seen_at, e.last_seen_at,
+		SELECT `+eventColumns+`,
 			(SELECT array_agg(DISTINCT f.action_name ORDER BY f.action_name) FROM fulfilment f
 				WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil'),
 			EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id)
@@ -169,11 +168,8 @@ func PaidBeforeActions(ctx context.Context, q DBTX, since, until time.Time, afte
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnrecordedPurchase, error) {
 		var u UnrecordedPurchase
-		var payload []byte
-		e := &u.Event
-		err := r.Scan(&e.ID, &e.Provider, &e.EventID, &e.Type, &e.PaymentID, &e.Unmapped, &e.DeliveryID, &e.Reversal, &e.Reverses,
-			&payload, &e.PrunedAt, &e.Deliveries, &e.FirstSeenAt, &e.LastSeenAt, &u.Actions, &u.Reversed)
-		e.Payload = payload
+		var err error
+		u.Event, err = scanEvent(r, &u.Actions, &u.Reversed)
 		return u, err
 	})
 	return out, wrap("list payments paid before actions", err)
