@@ -607,6 +607,17 @@ func (h *chaosHarness) check(payments int) report {
 		}
 		return true
 	})
+	// A subscription whose start and end were both acknowledged has its
+	// end resolved to the purchase (the checker then holds the end as a
+	// reversal): were the link never made, the end would take nothing
+	// back, and a start that came second would grant for good.
+	for p := range purchases {
+		if _, ended := h.ackedAt.Load(p); ended && paid[p] && strings.HasPrefix(p, "cs_sub_chaos_") &&
+			count(`SELECT count(*) FROM webhook_event WHERE provider = 'stripe' AND ends IS NOT NULL AND reverses = $1`, p) == 0 {
+			r.badRevokes++
+			t.Errorf("subscription purchase %s: its end was acknowledged and never resolved to it", p)
+		}
+	}
 	for _, a := range h.actions {
 		h.checkAction(&r, a, paid)
 	}
