@@ -7,13 +7,18 @@
 // # Workers
 //
 //   - DispatchWorker runs one fulfilment's dispatch (claim, call, record).
+//   - RouteWorker fetches the items of one purchase awaiting them from its
+//     provider's API and routes it (fulfilment.Service.RouteAwaiting),
+//     on its own queue, retried until the fetch succeeds.
 //   - MaintainWorker, the one periodic adapter of the leader's maintenance
 //     services (Maintainer), each doing one thing on its own interval,
-//     under its own lock, counted under its own label: the three sweeps,
+//     under its own lock, counted under its own label: the four sweeps,
 //     every SweepInterval (sweep_stale parks fulfilments whose dispatch
 //     lease ran out, sweep_reversed takes back reversed payments whose
 //     fulfilment settled, sweep_stranded gives stranded pending
-//     fulfilments a job), and the pruners, every PruneInterval
+//     fulfilments a job, sweep_awaiting gives a purchase awaiting its
+//     items that no fetch tried lately a routing job), and the pruners,
+//     every PruneInterval
 //     (prune_tokens, prune_refusals, prune_transmissions, prune_bodies). A
 //     slow delete never delays parking a stale claim.
 //   - TallyWorker, every TallyInterval on the leader, folds the changes to
