@@ -13,7 +13,8 @@
 //	   |                      +--> failed                 (the receiver declined the key, signed)
 //	   +-- only with proof that nothing happened: never connected, or refused
 //	       before the receiver's logic (not delivered)
-//	pending --> cancelled | needs_reconciliation                        (the payment was reversed
+//	pending --> cancelled | needs_reconciliation                        (the payment was reversed,
+//	                                                                      or its subscription ended,
 //	                                                                      before it went out: with a
 //	                                                                      lookup, its key is asked)
 //	needs_reconciliation --> fulfilled | pending | failed | cancelled   (by facts: a lookup,
