@@ -227,3 +227,42 @@ func TestPayPalSubscriptionThroughTheEdge(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, []state.Action{state.Fulfil, state.Revoke}, calls(), "granted once, taken back once for two ends")
 }
+
+// TestStripeSubscriptionPaymentRefundThroughTheEdge: a refund of a
+// subscription's first payment names only its payment intent; the
+// invoice's events, delivered through the same endpoint, place it, and
+// the start's grant is taken back once. The subscription's page shows the
+// refund.
+func TestStripeSubscriptionPaymentRefundThroughTheEdge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	for _, body := range []string{
+		`{"id":"evt_pr_start","object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_pr","object":"checkout.session","mode":"subscription","payment_status":"paid","payment_intent":null,"subscription":"sub_pr","invoice":"in_pr","amount_total":900,"currency":"eur"}}}`,
+		`{"id":"evt_pr_invoice","object":"event","type":"invoice.paid","data":{"object":{"id":"in_pr","object":"invoice","billing_reason":"subscription_create","amount_paid":900,"currency":"eur","parent":{"type":"subscription_details","subscription_details":{"subscription":"sub_pr"}}}}}`,
+	} {
+		require.Equal(t, http.StatusOK, b.postStripe(t, body).code)
+	}
+	require.Eventually(t, func() bool { return len(b.rec.Calls()) == 1 }, 15*time.Second, 10*time.Millisecond)
+
+	refund := `{"id":"evt_pr_refund","object":"event","type":"refund.created","data":{"object":{"id":"re_pr","object":"refund","payment_intent":"pi_pr","amount":900,"currency":"eur","status":"succeeded"}}}`
+	require.Equal(t, http.StatusOK, b.postStripe(t, refund).code)
+	time.Sleep(300 * time.Millisecond)
+	require.Len(t, b.rec.Calls(), 1, "a refund of a payment Guardian cannot place yet takes nothing back")
+	payment := `{"id":"evt_pr_payment","object":"event","type":"invoice_payment.paid","data":{"object":{"id":"inpay_pr","object":"invoice_payment","invoice":"in_pr","status":"paid","payment":{"type":"payment_intent","payment_intent":"pi_pr"}}}}`
+	for range 2 {
+		require.Equal(t, http.StatusOK, b.postStripe(t, payment).code)
+	}
+	require.Eventually(t, func() bool { return len(b.rec.Calls()) == 2 }, 15*time.Second, 10*time.Millisecond)
+	calls := b.rec.Calls()
+	require.Equal(t, state.Revoke, calls[1].Action)
+	require.Equal(t, "cs_pr", calls[1].PaymentID)
+	time.Sleep(300 * time.Millisecond)
+	require.Len(t, b.rec.Calls(), 2, "taken back once")
+
+	code, raw := b.api(t, "GET", "/api/v1/subscriptions/stripe/sub_pr", b.token, nil)
+	require.Equal(t, http.StatusOK, code)
+	var d web.SubscriptionDetail
+	require.NoError(t, json.Unmarshal(raw, &d))
+	require.Len(t, d.Events, 2, "the start and the refund that took it back")
+	require.Equal(t, "refund.created", d.Events[1].Type)
+}

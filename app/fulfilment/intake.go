@@ -287,12 +287,11 @@ func (s *Service) Replay(ctx context.Context, providerName, eventID, operator st
 		if err := s.recordPurchases(ctx, tx, []db.PurchaseRecord{s.route(pe)}); err != nil {
 			return err
 		}
-		var linked db.LinkResult
-		if sub, pay := pe.StartsSubscription(); sub != "" {
-			start := db.SubscriptionStart{Provider: ev.Provider, SubscriptionID: sub, PaymentID: pay}
-			if linked, err = db.LinkSubscriptions(ctx, tx, []db.SubscriptionStart{start}, nil); err != nil {
-				return err
-			}
+		var links db.Links
+		addLinks(&links, pe)
+		linked, err := s.link(ctx, tx, links)
+		if err != nil {
+			return err
 		}
 		actor := "operator " + operator
 		created, err = s.create(ctx, tx, ev.ID, "", actor, "replay of stored event")
@@ -444,12 +443,6 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	if err != nil {
 		return err
 	}
-	// Before any fulfilment is made: a payment its refunds returned whole
-	// is never fulfilled (InsertFulfilments reads reverses).
-	whole, err := s.weighRefunds(ctx, tx, events, stored)
-	if err != nil {
-		return err
-	}
 
 	// A purchase's actions are decided here, once: by the routes in force
 	// when it is first recorded as paid, in the transaction that makes
@@ -460,8 +453,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	// grants nothing.
 	var creates []db.BatchFulfilment
 	var purchases []db.PurchaseRecord
-	var starts []db.SubscriptionStart
-	var ends []db.SubscriptionRef
+	var links db.Links
 	for i, k := range keys {
 		first := groups[k][0]
 		if !stored[i].Inserted {
@@ -471,11 +463,14 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 			creates = append(creates, db.BatchFulfilment{EventPK: stored[i].ID, Actor: cmp.Or(first.ev.Origin, "intake")})
 			purchases = append(purchases, s.route(first.ev))
 		}
-		if sub, pay := first.ev.StartsSubscription(); sub != "" {
-			starts = append(starts, db.SubscriptionStart{Provider: first.ev.Provider, SubscriptionID: sub, PaymentID: pay})
-		}
+		addLinks(&links, first.ev)
 		if events[i].Ends != "" {
-			ends = append(ends, db.SubscriptionRef{Provider: events[i].Provider, SubscriptionID: events[i].Ends})
+			links.Ends = append(links.Ends, db.SubscriptionRef{Provider: events[i].Provider, SubscriptionID: events[i].Ends})
+		}
+		for _, named := range []string{events[i].Reverses, events[i].RefundOf} {
+			if named != "" {
+				links.Named = append(links.Named, db.Payment{Provider: events[i].Provider, PaymentID: named})
+			}
 		}
 	}
 	if len(creates) > 0 {
@@ -483,7 +478,13 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 			return err
 		}
 	}
-	linked, err := db.LinkSubscriptions(ctx, tx, starts, ends)
+	linked, err := db.LinkSubscriptions(ctx, tx, links)
+	if err != nil {
+		return err
+	}
+	// Before any fulfilment is made: a payment its refunds returned whole
+	// is never fulfilled (InsertFulfilments reads reverses).
+	whole, err := s.weighRefunds(ctx, tx, events, stored, linked.Weigh)
 	if err != nil {
 		return err
 	}
@@ -528,7 +529,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	// and ended, are counted once, by the first delivery's Accept, after
 	// the commit.
 	batch[0].res.took = took
-	batch[0].res.subs = subscriptionCounts{started: linked.Linked, ended: ends}
+	batch[0].res.subs = subscriptionCounts{started: linked.Linked, ended: links.Ends}
 	return nil
 }
 

@@ -199,8 +199,8 @@ func (s *Service) refundOf(ev provider.Event) string {
 // those payments, which the caller takes back. The payments are locked
 // first (db.LockPayments), so two batches weighing one payment see each
 // other's refunds.
-func (s *Service) weighRefunds(ctx context.Context, tx pgx.Tx, events []db.BatchEvent, stored []db.BatchEventResult) ([]db.Payment, error) {
-	var weigh []db.Payment
+func (s *Service) weighRefunds(ctx context.Context, tx pgx.Tx, events []db.BatchEvent, stored []db.BatchEventResult, moved []db.Payment) ([]db.Payment, error) {
+	weigh := slices.Clone(moved)
 	for i, e := range events {
 		switch {
 		case !stored[i].Inserted:
@@ -210,6 +210,12 @@ func (s *Service) weighRefunds(ctx context.Context, tx pgx.Tx, events []db.Batch
 			weigh = append(weigh, db.Payment{Provider: e.Provider, PaymentID: e.PaymentID})
 		}
 	}
+	return s.weigh(ctx, tx, weigh)
+}
+
+// weigh weighs, in tx, the undecided refunds of the given payments, and
+// marks those refunded whole as reversed. It returns those payments.
+func (s *Service) weigh(ctx context.Context, tx pgx.Tx, weigh []db.Payment) ([]db.Payment, error) {
 	if len(weigh) == 0 {
 		return nil, nil
 	}

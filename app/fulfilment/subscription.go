@@ -1,13 +1,16 @@
 package fulfilment
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/db"
 )
 
@@ -35,6 +38,36 @@ type LinkResult struct {
 	// yet); Ended, the purchases an end stored before made reversed, and
 	// took back by their actions' policies.
 	Linked, Ended int
+}
+
+// addLinks adds to l what an event states of a subscription's life: the
+// start it links to its purchase, and what it says of one of its invoices.
+func addLinks(l *db.Links, ev provider.Event) {
+	if sub, pay := ev.StartsSubscription(); sub != "" {
+		l.Starts = append(l.Starts, db.SubscriptionStart{Provider: ev.Provider, SubscriptionID: sub, PaymentID: pay})
+	}
+	if in := ev.Invoice; in != nil {
+		l.Invoices = append(l.Invoices, db.SubscriptionInvoice{
+			Provider: ev.Provider, Invoice: in.ID, Payment: in.Payment, SubscriptionID: in.Subscription, First: in.First,
+		})
+	}
+}
+
+// link records links in tx (db.LinkSubscriptions) and weighs the refunds
+// it moved to the purchases their payments paid for: those refunded whole
+// join the purchases reversed, for the caller to take back in tx.
+func (s *Service) link(ctx context.Context, tx pgx.Tx, links db.Links) (db.LinkResult, error) {
+	linked, err := db.LinkSubscriptions(ctx, tx, links)
+	if err != nil {
+		return linked, err
+	}
+	whole, err := s.weigh(ctx, tx, linked.Weigh)
+	linked.Reversed = append(linked.Reversed, whole...)
+	slices.SortFunc(linked.Reversed, func(a, b db.Payment) int {
+		return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.PaymentID, b.PaymentID))
+	})
+	linked.Reversed = slices.Compact(linked.Reversed)
+	return linked, err
 }
 
 // linkBatch is how many events a link reads at a time.
@@ -72,22 +105,24 @@ func (s *Service) LinkStored(ctx context.Context, p LinkParams) (LinkResult, err
 			if err != nil {
 				continue
 			}
-			sub, pay := mapped.StartsSubscription()
-			if sub == "" {
+			var links db.Links
+			addLinks(&links, mapped)
+			if len(links.Starts) == 0 && len(links.Invoices) == 0 {
 				continue
 			}
 			res.Naming++
 			if p.DryRun {
-				if _, err := db.GetSubscription(ctx, s.cfg.Store.Pool(), ev.Provider, sub); errors.Is(err, db.ErrNotFound) {
-					res.Linked++
-				} else if err != nil {
-					return res, err
+				for _, start := range links.Starts {
+					if _, err := db.GetSubscription(ctx, s.cfg.Store.Pool(), ev.Provider, start.SubscriptionID); errors.Is(err, db.ErrNotFound) {
+						res.Linked++
+					} else if err != nil {
+						return res, err
+					}
 				}
 				continue
 			}
-			start := db.SubscriptionStart{Provider: ev.Provider, SubscriptionID: sub, PaymentID: pay}
 			err = s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
-				linked, err := db.LinkSubscriptions(ctx, tx, []db.SubscriptionStart{start}, nil)
+				linked, err := s.link(ctx, tx, links)
 				if err != nil {
 					return err
 				}
@@ -100,7 +135,7 @@ func (s *Service) LinkStored(ctx context.Context, p LinkParams) (LinkResult, err
 				return err
 			})
 			if err != nil {
-				return res, fmt.Errorf("link %s subscription %s: %w", ev.Provider, sub, err)
+				return res, fmt.Errorf("link %s event %s: %w", ev.Provider, ev.EventID, err)
 			}
 		}
 		if len(batch) < linkBatch {

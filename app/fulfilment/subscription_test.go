@@ -178,32 +178,11 @@ func TestSubscriptions(t *testing.T) {
 	t.Run("StartAndEndAtOnce", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, newCoursePlatform("routes.yaml").option)
-		other, err := fulfilment.New(b.cfg) // a second process
-		require.NoError(t, err)
-		const subs = 20
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for n := range subs {
-			for i, ev := range []provider.Event{subStart(n), subEnd(n, "customer.subscription.deleted")} {
-				svc := []*fulfilment.Service{b.svc, other}[(n+i)%2]
-				wg.Go(func() {
-					<-start
-					if _, err := svc.Accept(b.ctx, ev); err != nil {
-						t.Error(err)
-					}
-				})
-			}
-		}
-		close(start)
-		wg.Wait()
-		for n := range subs {
-			b.settleAll(t, fmt.Sprintf("cs_sub_%d", n))
-		}
-		_, err = b.svc.TakeBackReversed(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep_reversed", Fence: 1})
-		require.NoError(t, err)
-		for n := range subs {
+		b.atOnce(t, 20, func(n int) []provider.Event {
+			return []provider.Event{subStart(n), subEnd(n, "customer.subscription.deleted")}
+		}, func(n int) string { return fmt.Sprintf("cs_sub_%d", n) })
+		for n := range 20 {
 			payment := fmt.Sprintf("cs_sub_%d", n)
-			b.settleAll(t, payment)
 			got := b.ledger(t, payment)
 			require.Equal(t, got["licence fulfil"], got["licence revoke"], "%s: a licence granted is taken back: %v", payment, got)
 			require.LessOrEqual(t, got["licence fulfil"], 1)
@@ -211,6 +190,39 @@ func TestSubscriptions(t *testing.T) {
 			require.NotEqual(t, state.Pending, rows["licence"].State, "%s: no grant left to go out after the end", payment)
 		}
 	})
+}
+
+// atOnce delivers each of n purchases' events all at once, alternating
+// between b's service and a second process's, then settles every
+// purchase (paymentOf names each), runs the sweep that takes back what
+// settled fulfilled after its reversal, and settles again.
+func (b *testBundle) atOnce(t *testing.T, n int, events func(int) []provider.Event, paymentOf func(int) string) {
+	t.Helper()
+	other, err := fulfilment.New(b.cfg)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	begin := make(chan struct{})
+	for i := range n {
+		for j, ev := range events(i) {
+			svc := []*fulfilment.Service{b.svc, other}[(i+j)%2]
+			wg.Go(func() {
+				<-begin
+				if _, err := svc.Accept(b.ctx, ev); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	close(begin)
+	wg.Wait()
+	for i := range n {
+		b.settleAll(t, paymentOf(i))
+	}
+	_, err = b.svc.TakeBackReversed(b.ctx, "test sweeper", lock.Lease{Name: "guardian_sweep_reversed", Fence: 1})
+	require.NoError(t, err)
+	for i := range n {
+		b.settleAll(t, paymentOf(i))
+	}
 }
 
 // permutations lists every order of items.

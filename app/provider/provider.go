@@ -77,6 +77,13 @@ type Event struct {
 	// transaction). Either links the two, once.
 	Subscription         string
 	SubscriptionPurchase string
+	// Invoice is what the event says about one of a subscription's
+	// invoices (its bill for a period): the subscription it bills and
+	// whether it is the first, or the payment that paid it. A refund or a
+	// dispute names that payment; through these facts Guardian finds the
+	// purchase it paid for (docs/design.md, "Subscriptions"). Nil for an
+	// event that says nothing of the kind.
+	Invoice *Invoice
 	// Reversal is set when the event refunds or disputes a payment, by the
 	// provider's rules (a refund that did not go through is not one); nil
 	// otherwise.
@@ -87,6 +94,24 @@ type Event struct {
 	// Origin says how the event arrived: "" or "webhook" for a delivery,
 	// "backfill" for one fetched from the provider's events API.
 	Origin string
+}
+
+// Invoice is one of a subscription's invoices as an event states it: by
+// its provider's id, the subscription it bills and whether it is the
+// subscription's first (paid with the start, so a refund of it reverses
+// the start's purchase) or a later one (a renewal: its own purchase, the
+// invoice), and the payment that paid it (Stripe's payment intent). An
+// event may state part of it (Stripe's invoice.paid names the
+// subscription, its invoice_payment.paid the payment): Guardian joins the
+// parts by the invoice.
+type Invoice struct {
+	ID string
+	// Subscription is empty where the event does not say; First is then
+	// meaningless.
+	Subscription string
+	First        bool
+	// Payment is empty where the event does not say.
+	Payment string
 }
 
 // Transmission is a signed transmission id and the digest of the body

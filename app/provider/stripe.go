@@ -137,7 +137,7 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 	if err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	ev := Event{Provider: s.Name(), ID: id, Type: typ, Payload: body}
+	ev := Event{Provider: s.Name(), ID: id, Type: typ, Payload: body, Invoice: stripeInvoice(object)}
 	if slices.Contains(StripeReversalTypes, typ) {
 		ev.Reversal, ev.Note = stripeReversal(typ, object)
 		return ev, nil
@@ -272,11 +272,57 @@ func dataObject(env map[string]any) (map[string]any, error) {
 	return om, nil
 }
 
-// RuleTypes lists the event types the payment, reversal and end rules
-// read: a backfill asks Stripe for these, so an end Stripe could not
+// RuleTypes lists the event types the payment, reversal, end and invoice
+// rules read: a backfill asks Stripe for these, so an end Stripe could not
 // deliver is fetched like any other event.
 func (s *Stripe) RuleTypes() []string {
-	return slices.Concat(s.fulfilTypes, StripeReversalTypes, StripeEndTypes)
+	types := slices.Concat(s.fulfilTypes, StripeReversalTypes, StripeEndTypes, StripeInvoiceTypes)
+	slices.Sort(types)
+	return slices.Compact(types)
+}
+
+// StripeInvoiceTypes are the Stripe events that say which payment paid
+// which of a subscription's invoices (docs/design.md, "Subscriptions"): a
+// refund or a dispute names a payment intent, and a subscription's
+// purchase is named by its Checkout Session (the first invoice) or by the
+// renewal's invoice. invoice.paid names the invoice's subscription and
+// billing_reason, and, before the 2025-03-31 API, its payment_intent;
+// since that API an invoice names no payment, and invoice_payment.paid
+// joins the invoice to the payment intent that paid it.
+var StripeInvoiceTypes = []string{"invoice.paid", "invoice_payment.paid"}
+
+// stripeInvoice reads what an object says about one of a subscription's
+// invoices: an invoice its subscription, whether it is the first (billing
+// reason subscription_create) and, before the 2025-03-31 API, its payment
+// intent; an invoice payment its invoice and payment intent; a charge,
+// before that API, its invoice and payment intent; a subscription-mode
+// Checkout Session its first invoice and subscription. Nil when it says
+// none of it.
+func stripeInvoice(object map[string]any) *Invoice {
+	var in Invoice
+	switch object["object"] {
+	case "invoice":
+		in.ID, in.Payment = prefixedID(object["id"], "in_"), prefixedID(stripeID(object["payment_intent"]), "pi_")
+		in.Subscription = stripeID(object["subscription"])
+		if parent, ok := object["parent"].(map[string]any); ok && in.Subscription == "" {
+			details, _ := parent["subscription_details"].(map[string]any)
+			in.Subscription = stripeID(details["subscription"])
+		}
+		in.Subscription, in.First = prefixedID(in.Subscription, "sub_"), object["billing_reason"] == "subscription_create"
+	case "invoice_payment":
+		payment, _ := object["payment"].(map[string]any)
+		in.ID, in.Payment = prefixedID(stripeID(object["invoice"]), "in_"), prefixedID(stripeID(payment["payment_intent"]), "pi_")
+	case "charge":
+		in.ID, in.Payment = prefixedID(stripeID(object["invoice"]), "in_"), prefixedID(stripeID(object["payment_intent"]), "pi_")
+	case "checkout.session":
+		if object["mode"] == "subscription" {
+			in.ID, in.Subscription, in.First = prefixedID(stripeID(object["invoice"]), "in_"), prefixedID(stripeID(object["subscription"]), "sub_"), true
+		}
+	}
+	if in.ID == "" || in.Subscription == "" && in.Payment == "" {
+		return nil
+	}
+	return &in
 }
 
 // StripeEndTypes are the Stripe events that may end a subscription

@@ -25,15 +25,7 @@ func TestStripeSubscriptionLife(t *testing.T) {
 	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}})
 	require.NoError(t, err)
 	require.Subset(t, stripe.RuleTypes(), provider.StripeEndTypes, "a backfill lists the ends too")
-	now := time.Now()
-	read := func(typ string, object map[string]any) provider.Event {
-		t.Helper()
-		body, err := json.Marshal(map[string]any{"id": "evt_s", "object": "event", "livemode": false, "type": typ, "data": map[string]any{"object": object}})
-		require.NoError(t, err)
-		ev, err := stripe.Verify(providertest.SignStripe(body, stripeSecret, now), body, now)
-		require.NoError(t, err)
-		return ev
-	}
+	read := signedStripe(t, stripe)
 
 	start := with(session, map[string]any{"mode": "subscription", "status": "complete", "payment_status": "paid", "payment_intent": nil, "subscription": sub["id"]})
 	ev := read("checkout.session.completed", start)
@@ -70,4 +62,59 @@ func TestStripeSubscriptionLife(t *testing.T) {
 	notASub := read("customer.subscription.deleted", with(sub, map[string]any{"object": "invoice", "id": "in_1"}))
 	require.Nil(t, notASub.Reversal)
 	require.True(t, slices.Contains(provider.StripeEndTypes, "customer.subscription.deleted"))
+}
+
+// TestStripeSubscriptionInvoices reads which payment paid which of a
+// subscription's invoices from Stripe's fixtures (the 2025-03-31 API's
+// invoice, naming its subscription under parent.subscription_details,
+// and invoice_payment, joining an invoice to its payment intent) and from
+// a charge as the APIs before it send one, signed as Stripe signs. A
+// refund names only the payment intent: these are what place it.
+func TestStripeSubscriptionInvoices(t *testing.T) {
+	t.Parallel()
+	objs := fixtureObjects(t)
+	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}})
+	require.NoError(t, err)
+	require.Subset(t, stripe.RuleTypes(), provider.StripeInvoiceTypes, "a backfill lists them too")
+	read := signedStripe(t, stripe)
+	invoice := objs["invoice"]
+	parent := with(invoice["parent"].(map[string]any), map[string]any{"subscription_details": map[string]any{"subscription": "sub_fx"}})
+	first := read("invoice.paid", with(invoice, map[string]any{"id": "in_fx", "parent": parent, "billing_reason": "subscription_create"}))
+	require.Equal(t, &provider.Invoice{ID: "in_fx", Subscription: "sub_fx", First: true}, first.Invoice)
+	require.False(t, first.Fulfils(), "invoice.paid is not a default fulfilling type: it states its invoice only")
+	renewal := read("invoice.paid", with(invoice, map[string]any{"id": "in_fx2", "parent": parent, "billing_reason": "subscription_cycle"}))
+	require.Equal(t, &provider.Invoice{ID: "in_fx2", Subscription: "sub_fx"}, renewal.Invoice)
+
+	payment := objs["invoice_payment"]
+	paid := read("invoice_payment.paid", with(payment, map[string]any{"invoice": "in_fx", "payment": map[string]any{"type": "payment_intent", "payment_intent": "pi_fx"}}))
+	require.Equal(t, &provider.Invoice{ID: "in_fx", Payment: "pi_fx"}, paid.Invoice)
+
+	// Before the 2025-03-31 API a charge named its invoice: its refund
+	// places itself.
+	charge := with(objs["charge"], map[string]any{"invoice": "in_old", "payment_intent": "pi_old", "refunded": true})
+	refunded := read("charge.refunded", charge)
+	require.Equal(t, &provider.Invoice{ID: "in_old", Payment: "pi_old"}, refunded.Invoice)
+	require.Equal(t, "pi_old", refunded.Reversal.PaymentID)
+
+	session := with(objs["checkout.session"], map[string]any{"mode": "subscription", "payment_status": "paid", "payment_intent": nil, "subscription": "sub_fx", "invoice": "in_fx"})
+	require.Equal(t, &provider.Invoice{ID: "in_fx", Subscription: "sub_fx", First: true}, read("checkout.session.completed", session).Invoice)
+
+	// What states no subscription's invoice states nothing: a one-off
+	// invoice with no payment named, an id of another kind.
+	require.Nil(t, read("invoice.paid", with(invoice, map[string]any{"id": "in_x", "parent": nil, "subscription": nil, "billing_reason": "manual"})).Invoice)
+	require.Nil(t, read("invoice_payment.paid", with(payment, map[string]any{"invoice": "cs_not_an_invoice", "payment": map[string]any{"payment_intent": "pi_x"}})).Invoice)
+}
+
+// signedStripe returns a reader of events of one type and object, built
+// as Stripe builds them and signed as it signs, through stripe's Verify.
+func signedStripe(t *testing.T, stripe *provider.Stripe) func(typ string, object map[string]any) provider.Event {
+	now := time.Now()
+	return func(typ string, object map[string]any) provider.Event {
+		t.Helper()
+		body, err := json.Marshal(map[string]any{"id": "evt_" + typ, "object": "event", "livemode": false, "type": typ, "data": map[string]any{"object": object}})
+		require.NoError(t, err)
+		ev, err := stripe.Verify(providertest.SignStripe(body, stripeSecret, now), body, now)
+		require.NoError(t, err)
+		return ev
+	}
 }
