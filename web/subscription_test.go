@@ -119,15 +119,7 @@ func TestPaddleAndLemonSqueezySubscriptionsThroughTheEdge(t *testing.T) {
 		body := providertest.LemonSqueezyEvent(name, typ, id, attrs)
 		require.Equal(t, http.StatusOK, b.post(t, "/webhooks/lemonsqueezy", providertest.SignLemonSqueezy(body, providertest.LemonSqueezySecret, name), body).code)
 	}
-	calls := func(payment string) []state.Action {
-		var out []state.Action
-		for _, c := range b.rec.Calls() {
-			if c.PaymentID == payment {
-				out = append(out, c.Action)
-			}
-		}
-		return out
-	}
+	calls := b.actionsFor
 	settled := func(payment string, want ...state.Action) {
 		t.Helper()
 		require.Eventually(t, func() bool { return len(calls(payment)) == len(want) }, 15*time.Second, 10*time.Millisecond, "%s: %v", payment, calls(payment))
@@ -265,4 +257,58 @@ func TestStripeSubscriptionPaymentRefundThroughTheEdge(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &d))
 	require.Len(t, d.Events, 2, "the start and the refund that took it back")
 	require.Equal(t, "refund.created", d.Events[1].Type)
+}
+
+// TestShopifySubscriptionContractThroughTheEdge: an order with a selling
+// plan is paid, Shopify creates its subscription contract (naming the
+// order), pauses and cancels it; the order's grant is taken back once.
+// With the cancellation first, the order is never granted.
+func TestShopifySubscriptionContractThroughTheEdge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	post := func(topic, id, body string) {
+		t.Helper()
+		require.Equal(t, http.StatusOK, b.post(t, "/webhooks/shopify", providertest.SignShopify([]byte(body), shopifySecret, topic, id), []byte(body)).code)
+	}
+	contract := func(id, order int, status string) string {
+		return fmt.Sprintf(`{"id":%d,"admin_graphql_api_id":"gid://shopify/SubscriptionContract/%d","origin_order_id":%d,`+
+			`"admin_graphql_api_origin_order_id":"gid://shopify/Order/%d","status":%q,"currency_code":"USD"}`, id, id, order, order, status)
+	}
+	paid := func(order int) string {
+		return fmt.Sprintf(`{"id":%d,"financial_status":"paid","test":false,"total_price":"9.00","currency":"USD"}`, order)
+	}
+	calls := b.actionsFor
+
+	post("orders/paid", "evt-order-801", paid(801))
+	require.Eventually(t, func() bool { return len(calls("801")) == 1 }, 15*time.Second, 10*time.Millisecond)
+	post("subscription_contracts/create", "evt-create-71", contract(71, 801, "active"))
+	post("subscription_contracts/pause", "evt-pause-71", contract(71, 801, "paused"))
+	post("subscription_contracts/cancel", "evt-cancel-71", contract(71, 801, "cancelled"))
+	post("subscription_contracts/cancel", "evt-cancel-71", contract(71, 801, "cancelled"))
+	require.Eventually(t, func() bool { return len(calls("801")) == 2 }, 15*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, []state.Action{state.Fulfil, state.Revoke}, calls("801"), "granted once, taken back once")
+
+	post("subscription_contracts/cancel", "evt-cancel-72", contract(72, 802, "cancelled"))
+	post("orders/paid", "evt-order-802", paid(802))
+	time.Sleep(500 * time.Millisecond)
+	require.Empty(t, calls("802"), "the contract cancelled before its order was paid: nothing granted")
+	code, raw := b.api(t, "GET", "/api/v1/subscriptions/shopify/72", b.token, nil)
+	require.Equal(t, http.StatusOK, code)
+	var d web.SubscriptionDetail
+	require.NoError(t, json.Unmarshal(raw, &d))
+	require.Equal(t, "802", d.Subscription.PaymentID)
+	require.NotNil(t, d.Subscription.EndedAt)
+}
+
+// actionsFor lists, in order, the actions the receiver was sent for a
+// payment.
+func (b *testBundle) actionsFor(payment string) []state.Action {
+	var out []state.Action
+	for _, c := range b.rec.Calls() {
+		if c.PaymentID == payment {
+			out = append(out, c.Action)
+		}
+	}
+	return out
 }

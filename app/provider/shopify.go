@@ -142,15 +142,17 @@ func (s *Shopify) Map(topic string, body []byte) (Event, error) {
 // (shopifyTopicFits): a signed body of another kind sent under orders/paid
 // names no order and is flagged, never fulfilled.
 func shopifyMap(ev Event, order map[string]any) Event {
+	if shopifyTopics[ev.Type] == shopifyContractKind {
+		return shopifyContract(ev, order)
+	}
 	if ev.Type != ShopifyFulfilTopic {
 		ev.Reversal, ev.Note = shopifyReversal(ev.Type, order)
 		return ev
 	}
-	id, ok := order["id"].(json.Number)
-	n, err := strconv.ParseUint(string(id), 10, 64)
+	id := positiveID(order["id"])
 	status, isOrder := order["financial_status"].(string)
 	switch {
-	case !ok || err != nil || n == 0:
+	case id == "":
 		// Well signed, so stored and acknowledged; it cannot fulfil.
 		ev.Unmapped = "no positive integer order id at id"
 	case !isOrder:
@@ -158,7 +160,7 @@ func shopifyMap(ev Event, order map[string]any) Event {
 	case status != "paid":
 		ev.Note = "order financial_status is " + strconv.Quote(status) + ", not paid"
 	default:
-		ev.PaymentID, ev.Paid = strconv.FormatUint(n, 10), shopifyPaid(order)
+		ev.PaymentID, ev.Paid = id, shopifyPaid(order)
 		ev.Purchase = shopifyPurchase(ev, order)
 	}
 	return ev
@@ -221,10 +223,11 @@ func shopifyPaid(order map[string]any) *Money {
 
 // What a Shopify body is, by its own signed fields.
 const (
-	shopifyOrderKind   = "an order"
-	shopifyRefundKind  = "a refund"
-	shopifyDisputeKind = "a dispute"
-	shopifyOtherKind   = "no order, refund or dispute"
+	shopifyOrderKind    = "an order"
+	shopifyRefundKind   = "a refund"
+	shopifyDisputeKind  = "a dispute"
+	shopifyContractKind = "a subscription contract"
+	shopifyOtherKind    = "no order, refund, dispute or subscription contract"
 )
 
 // shopifyTopics are the topics Guardian acts on, and the kind of body each
@@ -233,18 +236,30 @@ var shopifyTopics = map[string]string{
 	"orders/paid": shopifyOrderKind, "orders/updated": shopifyOrderKind, "orders/create": shopifyOrderKind,
 	"refunds/create":  shopifyRefundKind,
 	"disputes/create": shopifyDisputeKind, "disputes/update": shopifyDisputeKind,
+	"subscription_contracts/create": shopifyContractKind, "subscription_contracts/update": shopifyContractKind,
+	"subscription_contracts/activate": shopifyContractKind, "subscription_contracts/pause": shopifyContractKind,
+	"subscription_contracts/cancel": shopifyContractKind, "subscription_contracts/expire": shopifyContractKind,
+	"subscription_contracts/fail": shopifyContractKind,
 }
 
 // shopifyKind says what a body is by the fields only that kind carries
-// (Shopify's Order, Refund and Dispute resources): an order its
-// financial_status; a refund its order_id and its refund_line_items or
-// transactions; a dispute its order_id, type and status. Each excludes the
-// others' marks, so no body is two kinds.
+// (Shopify's Order, Refund, Dispute and SubscriptionContract resources):
+// an order its financial_status; a refund its order_id and its
+// refund_line_items or transactions; a dispute its order_id, type and
+// status; a subscription contract its admin_graphql_api_id, a
+// SubscriptionContract's. Each excludes the others' marks, so no body is
+// two kinds.
 func shopifyKind(body map[string]any) string {
 	has := func(k string) bool { _, ok := body[k]; return ok }
 	_, refundLines := body["refund_line_items"].([]any)
 	_, txns := body["transactions"].([]any)
+	gid, _ := body["admin_graphql_api_id"].(string)
 	switch {
+	case strings.HasPrefix(gid, shopifyContractGID):
+		if has("financial_status") || has("order_id") || refundLines || txns {
+			return shopifyOtherKind
+		}
+		return shopifyContractKind
 	case has("financial_status") && !has("order_id"):
 		return shopifyOrderKind
 	case has("order_id") && (refundLines || txns) && !has("financial_status") && !has("type"):
@@ -324,12 +339,9 @@ func shopifyReversal(topic string, body map[string]any) (*Reversal, string) {
 	default:
 		return nil, ""
 	}
-	id, ok := orderID.(json.Number)
-	n, err := strconv.ParseUint(string(id), 10, 64)
-	if !ok || err != nil || n == 0 {
+	if r.PaymentID = positiveID(orderID); r.PaymentID == "" {
 		return nil, "names no positive integer order id: a reversal Guardian cannot match to a payment"
 	}
-	r.PaymentID = strconv.FormatUint(n, 10)
 	return r, ""
 }
 
@@ -377,4 +389,49 @@ func init() {
 		checkSecrets(env, c, shopifySecrets.Name, secrets, ShopifySecret)
 		return NewShopify(ShopifyConfig{Secrets: secrets, Mode: c.Mode, Shops: shops})
 	}})
+}
+
+// shopifyContractGID is the prefix of a subscription contract's GraphQL id.
+const shopifyContractGID = "gid://shopify/SubscriptionContract/"
+
+// shopifyContract reads a subscription contract's event (docs/design.md,
+// "Subscriptions"), by its signed body alone: shopifyTopicFits has checked
+// the body is a contract, and which of the subscription_contracts topics
+// carried it decides nothing. A contract is created when an order with a
+// selling plan is paid: its origin_order_id names that order, the
+// purchase its start paid for, and every contract event that names it
+// links the two (the order's own orders/paid does not name the contract).
+// Its status decides its end: cancelled, expired, or failed (billing
+// failures past the app's retries) end it; active, paused and stale do
+// not. The contract is named by its numeric id, which must be the one its
+// GraphQL id carries.
+func shopifyContract(ev Event, body map[string]any) Event {
+	id := positiveID(body["id"])
+	gid, _ := body["admin_graphql_api_id"].(string)
+	if id == "" || gid != shopifyContractGID+id {
+		ev.Note = "names no subscription contract Guardian can read: id and admin_graphql_api_id disagree"
+		return ev
+	}
+	if order := positiveID(body["origin_order_id"]); order != "" {
+		ev.Subscription, ev.SubscriptionPurchase = id, order
+	}
+	status, _ := body["status"].(string)
+	switch status = strings.ToLower(status); status {
+	case "cancelled", "expired", "failed":
+		ev.Reversal = &Reversal{Kind: End, Subscription: id}
+	default:
+		ev.Note = "subscription contract " + strconv.Quote(truncate(status, 40)) + ": not ended"
+	}
+	return ev
+}
+
+// positiveID writes a positive integer id (a JSON number) in decimal; ""
+// for anything else.
+func positiveID(v any) string {
+	id, ok := v.(json.Number)
+	n, err := strconv.ParseUint(string(id), 10, 64)
+	if !ok || err != nil || n == 0 {
+		return ""
+	}
+	return strconv.FormatUint(n, 10)
 }

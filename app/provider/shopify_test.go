@@ -162,10 +162,7 @@ func TestShopifyRules(t *testing.T) {
 func TestShopifyReversals(t *testing.T) {
 	t.Parallel()
 	const secret = "shopify_client_secret_for_guardian_reversals"
-	s, err := provider.NewShopify(provider.ShopifyConfig{Secrets: []string{secret}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newShopify(t, secret)
 	tests := []struct {
 		name, topic, body string
 		want              *provider.Reversal
@@ -189,13 +186,101 @@ func TestShopifyReversals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ev, err := s.Verify(providertest.SignShopify([]byte(tt.body), secret, tt.topic, "evt-"+tt.name), []byte(tt.body), time.Now())
-			if !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
-				t.Fatalf("Verify = %v, want %v", err, tt.err)
-			}
+			ev := verifyShopify(t, s, secret, tt.topic, tt.name, tt.body, tt.err)
 			if !reflect.DeepEqual(ev.Reversal, tt.want) || ev.Fulfils() {
 				t.Errorf("reversal %+v, want %+v", ev.Reversal, tt.want)
 			}
 		})
 	}
+}
+
+// TestShopifySubscriptionContracts reads a subscription contract's life
+// from bodies built to Shopify's webhook reference for the
+// subscription_contracts topics (Shopify publishes no signed sample): every
+// contract event naming its origin order links the contract to that order,
+// the purchase its start paid for; cancelled, expired and failed end it;
+// active, paused and stale do not. The body decides, never the unsigned
+// topic: a contract under an order's topic and an order under a
+// contract's are refused, and a cancelled contract sent under
+// subscription_contracts/activate still ends.
+func TestShopifySubscriptionContracts(t *testing.T) {
+	t.Parallel()
+	const secret = "shopify_client_secret_for_guardian_contracts"
+	s := newShopify(t, secret)
+	contract := func(status string) string {
+		return `{"id":9001,"admin_graphql_api_id":"gid://shopify/SubscriptionContract/9001","customer_id":207119551,` +
+			`"admin_graphql_api_customer_id":"gid://shopify/Customer/207119551","origin_order_id":450789469,` +
+			`"admin_graphql_api_origin_order_id":"gid://shopify/Order/450789469","status":"` + status + `","currency_code":"USD","revision_id":"1"}`
+	}
+	ended := &provider.Reversal{Kind: provider.End, Subscription: "9001"}
+	tests := []struct {
+		name, topic, body string
+		end               *provider.Reversal
+		err               error
+	}{
+		{"Created", "subscription_contracts/create", contract("active"), nil, nil},
+		{"Paused", "subscription_contracts/pause", contract("paused"), nil, nil},
+		{"Stale", "subscription_contracts/update", contract("stale"), nil, nil},
+		{"Cancelled", "subscription_contracts/cancel", contract("cancelled"), ended, nil},
+		{"Expired", "subscription_contracts/expire", contract("expired"), ended, nil},
+		{"Failed", "subscription_contracts/fail", contract("failed"), ended, nil},
+		{"TheBodyDecidesNotTheTopic", "subscription_contracts/activate", contract("cancelled"), ended, nil},
+		{"AContractSentAsAnOrder", "orders/paid", contract("active"), nil, provider.ErrMalformed},
+		{"AnOrderSentAsAContract", "subscription_contracts/cancel", `{"id":450789469,"financial_status":"paid","test":false}`, nil, provider.ErrMalformed},
+		{"ADisputeSentAsAContract", "subscription_contracts/cancel", `{"id":598735659,"order_id":450789469,"type":"chargeback","status":"cancelled"}`, nil, provider.ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ev := verifyShopify(t, s, secret, tt.topic, tt.name, tt.body, tt.err)
+			if tt.err != nil {
+				return
+			}
+			if ev.Fulfils() || !reflect.DeepEqual(ev.Reversal, tt.end) {
+				t.Errorf("fulfils %v, reversal %+v; want no fulfilment and %+v", ev.Fulfils(), ev.Reversal, tt.end)
+			}
+			if sub, order := ev.StartsSubscription(); sub != "9001" || order != "450789469" {
+				t.Errorf("links %q to %q, want the contract 9001 to its origin order 450789469", sub, order)
+			}
+		})
+	}
+
+	// A contract whose ids disagree names nothing; one made without an
+	// order (by an app, not a checkout) links nothing, and still ends.
+	for body, links := range map[string]bool{
+		`{"id":9002,"admin_graphql_api_id":"gid://shopify/SubscriptionContract/9001","origin_order_id":450789469,"status":"cancelled"}`: false,
+		`{"id":9001,"admin_graphql_api_id":"gid://shopify/SubscriptionContract/9001","origin_order_id":null,"status":"cancelled"}`:      false,
+	} {
+		ev, err := s.Verify(providertest.SignShopify([]byte(body), secret, "subscription_contracts/cancel", "evt-odd"), []byte(body), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub, _ := ev.StartsSubscription(); (sub != "") != links {
+			t.Errorf("%s: links %q", body, sub)
+		}
+		if strings.Contains(body, `"id":9002`) != (ev.Reversal == nil) {
+			t.Errorf("%s: reversal %+v", body, ev.Reversal)
+		}
+	}
+}
+
+// newShopify is a Shopify provider verifying with secret alone.
+func newShopify(t *testing.T, secret string) *provider.Shopify {
+	t.Helper()
+	s, err := provider.NewShopify(provider.ShopifyConfig{Secrets: []string{secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// verifyShopify signs body as Shopify signs a delivery of topic, verifies
+// it with s, and fails t unless Verify's error is want (nil: none).
+func verifyShopify(t *testing.T, s *provider.Shopify, secret, topic, name, body string, want error) provider.Event {
+	t.Helper()
+	ev, err := s.Verify(providertest.SignShopify([]byte(body), secret, topic, "evt-"+name), []byte(body), time.Now())
+	if !errors.Is(err, want) || (want == nil) != (err == nil) {
+		t.Fatalf("Verify = %v, want %v", err, want)
+	}
+	return ev
 }
