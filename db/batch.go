@@ -40,6 +40,7 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 	n := len(events)
 	providers, ids, types, payments, origins, unmapped, deliveryIDs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	reversals, reverses, revokes, ends := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	suspends, resumes := make([]string, n), make([]string, n)
 	amounts, currencies, refundOf, refundIDs, cumulative := make([]*int64, n), make([]string, n), make([]string, n), make([]string, n), make([]bool, n)
 	bodies, counts := make([][]byte, n), make([]int32, n)
 	index := make(map[[2]string]int, n)
@@ -47,6 +48,7 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 		providers[i], ids[i], types[i], payments[i], origins[i], unmapped[i], deliveryIDs[i] = e.Provider, e.EventID, e.Type, e.PaymentID, e.Origin, e.Unmapped, e.DeliveryID
 		bodies[i], counts[i] = e.Payload, int32(e.Deliveries)
 		reversals[i], reverses[i], revokes[i], ends[i] = e.Reversal, e.Reverses, strings.Join(e.Revokes, ","), e.Ends
+		suspends[i], resumes[i] = e.Suspends, e.Resumes
 		if e.Amount != nil {
 			amounts[i], currencies[i] = &e.Amount.Minor, e.Amount.Currency
 		}
@@ -74,18 +76,18 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 	}
 	if err := collect("insert events", true, `
 		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin, deliveries, unmapped, delivery_id, reversal, reverses,
-			amount, currency, refund_of, refund_id, refund_cumulative, revokes, ends)
+			amount, currency, refund_of, refund_id, refund_cumulative, revokes, ends, suspends, resumes)
 		SELECT p, e, t, NULLIF(pay, ''), b, coalesce(NULLIF(o, ''), 'webhook'), n, NULLIF(um, ''), NULLIF(d, ''), NULLIF(rv, ''), NULLIF(rp, ''),
-			am, NULLIF(cur, ''), NULLIF(rof, ''), NULLIF(rid, ''), cml, string_to_array(NULLIF(rk, ''), ','), NULLIF(en, '')
+			am, NULLIF(cur, ''), NULLIF(rof, ''), NULLIF(rid, ''), cml, string_to_array(NULLIF(rk, ''), ','), NULLIF(en, ''), NULLIF(su, ''), NULLIF(re, '')
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[], $9::text[], $10::text[], $11::text[],
-			$12::bigint[], $13::text[], $14::text[], $15::text[], $16::boolean[], $17::text[], $18::text[])
-			WITH ORDINALITY AS u(p, e, t, pay, b, o, n, um, d, rv, rp, am, cur, rof, rid, cml, rk, en, ord)
+			$12::bigint[], $13::text[], $14::text[], $15::text[], $16::boolean[], $17::text[], $18::text[], $19::text[], $20::text[])
+			WITH ORDINALITY AS u(p, e, t, pay, b, o, n, um, d, rv, rp, am, cur, rof, rid, cml, rk, en, su, re, ord)
 		ORDER BY ord
 		ON CONFLICT (provider, event_id) DO NOTHING
 		RETURNING id, provider, event_id, payment_id IS NOT NULL AND EXISTS (
 			SELECT 1 FROM webhook_event r WHERE r.provider = webhook_event.provider AND r.refund_of = webhook_event.payment_id)`,
 		providers, ids, types, payments, bodies, origins, counts, unmapped, deliveryIDs, reversals, reverses,
-		amounts, currencies, refundOf, refundIDs, cumulative, revokes, ends); err != nil {
+		amounts, currencies, refundOf, refundIDs, cumulative, revokes, ends, suspends, resumes); err != nil {
 		return nil, err
 	}
 	if found == n {
@@ -191,7 +193,7 @@ func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, bir
 				LEFT JOIN purchase p ON p.provider = e.provider AND p.payment_id = e.payment_id
 				CROSS JOIN LATERAL unnest(coalesce(p.actions, '{fulfil}')) AS a(action_name)
 				CROSS JOIN LATERAL (SELECT EXISTS (
-					SELECT 1 FROM webhook_event r WHERE r.provider = e.provider AND r.reverses = e.payment_id
+					SELECT 1 FROM payment_reversal r WHERE r.provider = e.provider AND r.payment_id = e.payment_id
 					AND a.action_name = ANY(r.revokes)) AS reversed) rv
 			WHERE e.id = ANY($1) AND e.payment_id IS NOT NULL
 				AND (u.only_action = '' OR u.only_action = a.action_name)

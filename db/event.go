@@ -57,6 +57,10 @@ type EventParams struct {
 	// Reverses is set once the purchase the subscription's start paid for
 	// is known (LinkSubscriptions).
 	Ends string
+	// Suspends names the subscription an event suspends (provider.
+	// Suspension), resolved like Ends to the grant it takes back;
+	// Resumes one it says is active again (provider.Event.Resumes).
+	Suspends, Resumes string
 	// Amount is what a paying event says was paid, or what a refund
 	// returned; nil where the event does not say (migration 00032).
 	Amount *Amount

@@ -32,7 +32,7 @@ func paymentArrays(payments []Payment) (providers, ids []string) {
 // least one of its actions).
 func Reversed(ctx context.Context, q DBTX, p Payment) (bool, error) {
 	var reversed bool
-	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_event WHERE provider = $1 AND reverses = $2)`, p.Provider, p.PaymentID).Scan(&reversed)
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payment_reversal WHERE provider = $1 AND payment_id = $2)`, p.Provider, p.PaymentID).Scan(&reversed)
 	return reversed, wrap("read reversal", err)
 }
 
@@ -49,12 +49,12 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 	rows, err := q.Query(ctx, `
 		WITH due AS (
 			SELECT f.id, f.attempt,
-				(SELECT r.event_id FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id
+				(SELECT r.event_id FROM payment_reversal r WHERE r.provider = f.provider AND r.payment_id = f.payment_id
 				 AND f.action_name = ANY(r.revokes) ORDER BY r.id LIMIT 1) AS reversed_by
 			FROM fulfilment f
 			WHERE f.state = 'pending' AND f.action = 'fulfil'
 			  AND ($1::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($1::text[], $2::text[])))
-			  AND EXISTS (SELECT 1 FROM webhook_event r WHERE r.provider = f.provider AND r.reverses = f.payment_id AND f.action_name = ANY(r.revokes))
+			  AND EXISTS (SELECT 1 FROM payment_reversal r WHERE r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY(r.revokes))
 			  AND ($6::text[] IS NULL OR f.action_name = ANY($6))
 			ORDER BY f.provider, f.payment_id
 			FOR UPDATE OF f
@@ -116,7 +116,7 @@ func createRevocations(ctx context.Context, q DBTX, actor, reason, scope string,
 	rows, err := q.Query(ctx, `
 		WITH due AS (
 			SELECT DISTINCT ON (f.provider, f.payment_id, f.action_name) f.provider, f.payment_id, f.action_name, r.id AS event_pk
-			FROM fulfilment f JOIN webhook_event r ON r.provider = f.provider AND r.reverses = f.payment_id AND f.action_name = ANY(r.revokes)
+			FROM fulfilment f JOIN payment_reversal r ON r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY(r.revokes)
 			WHERE f.action = 'fulfil' AND f.state = 'fulfilled' AND (`+scope+`)
 			  -- Each half through its partial index: never a scan of the table.
 			  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,14 +36,26 @@ type SubscriptionInvoice struct {
 // the transaction's refunds and disputes name (Named), which are resolved
 // through the invoices to the purchases they paid for.
 type Links struct {
-	Starts   []SubscriptionStart
-	Ends     []SubscriptionRef
-	Invoices []SubscriptionInvoice
-	Named    []Payment
+	Starts    []SubscriptionStart
+	Ends      []SubscriptionRef
+	Invoices  []SubscriptionInvoice
+	Named     []Payment
+	Standings []SubscriptionStanding
 }
 
 func (l Links) empty() bool {
-	return len(l.Starts) == 0 && len(l.Ends) == 0 && len(l.Invoices) == 0 && len(l.Named) == 0
+	return len(l.Starts) == 0 && len(l.Ends) == 0 && len(l.Invoices) == 0 && len(l.Named) == 0 && len(l.Standings) == 0
+}
+
+// SubscriptionStanding is a stored event's word on a subscription's
+// standing: a suspension (its event names the subscription in suspends),
+// or that it is active (Resume; resumes names it), at the provider's
+// signed time (zero: none signed, taken in the order recorded).
+type SubscriptionStanding struct {
+	Provider, SubscriptionID string
+	EventPK                  int64
+	Resume                   bool
+	At                       time.Time
 }
 
 // LinkSubscriptions records, in q's transaction, each start's link (the
@@ -93,6 +106,9 @@ func LinkSubscriptions(ctx context.Context, q DBTX, l Links) (LinkResult, error)
 			providers, subs, payments = append(providers, in.Provider), append(subs, in.SubscriptionID), append(payments, "")
 		}
 	}
+	for _, st := range l.Standings {
+		providers, subs, payments = append(providers, st.Provider), append(subs, st.SubscriptionID), append(payments, "")
+	}
 	if _, err := q.Exec(ctx, `
 		SELECT pg_advisory_xact_lock(k) FROM (
 			SELECT DISTINCT hashtextextended('guardian/subscription:' || p || ':' || s, 0) AS k
@@ -128,7 +144,165 @@ func LinkSubscriptions(ctx context.Context, q DBTX, l Links) (LinkResult, error)
 	if res.Reversed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Payment]); err != nil {
 		return res, wrap("resolve subscription ends", err)
 	}
+	if err := resolveSuspensions(ctx, q, res.Linked, &res); err != nil {
+		return res, err
+	}
+	for _, st := range sortStandings(l.Standings) {
+		if err := applyStanding(ctx, q, st, &res); err != nil {
+			return res, err
+		}
+	}
 	return res, resolvePayments(ctx, q, l.Named, invoices, res.Linked, &res)
+}
+
+// resolveSuspensions makes the suspension in force of each subscription
+// linked now, if it takes something back, reverse the start's purchase:
+// its rows are then born taken back, as under an end before the start.
+func resolveSuspensions(ctx context.Context, q DBTX, linked []SubscriptionRef, res *LinkResult) error {
+	if len(linked) == 0 {
+		return nil
+	}
+	var providers, subs []string
+	for _, l := range linked {
+		providers, subs = append(providers, l.Provider), append(subs, l.SubscriptionID)
+	}
+	rows, err := q.Query(ctx, `
+		UPDATE webhook_event e SET reverses = sub.payment_id
+		FROM unnest($1::text[], $2::text[]) AS l(p, s)
+		JOIN subscription_standing st ON st.provider = l.p AND st.subscription_id = l.s
+		JOIN subscription sub ON sub.provider = l.p AND sub.subscription_id = l.s
+		WHERE e.id = st.suspended_by AND e.reverses IS NULL AND e.revokes IS NOT NULL
+		RETURNING e.provider, e.reverses`, providers, subs)
+	if err != nil {
+		return wrap("resolve suspensions", err)
+	}
+	reversed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Payment])
+	res.Reversed = append(res.Reversed, reversed...)
+	return wrap("resolve suspensions", err)
+}
+
+// sortStandings orders standings as they are applied: per subscription,
+// by the provider's time, then as recorded.
+func sortStandings(standings []SubscriptionStanding) []SubscriptionStanding {
+	out := slices.Clone(standings)
+	slices.SortFunc(out, func(a, b SubscriptionStanding) int {
+		return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.SubscriptionID, b.SubscriptionID),
+			a.At.Compare(b.At), cmp.Compare(a.EventPK, b.EventPK))
+	})
+	return out
+}
+
+// applyStanding applies one suspension or resumption to its subscription's
+// standing, under the subscription's lock (LinkSubscriptions holds it):
+//   - one older than the latest applied (by the provider's time) is
+//     stored and changes nothing, so the later word decides in any order;
+//   - a suspension while none is in force is in force; once the
+//     subscription is linked and has not ended it reverses the grant in
+//     force (the start's purchase, or its latest grant again) for the
+//     actions its policy names (revokes); a second suspension changes
+//     nothing;
+//   - a resumption ends the suspension in force; where that took
+//     something back and the subscription has not ended, it pays for the
+//     grant again of those actions: a purchase of its own, '<start>~<n>',
+//     whose root is the start's, and whose rows the caller makes
+//     (Regrants). A resumption with none in force (a reactivation before
+//     the end, the first activation) changes nothing.
+func applyStanding(ctx context.Context, q DBTX, st SubscriptionStanding, res *LinkResult) error {
+	var at *time.Time
+	if !st.At.IsZero() {
+		at = &st.At
+	}
+	var suspendedBy *int64
+	var grants int
+	var payment *string
+	var ended, stale bool
+	err := q.QueryRow(ctx, `
+		WITH held AS (
+			INSERT INTO subscription_standing AS s (provider, subscription_id, standing_at) VALUES ($1, $2, $3)
+			ON CONFLICT (provider, subscription_id) DO UPDATE SET standing_at = greatest(s.standing_at, EXCLUDED.standing_at)
+			RETURNING (SELECT o.standing_at FROM subscription_standing o WHERE o.provider = $1 AND o.subscription_id = $2) AS before,
+				suspended_by, grants
+		)
+		SELECT coalesce($3 < held.before, false), held.suspended_by, held.grants,
+			(SELECT payment_id FROM subscription WHERE provider = $1 AND subscription_id = $2),
+			EXISTS (SELECT 1 FROM webhook_event WHERE provider = $1 AND ends = $2)
+		FROM held`, st.Provider, st.SubscriptionID, at).Scan(&stale, &suspendedBy, &grants, &payment, &ended)
+	if err != nil || stale {
+		return wrap("read subscription standing", err)
+	}
+	live := payment != nil && !ended
+	switch {
+	case !st.Resume && suspendedBy == nil:
+		if _, err := q.Exec(ctx, `UPDATE subscription_standing SET suspended_by = $3 WHERE provider = $1 AND subscription_id = $2`,
+			st.Provider, st.SubscriptionID, st.EventPK); err != nil || !live {
+			return wrap("suspend subscription", err)
+		}
+		var reversed []Payment
+		rows, err := q.Query(ctx, `UPDATE webhook_event SET reverses = $2 WHERE id = $1 AND revokes IS NOT NULL RETURNING provider, reverses`,
+			st.EventPK, grantOf(*payment, grants))
+		if err == nil {
+			reversed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Payment])
+		}
+		res.Reversed = append(res.Reversed, reversed...)
+		return wrap("suspend subscription", err)
+	case st.Resume && suspendedBy != nil:
+		var regrant string
+		if live {
+			regrant = grantOf(*payment, grants+1)
+		}
+		rows, err := q.Query(ctx, `
+			WITH again AS (
+				INSERT INTO purchase (provider, payment_id, actions, routes, detail, root)
+				SELECT p.provider, $5, array(SELECT a FROM unnest(p.actions) a WHERE a = ANY(s.revokes) ORDER BY a), p.routes, p.detail, p.payment_id
+				FROM webhook_event s JOIN purchase p ON p.provider = s.provider AND p.payment_id = $6
+				WHERE $5 <> '' AND s.id = $3 AND s.reverses IS NOT NULL AND p.actions && s.revokes
+				RETURNING payment_id
+			), lifted AS (
+				UPDATE subscription_standing SET suspended_by = NULL, grants = grants + (SELECT count(*) FROM again)::int
+				WHERE provider = $1 AND subscription_id = $2
+			)
+			UPDATE webhook_event SET payment_id = (SELECT payment_id FROM again) WHERE id = $4 AND EXISTS (SELECT 1 FROM again)
+			RETURNING id`, st.Provider, st.SubscriptionID, *suspendedBy, st.EventPK, regrant, ptrOr(payment))
+		if err != nil {
+			return wrap("resume subscription", err)
+		}
+		again, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		res.Regrants = append(res.Regrants, again...)
+		return wrap("resume subscription", err)
+	}
+	return nil
+}
+
+// WithGrants returns payments with, after them, the grants again of each
+// (the purchases whose root it is). Nil stays nil: every payment.
+func WithGrants(ctx context.Context, q DBTX, payments []Payment) ([]Payment, error) {
+	if len(payments) == 0 {
+		return payments, nil
+	}
+	providers, ids := paymentArrays(payments)
+	rows, err := q.Query(ctx, `SELECT g.provider, g.payment_id FROM unnest($1::text[], $2::text[]) AS u(p, pay)
+		JOIN purchase g ON g.provider = u.p AND g.root = u.pay ORDER BY 1, 2`, providers, ids)
+	if err != nil {
+		return nil, wrap("read grants again", err)
+	}
+	grants, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Payment])
+	return slices.Concat(payments, grants), wrap("read grants again", err)
+}
+
+// grantOf names a subscription's grant: its start's purchase, or its nth
+// grant again after a suspension.
+func grantOf(start string, n int) string {
+	if n == 0 {
+		return start
+	}
+	return start + "~" + strconv.Itoa(n)
+}
+
+func ptrOr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // recordInvoices records the invoices' facts, merged per invoice, in
@@ -251,6 +425,9 @@ type LinkResult struct {
 	Linked   []SubscriptionRef
 	Reversed []Payment
 	Weigh    []Payment
+	// Regrants are the resumptions that now pay for a grant again: their
+	// events' rows are the caller's to make, in the same transaction.
+	Regrants []int64
 }
 
 // Subscription is a subscription as Guardian knows it: linked to the

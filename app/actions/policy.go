@@ -26,10 +26,15 @@ const (
 	// (cancelled and its paid period over, expired, or unpaid after the
 	// provider's retries).
 	SubscriptionEnded Reason = "subscription_ended"
+	// SubscriptionSuspended: the subscription the purchase started is past
+	// due (its provider still retrying a payment) or paused. Taken back
+	// then, and granted again once when it is active again; off by
+	// default (kept).
+	SubscriptionSuspended Reason = "subscription_suspended"
 )
 
 // AllReasons lists every reason, in the order an operator reads them.
-var AllReasons = []Reason{FullRefund, AnyRefund, DisputeOpened, DisputeLost, SubscriptionEnded}
+var AllReasons = []Reason{FullRefund, AnyRefund, DisputeOpened, DisputeLost, SubscriptionEnded, SubscriptionSuspended}
 
 // Policy is the set of reasons an action is taken back for. An action is
 // taken back at most once whatever number of its payment's reversals
@@ -82,6 +87,8 @@ func (p Policy) Revokes(r provider.Reversal) bool {
 			(r.Stage == provider.DisputeLost && (slices.Contains(p, DisputeLost) || slices.Contains(p, DisputeOpened)))
 	case provider.End:
 		return slices.Contains(p, SubscriptionEnded)
+	case provider.Suspension:
+		return slices.Contains(p, SubscriptionSuspended)
 	}
 	return false
 }

@@ -63,8 +63,8 @@ type AcceptResult struct {
 // subscriptionCounts are the subscriptions a batch linked for the first
 // time, and the ends it stored.
 type subscriptionCounts struct {
-	started []db.SubscriptionRef
-	ended   []db.SubscriptionRef
+	started, ended       []db.SubscriptionRef
+	suspended, regranted []string // by provider
 }
 
 // Accept records a verified event exactly once. It returns only after the
@@ -117,6 +117,12 @@ func (s *Service) Accept(ctx context.Context, ev provider.Event) (AcceptResult, 
 	}
 	for _, sub := range res.subs.ended {
 		s.cfg.Metrics.Subscription(sub.Provider, "end")
+	}
+	for _, p := range res.subs.suspended {
+		s.cfg.Metrics.Subscription(p, "suspension")
+	}
+	for _, p := range res.subs.regranted {
+		s.cfg.Metrics.Subscription(p, "regrant")
 	}
 	if res.Outcome == NewEvent && ev.Purchase != nil && ev.Purchase.Kind == provider.Renewal {
 		s.cfg.Metrics.Subscription(ev.Provider, "renewal")
@@ -426,12 +432,16 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		events[i] = db.BatchEvent{Deliveries: len(groups[k]), EventParams: db.EventParams{
 			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Payload: ev.Payload, Origin: ev.Origin,
 			Unmapped: ev.Unmapped, DeliveryID: ev.DeliveryID, Amount: amount(ev.Paid),
+			Resumes: ev.Resumes,
 		}}
 		events[i].Reverses, events[i].Revokes = s.reverses(ev)
 		if r := ev.Reversal; r != nil {
 			events[i].Reversal = r.String()
-			if r.Kind == provider.End {
+			switch r.Kind {
+			case provider.End:
 				events[i].Ends = r.Subscription
+			case provider.Suspension:
+				events[i].Suspends = r.Subscription
 			}
 			if r.Kind == provider.Refund {
 				events[i].Amount, events[i].RefundID, events[i].RefundCumulative = amount(r.Amount), r.RefundID, r.Cumulative
@@ -467,6 +477,10 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		if events[i].Ends != "" {
 			links.Ends = append(links.Ends, db.SubscriptionRef{Provider: events[i].Provider, SubscriptionID: events[i].Ends})
 		}
+		if sub, resumes := cmp.Or(events[i].Suspends, events[i].Resumes), events[i].Resumes != ""; sub != "" {
+			links.Standings = append(links.Standings, db.SubscriptionStanding{
+				Provider: events[i].Provider, SubscriptionID: sub, EventPK: stored[i].ID, Resume: resumes, At: first.ev.StandingAt})
+		}
 		for _, named := range []string{events[i].Reverses, events[i].RefundOf} {
 			if named != "" {
 				links.Named = append(links.Named, db.Payment{Provider: events[i].Provider, PaymentID: named})
@@ -481,6 +495,11 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	linked, err := db.LinkSubscriptions(ctx, tx, links)
 	if err != nil {
 		return err
+	}
+	// A resumption that grants again pays for a purchase of its own,
+	// recorded by LinkSubscriptions: its rows are made as any purchase's.
+	for _, pk := range linked.Regrants {
+		creates = append(creates, db.BatchFulfilment{EventPK: pk, Actor: "intake"})
 	}
 	// Before any fulfilment is made: a payment its refunds returned whole
 	// is never fulfilled (InsertFulfilments reads reverses).
@@ -529,7 +548,16 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	// and ended, are counted once, by the first delivery's Accept, after
 	// the commit.
 	batch[0].res.took = took
-	batch[0].res.subs = subscriptionCounts{started: linked.Linked, ended: links.Ends}
+	subs := subscriptionCounts{started: linked.Linked, ended: links.Ends}
+	for _, st := range links.Standings {
+		switch {
+		case !st.Resume:
+			subs.suspended = append(subs.suspended, st.Provider)
+		case slices.Contains(linked.Regrants, st.EventPK):
+			subs.regranted = append(subs.regranted, st.Provider)
+		}
+	}
+	batch[0].res.subs = subs
 	return nil
 }
 

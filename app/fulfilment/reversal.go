@@ -50,6 +50,11 @@ const askReversedPending = "payment reversed before it went out, by Guardian's r
 // fulfilled since settledSince (every payment when it is zero). It returns
 // what it moved.
 func (s *Service) takeBack(ctx context.Context, tx pgx.Tx, actor string, payments []db.Payment, settledSince time.Time) (stopped map[state.State][]string, revoking []string, err error) {
+	// What reverses a subscription's start reverses its grants again
+	// (db's payment_reversal): they are taken back with it.
+	if payments, err = db.WithGrants(ctx, tx, payments); err != nil {
+		return nil, nil, err
+	}
 	if stopped, err = s.stopReversedPending(ctx, tx, actor, payments); err != nil {
 		return nil, nil, err
 	}

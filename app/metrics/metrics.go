@@ -99,7 +99,7 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 	}, []string{"provider", "outcome"})
 	m.subscriptions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "guardian_subscription_events_total",
-		Help: "Subscriptions' lives as intake records them, by provider and event: start (a subscription linked to the purchase its start paid for, once), renewal (a paid renewal, its own purchase), end (an end stored; it takes back what the start granted once the start is linked).",
+		Help: "Subscriptions' lives as intake records them, by provider and event: start (a subscription linked to the purchase its start paid for, once), renewal (a paid renewal, its own purchase), end (an end stored; it takes back what the start granted once the start is linked), suspension (a suspension stored: past due or paused), regrant (a resumption that grants again what a suspension took back).",
 	}, []string{"provider", "event"})
 	m.maintenanceRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "guardian_maintenance_runs_total",

@@ -77,6 +77,16 @@ type Event struct {
 	// transaction). Either links the two, once.
 	Subscription         string
 	SubscriptionPurchase string
+	// Resumes names, by the provider's id, a subscription the event says
+	// is active (paid up, or no longer paused): a suspension in force
+	// ends, and what it took back is granted again, once. Empty
+	// otherwise. A suspension is a Reversal of kind Suspension.
+	Resumes string
+	// StandingAt is when the provider says a suspension or a resumption
+	// held, from its signed fields: of two, the later decides, whatever
+	// order they arrive in. Zero where the provider signs no time (they
+	// are then taken in the order they arrive).
+	StandingAt time.Time
 	// Invoice is what the event says about one of a subscription's
 	// invoices (its bill for a period): the subscription it bills and
 	// whether it is the first, or the payment that paid it. A refund or a

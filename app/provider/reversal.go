@@ -14,6 +14,20 @@ const (
 	// retries): what its start granted is taken back by the policy
 	// (docs/design.md, "Subscriptions").
 	End ReversalKind = "end"
+	// Suspension: a subscription past due (its provider still retrying
+	// a payment) or paused. What its start granted is taken back by the
+	// policy (subscription_suspended, off by default: kept), and granted
+	// again once, when it is active again (Event.Resumes).
+	Suspension ReversalKind = "suspension"
+)
+
+// Standing is a subscription's standing as a suspension states it.
+type Standing string
+
+// The standings a suspension tells apart, for the record.
+const (
+	PastDue Standing = "past_due"
+	Paused  Standing = "paused"
 )
 
 // DisputeStage says where a dispute stands.
@@ -57,10 +71,13 @@ type Reversal struct {
 	// RefundID names the refund, so that the several events one refund
 	// sends (Stripe's refund.created, refund.updated) count once.
 	RefundID string
-	// Subscription names the subscription an End ends, by the provider's
-	// id; PaymentID is then empty: intake finds the purchase its start
-	// paid for (Event.Subscription), now or when the start arrives.
+	// Subscription names the subscription an End ends or a Suspension
+	// suspends, by the provider's id; PaymentID is then empty: intake
+	// finds the purchase its start paid for (Event.Subscription), now or
+	// when the start arrives.
 	Subscription string
+	// Standing is a Suspension's: past due or paused.
+	Standing Standing
 }
 
 // String describes the reversal in a few words, for the event's record.
@@ -68,6 +85,10 @@ func (r Reversal) String() string {
 	switch {
 	case r.Kind == End:
 		return "subscription ended"
+	case r.Kind == Suspension && r.Standing == Paused:
+		return "subscription paused"
+	case r.Kind == Suspension:
+		return "subscription past due"
 	case r.Kind == Dispute:
 		return "dispute " + string(r.Stage)
 	case r.Full:
