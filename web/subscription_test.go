@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/guardian-pay/guardian/app/actions"
+	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/web"
@@ -311,4 +313,46 @@ func (b *testBundle) actionsFor(payment string) []state.Action {
 		}
 	}
 	return out
+}
+
+// TestStripeSuspensionThroughTheEdge: with subscription_suspended in the
+// action's policy, a subscription past due is taken back and, paid up
+// again, granted again under a key of its own; a stale past-due word that
+// arrives after it changes nothing, and the deletion takes back the grant
+// in force. Signed and dated as Stripe sends them.
+func TestStripeSuspensionThroughTheEdge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{sweepInterval: time.Second, fulfilment: func(c *fulfilment.Config) {
+		c.Reversals = append(actions.Policy{actions.SubscriptionSuspended}, actions.DefaultPolicy...) // GUARDIAN_REVOKE_ON
+	}})
+	updated := func(id string, created int64, status string) string {
+		return fmt.Sprintf(`{"id":%q,"object":"event","created":%d,"type":"customer.subscription.updated","data":{"object":{"id":"sub_due","object":"subscription","status":%q,"cancel_at_period_end":false}}}`,
+			id, created, status)
+	}
+	start := `{"id":"evt_due_start","object":"event","created":1764576000,"type":"checkout.session.completed","data":{"object":{"id":"cs_due","object":"checkout.session","mode":"subscription","payment_status":"paid","payment_intent":null,"subscription":"sub_due","amount_total":900,"currency":"eur"}}}`
+	post := func(body string) {
+		t.Helper()
+		require.Equal(t, http.StatusOK, b.postStripe(t, body).code)
+	}
+	post(start)
+	require.Eventually(t, func() bool { return len(b.rec.Calls()) == 1 }, 15*time.Second, 10*time.Millisecond)
+	post(updated("evt_due_1", 1764579600, "past_due"))
+	require.Eventually(t, func() bool { return len(b.rec.Calls()) == 2 }, 15*time.Second, 10*time.Millisecond)
+	post(updated("evt_paid_1", 1764583200, "active"))
+	post(updated("evt_due_late", 1764580000, "past_due")) // older than the payment: stale
+	require.Eventually(t, func() bool { return len(b.rec.Calls()) == 3 }, 15*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	post(`{"id":"evt_due_end","object":"event","created":1764590000,"type":"customer.subscription.deleted","data":{"object":{"id":"sub_due","object":"subscription","status":"canceled"}}}`)
+	require.Eventually(t, func() bool { return len(b.rec.Calls()) == 4 }, 15*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+
+	calls := b.rec.Calls()
+	require.Len(t, calls, 4)
+	got := make([]string, len(calls))
+	keys := map[string]bool{}
+	for i, c := range calls {
+		got[i], keys[c.Key] = string(c.Action)+" "+c.PaymentID, true
+	}
+	require.Equal(t, []string{"fulfil cs_due", "revoke cs_due", "fulfil cs_due~1", "revoke cs_due~1"}, got)
+	require.Len(t, keys, 4)
 }

@@ -157,8 +157,9 @@ func lemonSqueezyMap(ev Event, meta, data, attrs map[string]any) Event {
 // It ends when its status says expired (subscription_expired: a cancelled
 // subscription's paid period over) or unpaid (payment recovery failed).
 // A cancellation (subscription_cancelled, status cancelled) is no end: the
-// subscription stays active until its ends_at, when it expires. Paused and
-// past due are no end either. A subscription-invoices object (the
+// subscription stays active until its ends_at, when it expires. A status
+// past_due or paused suspends it, active or on_trial says it is active,
+// at its updated_at. A subscription-invoices object (the
 // subscription_payment_* events) names no subscription at data.id and is
 // not read here.
 func lemonSqueezySubscription(ev Event, data, attrs map[string]any) Event {
@@ -181,7 +182,10 @@ func lemonSqueezySubscription(ev Event, data, attrs map[string]any) Event {
 	case status == "cancelled":
 		ev.Note = "subscription cancelled: it stays active until its ends_at, and ends when it expires"
 	default:
-		ev.Note = "subscription " + strconv.Quote(status) + ": not ended"
+		ev.Reversal, ev.Resumes, ev.Note = standing(id, status, "active", "on_trial")
+	}
+	if at, err := time.Parse(time.RFC3339Nano, text(attrs["updated_at"])); err == nil && (ev.Resumes != "" || ev.Reversal != nil) {
+		ev.StandingAt = at
 	}
 	return ev
 }

@@ -175,15 +175,23 @@ func TestLemonSqueezySubscriptionLife(t *testing.T) {
 	require.Equal(t, "1", pay, "the order the subscription started with, as order_created names it")
 	require.False(t, created.Fulfils())
 
-	for _, tt := range []struct{ name, status string }{
-		{"subscription_cancelled", "cancelled"},
-		{"subscription_updated", "past_due"},
-		{"subscription_paused", "paused"},
-		{"subscription_resumed", "active"},
+	cancelled := read("subscription_cancelled", "subscriptions", "7", `"order_id":1,"status":"cancelled"`)
+	require.Nil(t, cancelled.Reversal, "active until its ends_at")
+	require.NotEmpty(t, cancelled.Note)
+	for _, tt := range []struct {
+		name, status string
+		want         *provider.Reversal
+	}{
+		{"subscription_updated", "past_due", &provider.Reversal{Kind: provider.Suspension, Subscription: "7", Standing: provider.PastDue}},
+		{"subscription_paused", "paused", &provider.Reversal{Kind: provider.Suspension, Subscription: "7", Standing: provider.Paused}},
+		{"subscription_unpaused", "active", nil},
+		{"subscription_resumed", "active", nil},
+		{"subscription_payment_recovered", "on_trial", nil},
 	} {
 		ev := read(tt.name, "subscriptions", "7", `"order_id":1,"status":"`+tt.status+`"`)
-		require.Nil(t, ev.Reversal, tt.name)
-		require.NotEmpty(t, ev.Note, tt.name)
+		require.Equal(t, tt.want, ev.Reversal, tt.name)
+		require.Equal(t, tt.want == nil, ev.Resumes == "7", tt.name)
+		require.Equal(t, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), ev.StandingAt.UTC(), "%s: the subscription's updated_at", tt.name)
 	}
 	for _, tt := range []struct{ name, status string }{
 		{"subscription_expired", "expired"},

@@ -120,7 +120,8 @@ func (p *Paddle) Map(eventType string, body []byte) (Event, error) {
 // and end. A backfill lists these, so an end Paddle could not deliver is
 // fetched like any other event.
 var PaddleRuleTypes = []string{PaddleFulfilType, "adjustment.created", "adjustment.updated",
-	"subscription.created", "subscription.canceled", "subscription.updated"}
+	"subscription.created", "subscription.canceled", "subscription.updated",
+	"subscription.past_due", "subscription.paused", "subscription.resumed", "subscription.activated"}
 
 // mapEnvelope applies the rule for "paid" to ev: a completed transaction
 // names its payment, anything else says why not; an adjustment says what
@@ -133,7 +134,11 @@ func (p *Paddle) mapEnvelope(ev Event, env map[string]any) Event {
 	}
 	if strings.HasPrefix(ev.Type, "subscription.") {
 		data, _ := env["data"].(map[string]any)
-		return paddleSubscription(ev, data)
+		ev = paddleSubscription(ev, data)
+		if at, err := time.Parse(time.RFC3339Nano, text(env["occurred_at"])); err == nil && (ev.Resumes != "" || ev.Reversal != nil) {
+			ev.StandingAt = at
+		}
+		return ev
 	}
 	if ev.Type != PaddleFulfilType {
 		return ev
@@ -173,7 +178,10 @@ func (p *Paddle) mapEnvelope(ev Event, env map[string]any) Event {
 // this event alone); subscription.canceled, or an update whose status is
 // canceled, ends it. A cancellation scheduled for the period's end
 // (scheduled_change) is no end: Paddle sends subscription.canceled when it
-// takes effect. past_due and paused are no end either.
+// takes effect. A status past_due or paused suspends it (subscription.
+// past_due, subscription.paused, or an update); active or trialing says
+// it is active (subscription.resumed, subscription.activated, or an
+// update).
 func paddleSubscription(ev Event, data map[string]any) Event {
 	id := prefixedID(data["id"], "sub_")
 	if id == "" {
@@ -189,10 +197,11 @@ func paddleSubscription(ev Event, data map[string]any) Event {
 		}
 	case status == "canceled" && (ev.Type == "subscription.canceled" || ev.Type == "subscription.updated"):
 		ev.Reversal = &Reversal{Kind: End, Subscription: id}
-	case data["scheduled_change"] != nil:
-		ev.Note = "subscription change scheduled: a cancellation ends it when it takes effect, not now"
 	default:
-		ev.Note = "subscription " + strconv.Quote(status) + ": not ended"
+		ev.Reversal, ev.Resumes, ev.Note = standing(id, status, "active", "trialing")
+		if ev.Resumes != "" && data["scheduled_change"] != nil {
+			ev.Note = "subscription change scheduled: a cancellation ends it when it takes effect, not now"
+		}
 	}
 	return ev
 }

@@ -269,15 +269,26 @@ func TestPaddleSubscriptionLife(t *testing.T) {
 	require.Equal(t, sub, gotSub)
 	require.Equal(t, txn, gotPay, "the transaction that created the subscription")
 
-	for _, status := range []string{"active", "past_due", "paused"} {
+	for typ, tt := range map[string]struct {
+		status  string
+		want    *provider.Reversal
+		resumes bool
+	}{
+		"subscription.updated":   {"active", nil, true}, // with a cancellation scheduled: the cancel click
+		"subscription.past_due":  {"past_due", &provider.Reversal{Kind: provider.Suspension, Subscription: sub, Standing: provider.PastDue}, false},
+		"subscription.paused":    {"paused", &provider.Reversal{Kind: provider.Suspension, Subscription: sub, Standing: provider.Paused}, false},
+		"subscription.resumed":   {"active", nil, true},
+		"subscription.activated": {"trialing", nil, true},
+	} {
 		ev := read("paddle/subscription_canceled.json", func(env, d map[string]any) {
-			env["event_type"], d["status"] = "subscription.updated", status
-			if status == "active" {
+			env["event_type"], d["status"] = typ, tt.status
+			if typ == "subscription.updated" {
 				d["scheduled_change"] = map[string]any{"action": "cancel", "effective_at": "2024-02-11T08:07:35Z", "resume_at": nil}
 			}
 		})
-		require.Nil(t, ev.Reversal, status)
-		require.NotEmpty(t, ev.Note, status)
+		require.Equal(t, tt.want, ev.Reversal, typ)
+		require.Equal(t, tt.resumes, ev.Resumes == sub, typ)
+		require.False(t, ev.StandingAt.IsZero(), "%s: occurred_at, signed", typ)
 	}
 	canceled := read("paddle/subscription_canceled.json", nil)
 	require.Equal(t, &provider.Reversal{Kind: provider.End, Subscription: sub}, canceled.Reversal)

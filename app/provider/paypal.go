@@ -47,7 +47,7 @@ const PayPalFulfilEvent = "PAYMENT.CAPTURE.COMPLETED"
 // and the refunds, reversals and disputes. A backfill lists these.
 var PayPalRuleTypes = []string{PayPalFulfilEvent, "PAYMENT.CAPTURE.REFUNDED", "PAYMENT.CAPTURE.REVERSED",
 	"CUSTOMER.DISPUTE.CREATED", "CUSTOMER.DISPUTE.RESOLVED",
-	payPalSubscriptionStart, "BILLING.SUBSCRIPTION.CANCELLED", "BILLING.SUBSCRIPTION.EXPIRED"}
+	payPalSubscriptionStart, "BILLING.SUBSCRIPTION.CANCELLED", "BILLING.SUBSCRIPTION.EXPIRED", "BILLING.SUBSCRIPTION.SUSPENDED"}
 
 // payPalSubscriptionStart is the event that starts a PayPal subscription:
 // its activation, on which PayPal's subscription integration provisions.
@@ -345,7 +345,8 @@ func payPalRules(ev Event, resource map[string]any) Event {
 // PayPal's integration guide provisions), and ended when it is cancelled
 // (PayPal ends a cancelled subscription at once) or expires. A suspension
 // (failed payments past the plan's threshold, or the merchant's) can be
-// reactivated: no end. Each cycle's PAYMENT.SALE.COMPLETED is stored and
+// reactivated: no end, but a suspension, and its activation again says it
+// is active, each at its status_update_time. Each cycle's PAYMENT.SALE.COMPLETED is stored and
 // fulfils nothing: PayPal's renewals are not purchases of their own here.
 func payPalSubscription(ev Event, resource map[string]any) Event {
 	id := prefixedID(resource["id"], "I-")
@@ -369,10 +370,16 @@ func payPalSubscription(ev Event, resource map[string]any) Event {
 		subscriber, _ := resource["subscriber"].(map[string]any)
 		p.Customer = customer(text(subscriber["payer_id"]), text(subscriber["email_address"]))
 		ev.Purchase = p
+		ev.Resumes = id
+	case ev.Type == "BILLING.SUBSCRIPTION.SUSPENDED" && status == "SUSPENDED":
+		ev.Reversal = &Reversal{Kind: Suspension, Subscription: id, Standing: Paused}
 	case (ev.Type == "BILLING.SUBSCRIPTION.CANCELLED" && status == "CANCELLED") || (ev.Type == "BILLING.SUBSCRIPTION.EXPIRED" && status == "EXPIRED"):
 		ev.Reversal = &Reversal{Kind: End, Subscription: id}
 	default:
 		ev.Note = "subscription " + strconv.Quote(truncate(status, 40)) + ": neither started nor ended by this event"
+	}
+	if at, err := time.Parse(time.RFC3339Nano, text(resource["status_update_time"])); err == nil && (ev.Resumes != "" || ev.Reversal != nil) {
+		ev.StandingAt = at
 	}
 	return ev
 }

@@ -522,10 +522,14 @@ func TestPayPalSubscriptionLife(t *testing.T) {
 	require.Equal(t, int64(1000), *start.Purchase.Amount)
 	require.Equal(t, "ana@example.com", start.Purchase.Customer.Email)
 	require.Equal(t, "course-go", start.Purchase.Metadata["custom_id"])
+	require.Equal(t, "I-BW452GLLEP1G", start.Resumes, "an activation says it is active: again after a suspension")
+
+	suspended := read("BILLING.SUBSCRIPTION.SUSPENDED", `{"id":"I-BW452GLLEP1G","status":"SUSPENDED","status_update_time":"2026-12-02T09:00:00Z"}`)
+	require.Equal(t, &provider.Reversal{Kind: provider.Suspension, Subscription: "I-BW452GLLEP1G", Standing: provider.Paused}, suspended.Reversal)
+	require.Equal(t, time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC), suspended.StandingAt.UTC(), "its status_update_time, signed")
 
 	for _, tt := range []struct{ typ, resource string }{
 		{"BILLING.SUBSCRIPTION.ACTIVATED", `{"id":"I-BW452GLLEP1G","status":"APPROVAL_PENDING"}`},
-		{"BILLING.SUBSCRIPTION.SUSPENDED", `{"id":"I-BW452GLLEP1G","status":"SUSPENDED"}`},
 		{"PAYMENT.SALE.COMPLETED", `{"id":"80021663DE681814L","state":"completed","billing_agreement_id":"I-BW452GLLEP1G","amount":{"total":"10.00","currency":"USD"}}`},
 		{"BILLING.SUBSCRIPTION.CANCELLED", `{"id":"not-a-subscription","status":"CANCELLED"}`},
 	} {

@@ -218,3 +218,18 @@ func fit(p *Purchase) *Purchase {
 	}
 	return p
 }
+
+// standing reads a subscription's status that is no end, by the names its
+// provider gives: past_due and paused suspend it, the active ones say it
+// is active (it resumes), anything else is neither, and why for the log.
+func standing(id, status string, active ...string) (suspension *Reversal, resumes, note string) {
+	switch {
+	case status == "past_due":
+		return &Reversal{Kind: Suspension, Subscription: id, Standing: PastDue}, "", ""
+	case status == "paused":
+		return &Reversal{Kind: Suspension, Subscription: id, Standing: Paused}, "", ""
+	case slices.Contains(active, status):
+		return nil, id, ""
+	}
+	return nil, "", "subscription " + strconv.Quote(truncate(status, 40)) + ": neither ended, suspended nor active"
+}

@@ -402,8 +402,9 @@ const shopifyContractGID = "gid://shopify/SubscriptionContract/"
 // purchase its start paid for, and every contract event that names it
 // links the two (the order's own orders/paid does not name the contract).
 // Its status decides its end: cancelled, expired, or failed (billing
-// failures past the app's retries) end it; active, paused and stale do
-// not. The contract is named by its numeric id, which must be the one its
+// failures past the app's retries) end it; paused suspends it, active
+// says it is active, stale says neither. A contract carries no signed time
+// of its status: its events are taken in the order they arrive. The contract is named by its numeric id, which must be the one its
 // GraphQL id carries.
 func shopifyContract(ev Event, body map[string]any) Event {
 	id := positiveID(body["id"])
@@ -419,8 +420,12 @@ func shopifyContract(ev Event, body map[string]any) Event {
 	switch status = strings.ToLower(status); status {
 	case "cancelled", "expired", "failed":
 		ev.Reversal = &Reversal{Kind: End, Subscription: id}
+	case "paused":
+		ev.Reversal = &Reversal{Kind: Suspension, Subscription: id, Standing: Paused}
+	case "active":
+		ev.Resumes = id
 	default:
-		ev.Note = "subscription contract " + strconv.Quote(truncate(status, 40)) + ": not ended"
+		ev.Note = "subscription contract " + strconv.Quote(truncate(status, 40)) + ": neither ended, paused nor active"
 	}
 	return ev
 }

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -142,8 +143,13 @@ func (s *Stripe) Read(body []byte) (Event, error) {
 		ev.Reversal, ev.Note = stripeReversal(typ, object)
 		return ev, nil
 	}
-	if slices.Contains(StripeEndTypes, typ) {
-		ev.Reversal, ev.Note = stripeEnd(typ, object)
+	if slices.Contains(StripeSubscriptionTypes, typ) {
+		ev.Reversal, ev.Resumes, ev.Note = stripeSubscription(typ, object)
+		if created, ok := env["created"].(json.Number); ok {
+			if sec, err := created.Int64(); err == nil && (ev.Reversal != nil || ev.Resumes != "") {
+				ev.StandingAt = time.Unix(sec, 0)
+			}
+		}
 		return ev, nil
 	}
 	if !slices.Contains(s.fulfilTypes, typ) {
@@ -276,7 +282,7 @@ func dataObject(env map[string]any) (map[string]any, error) {
 // rules read: a backfill asks Stripe for these, so an end Stripe could not
 // deliver is fetched like any other event.
 func (s *Stripe) RuleTypes() []string {
-	types := slices.Concat(s.fulfilTypes, StripeReversalTypes, StripeEndTypes, StripeInvoiceTypes)
+	types := slices.Concat(s.fulfilTypes, StripeReversalTypes, StripeSubscriptionTypes, StripeInvoiceTypes)
 	slices.Sort(types)
 	return slices.Compact(types)
 }
@@ -325,38 +331,41 @@ func stripeInvoice(object map[string]any) *Invoice {
 	return &in
 }
 
-// StripeEndTypes are the Stripe events that may end a subscription
-// (docs/design.md, "Subscriptions"): customer.subscription.deleted, sent
-// when a subscription ends (cancelled now, or at the end of its period
-// once cancel_at_period_end was set), and customer.subscription.updated,
-// whose status says when it ended otherwise (unpaid after the retries the
-// account's settings run).
-var StripeEndTypes = []string{"customer.subscription.deleted", "customer.subscription.updated"}
+// StripeSubscriptionTypes are the Stripe events that may end, suspend or
+// resume a subscription (docs/design.md, "Subscriptions"):
+// customer.subscription.deleted, sent when a subscription ends (cancelled
+// now, or at the end of its period once cancel_at_period_end was set),
+// customer.subscription.updated, whose status says when it ended
+// otherwise (unpaid after the retries the account's settings run), is
+// past due or active again, and customer.subscription.paused and
+// resumed.
+var StripeSubscriptionTypes = []string{"customer.subscription.deleted", "customer.subscription.updated",
+	"customer.subscription.paused", "customer.subscription.resumed"}
 
-// stripeEnd reads a subscription event: an End of the subscription when
-// its status says it ended (canceled, unpaid, incomplete_expired), else
-// nil and why not. A cancellation at the period's end (cancel_at_period_end
-// with the status still active) is no end: access lasts the paid period,
-// and the deletion Stripe sends when it is over ends it.
-func stripeEnd(eventType string, object map[string]any) (*Reversal, string) {
+// stripeSubscription reads a subscription event: an End when its status
+// says it ended (canceled, unpaid, incomplete_expired), a Suspension when
+// past_due or paused, the subscription it resumes when active or
+// trialing, or none of them and why. A cancellation at the period's end
+// (cancel_at_period_end with the status still active) is no end: access
+// lasts the paid period, and the deletion Stripe sends when it is over
+// ends it.
+func stripeSubscription(eventType string, object map[string]any) (end *Reversal, resumes, note string) {
 	id := prefixedID(stripeID(object["id"]), "sub_")
 	if object["object"] != "subscription" || id == "" {
-		return nil, "names no subscription Guardian can read"
+		return nil, "", "names no subscription Guardian can read"
 	}
 	status, _ := object["status"].(string)
-	switch status {
-	case "canceled", "unpaid", "incomplete_expired":
-		return &Reversal{Kind: End, Subscription: id}, ""
-	}
-	if eventType == "customer.subscription.deleted" {
+	switch {
+	case status == "canceled" || status == "unpaid" || status == "incomplete_expired" || eventType == "customer.subscription.deleted":
 		// Stripe deletes a subscription when it ends; a status that does
 		// not say so is read as what the event type says.
-		return &Reversal{Kind: End, Subscription: id}, ""
+		return &Reversal{Kind: End, Subscription: id}, "", ""
 	}
-	if cancel, _ := object["cancel_at_period_end"].(bool); cancel {
-		return nil, "subscription cancelled at the end of its period: it ends then, not now"
+	end, resumes, note = standing(id, status, "active", "trialing")
+	if cancel, _ := object["cancel_at_period_end"].(bool); cancel && resumes != "" {
+		note = "subscription cancelled at the end of its period: it ends then, not now"
 	}
-	return nil, "subscription " + strconv.Quote(status) + ": not ended"
+	return end, resumes, note
 }
 
 // stripeID reads an id field that Stripe sends as a string or, expanded,

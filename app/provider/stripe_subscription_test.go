@@ -24,7 +24,7 @@ func TestStripeSubscriptionLife(t *testing.T) {
 	session, sub := objs["checkout.session"], objs["subscription"]
 	stripe, err := provider.NewStripe(provider.StripeConfig{Secrets: []string{stripeSecret}})
 	require.NoError(t, err)
-	require.Subset(t, stripe.RuleTypes(), provider.StripeEndTypes, "a backfill lists the ends too")
+	require.Subset(t, stripe.RuleTypes(), provider.StripeSubscriptionTypes, "a backfill lists the ends too")
 	read := signedStripe(t, stripe)
 
 	start := with(session, map[string]any{"mode": "subscription", "status": "complete", "payment_status": "paid", "payment_intent": nil, "subscription": sub["id"]})
@@ -35,33 +35,42 @@ func TestStripeSubscriptionLife(t *testing.T) {
 	oneTime := with(session, map[string]any{"status": "complete", "payment_status": "paid"})
 	require.Empty(t, read("checkout.session.completed", oneTime).Subscription, "a payment-mode session starts no subscription")
 
+	ended := &provider.Reversal{Kind: provider.End, Subscription: sub["id"].(string)}
+	pastDue := &provider.Reversal{Kind: provider.Suspension, Subscription: sub["id"].(string), Standing: provider.PastDue}
+	paused := &provider.Reversal{Kind: provider.Suspension, Subscription: sub["id"].(string), Standing: provider.Paused}
 	for _, tt := range []struct {
-		typ    string
-		fields map[string]any
-		ends   bool
+		typ     string
+		fields  map[string]any
+		want    *provider.Reversal
+		resumes bool
 	}{
-		{"customer.subscription.updated", map[string]any{"status": "active", "cancel_at_period_end": true}, false},
-		{"customer.subscription.updated", map[string]any{"status": "past_due", "cancel_at_period_end": false}, false},
-		{"customer.subscription.updated", map[string]any{"status": "paused", "cancel_at_period_end": false}, false},
-		{"customer.subscription.updated", map[string]any{"status": "active", "cancel_at_period_end": false}, false}, // reactivated
-		{"customer.subscription.updated", map[string]any{"status": "unpaid"}, true},
-		{"customer.subscription.updated", map[string]any{"status": "canceled"}, true},
-		{"customer.subscription.updated", map[string]any{"status": "incomplete_expired"}, true},
-		{"customer.subscription.deleted", map[string]any{"status": "canceled"}, true},
+		{"customer.subscription.updated", map[string]any{"status": "active", "cancel_at_period_end": true}, nil, true}, // the cancel click
+		{"customer.subscription.updated", map[string]any{"status": "past_due", "cancel_at_period_end": false}, pastDue, false},
+		{"customer.subscription.updated", map[string]any{"status": "paused", "cancel_at_period_end": false}, paused, false},
+		{"customer.subscription.paused", map[string]any{"status": "paused"}, paused, false},
+		{"customer.subscription.resumed", map[string]any{"status": "active"}, nil, true},
+		{"customer.subscription.updated", map[string]any{"status": "active", "cancel_at_period_end": false}, nil, true}, // reactivated
+		{"customer.subscription.updated", map[string]any{"status": "trialing"}, nil, true},
+		{"customer.subscription.updated", map[string]any{"status": "incomplete"}, nil, false},
+		{"customer.subscription.updated", map[string]any{"status": "unpaid"}, ended, false},
+		{"customer.subscription.updated", map[string]any{"status": "canceled"}, ended, false},
+		{"customer.subscription.updated", map[string]any{"status": "incomplete_expired"}, ended, false},
+		{"customer.subscription.deleted", map[string]any{"status": "canceled"}, ended, false},
 	} {
 		ev := read(tt.typ, with(sub, tt.fields))
 		require.False(t, ev.Fulfils(), "%s %v", tt.typ, tt.fields)
-		if !tt.ends {
-			require.Nil(t, ev.Reversal, "%s %v", tt.typ, tt.fields)
+		require.Equal(t, tt.want, ev.Reversal, "%s %v", tt.typ, tt.fields)
+		require.Equal(t, tt.resumes, ev.Resumes == sub["id"], "%s %v", tt.typ, tt.fields)
+		require.Equal(t, tt.want != nil || tt.resumes, !ev.StandingAt.IsZero(), "%s %v: the signed time of a standing", tt.typ, tt.fields)
+		if tt.want == nil && !tt.resumes {
 			require.NotEmpty(t, ev.Note, "why not, for the log")
-			continue
 		}
-		require.Equal(t, &provider.Reversal{Kind: provider.End, Subscription: sub["id"].(string)}, ev.Reversal, "%s %v", tt.typ, tt.fields)
-		require.Equal(t, "subscription ended", ev.Reversal.String())
 	}
+	require.Equal(t, "subscription ended", ended.String())
+	require.Equal(t, "subscription past due", pastDue.String())
 	notASub := read("customer.subscription.deleted", with(sub, map[string]any{"object": "invoice", "id": "in_1"}))
 	require.Nil(t, notASub.Reversal)
-	require.True(t, slices.Contains(provider.StripeEndTypes, "customer.subscription.deleted"))
+	require.True(t, slices.Contains(provider.StripeSubscriptionTypes, "customer.subscription.deleted"))
 }
 
 // TestStripeSubscriptionInvoices reads which payment paid which of a
@@ -111,7 +120,7 @@ func signedStripe(t *testing.T, stripe *provider.Stripe) func(typ string, object
 	now := time.Now()
 	return func(typ string, object map[string]any) provider.Event {
 		t.Helper()
-		body, err := json.Marshal(map[string]any{"id": "evt_" + typ, "object": "event", "livemode": false, "type": typ, "data": map[string]any{"object": object}})
+		body, err := json.Marshal(map[string]any{"id": "evt_" + typ, "object": "event", "created": now.Unix(), "livemode": false, "type": typ, "data": map[string]any{"object": object}})
 		require.NoError(t, err)
 		ev, err := stripe.Verify(providertest.SignStripe(body, stripeSecret, now), body, now)
 		require.NoError(t, err)
