@@ -70,7 +70,7 @@ var (
 	}, jobs.DefaultJobRetention)
 	revokeOn = settings.New(settings.Setting{
 		Name: "GUARDIAN_REVOKE_ON", Default: "`full_refund,dispute_lost,subscription_ended`",
-		Doc: "what a refund, a dispute or a subscription's end takes a fulfilled payment back for (any of `full_refund`, `any_refund`, `dispute_opened`, `dispute_lost`, `subscription_ended`, or `none`): the receiver gets a second request, `\"action\":\"revoke\"`, once per payment (docs/design.md). A refund is `full_refund` when its event says so or when the payment's refunds add up to what its paid event says was paid, in the same currency (docs/design.md, \"Whole refunds\")",
+		Doc: "what a refund, a dispute or a subscription's end takes a fulfilled payment back for (any of `full_refund`, `any_refund`, `dispute_opened`, `dispute_lost`, `subscription_ended`, `subscription_suspended` (past due or paused: taken back, and granted again once when active again), or `none`): the receiver gets a second request, `\"action\":\"revoke\"`, once per payment (docs/design.md). A refund is `full_refund` when its event says so or when the payment's refunds add up to what its paid event says was paid, in the same currency (docs/design.md, \"Whole refunds\")",
 	}, actions.DefaultPolicy, actions.ParsePolicy)
 	maxBodyBytes = settings.Int(settings.Setting{
 		Name: "GUARDIAN_MAX_BODY_BYTES", Default: "`1048576`", Doc: "webhook body cap (413 beyond)",
