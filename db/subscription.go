@@ -437,34 +437,53 @@ type Subscription struct {
 	Provider, SubscriptionID, PaymentID string
 	StartedAt                           time.Time
 	EndedAt                             *time.Time
+	// Suspended says a suspension is in force (past due or paused);
+	// Grants counts its grants again after suspensions.
+	Suspended bool
+	Grants    int
 }
 
 // SubscriptionStates are the states ListSubscriptions filters by.
-var SubscriptionStates = []string{"active", "ended"}
+var SubscriptionStates = []string{"active", "suspended", "ended"}
 
-// State is "ended" once an end is stored, else "active".
+// State is "ended" once an end is stored, else "suspended" while a
+// suspension is in force, else "active".
 func (s Subscription) State() string {
-	if s.EndedAt != nil {
+	switch {
+	case s.EndedAt != nil:
 		return "ended"
+	case s.Suspended:
+		return "suspended"
 	}
 	return "active"
 }
 
+// GrantIDs names the purchases of the subscription's grants: its start's,
+// then each grant again.
+func (s Subscription) GrantIDs() []string {
+	ids := []string{s.PaymentID}
+	for n := 1; n <= s.Grants; n++ {
+		ids = append(ids, grantOf(s.PaymentID, n))
+	}
+	return ids
+}
+
 const subscriptionSelect = `SELECT s.provider, s.subscription_id, s.payment_id, s.started_at,
-		(SELECT min(e.first_seen_at) FROM webhook_event e WHERE e.provider = s.provider AND e.ends = s.subscription_id)
-	FROM subscription s`
+		(SELECT min(e.first_seen_at) FROM webhook_event e WHERE e.provider = s.provider AND e.ends = s.subscription_id),
+		coalesce(st.suspended_by IS NOT NULL, false), coalesce(st.grants, 0)
+	FROM subscription s LEFT JOIN subscription_standing st USING (provider, subscription_id)`
 
 func scanSubscription(r pgx.CollectableRow) (Subscription, error) {
 	var s Subscription
-	err := r.Scan(&s.Provider, &s.SubscriptionID, &s.PaymentID, &s.StartedAt, &s.EndedAt)
+	err := r.Scan(&s.Provider, &s.SubscriptionID, &s.PaymentID, &s.StartedAt, &s.EndedAt, &s.Suspended, &s.Grants)
 	return s, err
 }
 
 // ListSubscriptions lists up to limit subscriptions, the most recently
 // linked first, in a state ("active", "ended", or "" for both).
 func ListSubscriptions(ctx context.Context, q DBTX, state string, limit int) ([]Subscription, error) {
-	rows, err := q.Query(ctx, `SELECT * FROM (`+subscriptionSelect+`) s(provider, subscription_id, payment_id, started_at, ended_at)
-		WHERE $1 = '' OR ($1 = 'ended') = (ended_at IS NOT NULL)
+	rows, err := q.Query(ctx, `SELECT * FROM (`+subscriptionSelect+`) s(provider, subscription_id, payment_id, started_at, ended_at, suspended, grants)
+		WHERE $1 = '' OR $1 = CASE WHEN ended_at IS NOT NULL THEN 'ended' WHEN suspended THEN 'suspended' ELSE 'active' END
 		ORDER BY started_at DESC, provider, subscription_id LIMIT $2`, state, limit)
 	if err != nil {
 		return nil, wrap("list subscriptions", err)
@@ -488,12 +507,13 @@ func GetSubscription(ctx context.Context, q DBTX, provider, id string) (Subscrip
 }
 
 // SubscriptionEvents lists, oldest first, the stored events of a
-// subscription: those of the purchase its start paid for, the refunds and
-// disputes of it, and those that end it.
+// subscription: those of the purchase its start paid for and of its grants
+// again, the refunds and disputes of them, and those that end, suspend or
+// resume it.
 func SubscriptionEvents(ctx context.Context, q DBTX, s Subscription) ([]Event, error) {
 	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM webhook_event
-		WHERE provider = $1 AND (payment_id = $2 OR reverses = $2 OR refund_of = $2 OR ends = $3)
-		ORDER BY first_seen_at, id`, s.Provider, s.PaymentID, s.SubscriptionID)
+		WHERE provider = $1 AND (payment_id = ANY($2) OR reverses = ANY($2) OR refund_of = $4 OR ends = $3 OR suspends = $3 OR resumes = $3)
+		ORDER BY first_seen_at, id`, s.Provider, s.GrantIDs(), s.SubscriptionID, s.PaymentID)
 	if err != nil {
 		return nil, wrap("list subscription events", err)
 	}

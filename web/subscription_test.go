@@ -73,7 +73,7 @@ func TestStripeSubscriptionThroughTheEdge(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &d))
 	require.Equal(t, "cs_edge", d.Subscription.PaymentID)
 	require.Len(t, d.Fulfilments, 2)
-	require.Len(t, d.Events, 3, "the start, the deletion, the update saying canceled")
+	require.Len(t, d.Events, 4, "the start, the cancel click (still active), the deletion, the update saying canceled")
 	require.NotContains(t, string(raw), `"payload"`)
 	code, _ = b.api(t, "GET", "/api/v1/subscriptions/stripe/sub_nothing", b.token, nil)
 	require.Equal(t, http.StatusNotFound, code)
@@ -355,4 +355,13 @@ func TestStripeSuspensionThroughTheEdge(t *testing.T) {
 	}
 	require.Equal(t, []string{"fulfil cs_due", "revoke cs_due", "fulfil cs_due~1", "revoke cs_due~1"}, got)
 	require.Len(t, keys, 4)
+
+	code, raw := b.api(t, "GET", "/api/v1/subscriptions/stripe/sub_due", b.token, nil)
+	require.Equal(t, http.StatusOK, code)
+	var d web.SubscriptionDetail
+	require.NoError(t, json.Unmarshal(raw, &d))
+	require.Equal(t, "ended", d.Subscription.State)
+	require.Equal(t, []string{"cs_due", "cs_due~1"}, d.Subscription.Grants)
+	require.Len(t, d.Fulfilments, 4, "each grant's grant and take-back")
+	require.Len(t, d.Events, 5, "the start, two suspensions (one stale), the payment, the end")
 }

@@ -21,6 +21,9 @@ type SubscriptionView struct {
 	State          string     `json:"state"`
 	StartedAt      time.Time  `json:"started_at"`
 	EndedAt        *time.Time `json:"ended_at,omitempty"`
+	// Grants names its grants: the start's purchase, then each grant
+	// again after a suspension.
+	Grants []string `json:"grants"`
 }
 
 // SubscriptionList is the answer to GET /api/v1/subscriptions.
@@ -33,8 +36,9 @@ type SubscriptionList struct {
 
 // SubscriptionDetail is the answer to GET
 // /api/v1/subscriptions/{provider}/{subscription_id}: the subscription,
-// its events (its purchase's and its ends, without payloads), and every fulfilment of its
-// purchase, each action's grant and take-back.
+// its events (its purchase's, its grants again's, its reversals, ends,
+// suspensions and resumptions, without payloads), and every fulfilment of
+// its grants, each action's grant and take-back.
 type SubscriptionDetail struct {
 	Subscription SubscriptionView `json:"subscription"`
 	Events       []Event          `json:"events"`
@@ -46,13 +50,13 @@ const subscriptionsShown = 100
 
 func apiSubscription(s db.Subscription) SubscriptionView {
 	return SubscriptionView{Provider: s.Provider, SubscriptionID: s.SubscriptionID, PaymentID: s.PaymentID,
-		State: s.State(), StartedAt: s.StartedAt, EndedAt: s.EndedAt}
+		State: s.State(), StartedAt: s.StartedAt, EndedAt: s.EndedAt, Grants: s.GrantIDs()}
 }
 
 func (s *Server) subscriptions(c echo.Context) (SubscriptionList, error) {
 	st := c.QueryParam("state")
 	if st != "" && !slices.Contains(db.SubscriptionStates, st) {
-		return SubscriptionList{}, &HTTPError{Code: http.StatusBadRequest, Msg: "state must be active or ended"}
+		return SubscriptionList{}, &HTTPError{Code: http.StatusBadRequest, Msg: "state must be active, suspended or ended"}
 	}
 	ctx, pool := c.Request().Context(), s.cfg.Store.Pool()
 	list, err := db.ListSubscriptions(ctx, pool, st, subscriptionsShown)
@@ -79,9 +83,13 @@ func (s *Server) subscriptionDetail(c echo.Context) (SubscriptionDetail, error) 
 	if err != nil {
 		return SubscriptionDetail{}, storageError(err)
 	}
-	fs, err := db.FulfilmentsByPayment(ctx, pool, sub.Provider, sub.PaymentID)
-	if err != nil {
-		return SubscriptionDetail{}, storageError(err)
+	var fs []db.Fulfilment
+	for _, grant := range sub.GrantIDs() {
+		rows, err := db.FulfilmentsByPayment(ctx, pool, sub.Provider, grant)
+		if err != nil {
+			return SubscriptionDetail{}, storageError(err)
+		}
+		fs = append(fs, rows...)
 	}
 	// Events without payloads, as in listings: each one's page has it.
 	withoutPayload := func(e db.Event) Event { e.Payload = nil; return apiEvent(e) }
