@@ -19,6 +19,10 @@
 # and its end through every order, each delivered twice (FIXSBEFORE,
 # FIXSLOCK).
 #
+# standing.pml takes a subscription's suspension, its resumption (twice)
+# and maybe a second suspension and its end, by the provider's times,
+# through every order (FIXSTIME, FIXSONCE, FIXSLINK).
+#
 # Needs spin and a C compiler (`apt-get install -y spin`); .ci/run installs it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -74,6 +78,8 @@ case ${1:-} in
 	run "two actions, one keyed receiver for both" -m100000
 	build subscription.pml -DSAFETY -DNOCLAIM
 	run "subscription: no access outlives its end" -m100000
+	build standing.pml -DSAFETY -DNOCLAIM
+	run "standing: the latest word decides what is held" -m100000
 	;;
 holes)
 	status=0
@@ -106,6 +112,9 @@ holes)
 	for fix in FIXSBEFORE FIXSLOCK; do
 		hole subscription.pml 100000 "subscription without $fix" -DNOCLAIM $fix=0
 	done
+	for fix in FIXSTIME FIXSONCE FIXSLINK; do
+		hole standing.pml 100000 "standing without $fix" -DNOCLAIM $fix=0
+	done
 	for fix in FIX7=0 MARKFIRST=1; do
 		hole filter.pml 100000 "filter with $fix" $fix
 	done
@@ -120,6 +129,7 @@ trail)
 		FIX7) model=filter.pml; defs+=(FIX7=0) ;;
 		FIXR*) model=reversal.pml; defs+=("$a=0") ;;
 		FIXIDX | FIXPER | FIXONCE | FIXAKEY) model=actions.pml; defs+=("$a=0") ;;
+		FIXSTIME | FIXSONCE | FIXSLINK) model=standing.pml; defs+=("$a=0") ;;
 		FIXS*) model=subscription.pml; defs+=("$a=0") ;;
 		MARKFIRST) model=filter.pml; defs+=(MARKFIRST=1) ;;
 		*=*) defs+=("$a") ;;
@@ -130,7 +140,7 @@ trail)
 	build "$model" -DSAFETY -DNOCLAIM "${defs[@]}"
 	./pan -m400000 >/dev/null 2>&1 || true
 	dflags=(); for d in "${defs[@]}"; do dflags+=("-D$d"); done
-	spin "${dflags[@]}" -t -p "$model" | grep -E 'proc +[0-9]+ \((provider|worker|sweep|reconciler|operator|chaos|clock|receiver|payment|reversal|fulfiller|revoker|restore|intake|retrier|monitor|start|linker|ender|dispatcher)' \
+	spin "${dflags[@]}" -t -p "$model" | grep -E 'proc +[0-9]+ \((provider|worker|sweep|reconciler|operator|chaos|clock|receiver|payment|reversal|fulfiller|revoker|restore|intake|retrier|monitor|start|linker|ender|dispatcher|pastDue|paidUp|pastDueAgain)' \
 		| grep -vE '\[(\(1\)|else|skip)\]|\[(r|a|out|n|k|body|i) = ' | sed -E 's/^ *[0-9]+:\s+proc +[0-9]+ //; s/ \(state [0-9]+\)//'
 	spin "${dflags[@]}" -t "$model" | grep -E 'assertion violated|spin: trail ends' || true
 	;;
