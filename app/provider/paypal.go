@@ -47,7 +47,8 @@ const PayPalFulfilEvent = "PAYMENT.CAPTURE.COMPLETED"
 // and the refunds, reversals and disputes. A backfill lists these.
 var PayPalRuleTypes = []string{PayPalFulfilEvent, "PAYMENT.CAPTURE.REFUNDED", "PAYMENT.CAPTURE.REVERSED",
 	"CUSTOMER.DISPUTE.CREATED", "CUSTOMER.DISPUTE.RESOLVED",
-	payPalSubscriptionStart, "BILLING.SUBSCRIPTION.CANCELLED", "BILLING.SUBSCRIPTION.EXPIRED", "BILLING.SUBSCRIPTION.SUSPENDED"}
+	payPalSubscriptionStart, "BILLING.SUBSCRIPTION.CANCELLED", "BILLING.SUBSCRIPTION.EXPIRED", "BILLING.SUBSCRIPTION.SUSPENDED",
+	"PAYMENT.SALE.COMPLETED", "PAYMENT.SALE.REFUNDED", "PAYMENT.SALE.REVERSED"}
 
 // payPalSubscriptionStart is the event that starts a PayPal subscription:
 // its activation, on which PayPal's subscription integration provisions.
@@ -104,6 +105,11 @@ type PayPalConfig struct {
 	// defaults to its Event, and the backfill lists from it (API), under
 	// one access token.
 	API *PayPalAPI
+	// FulfilRenewals makes each completed sale of a subscription
+	// (PAYMENT.SALE.COMPLETED naming its billing_agreement_id) a renewal:
+	// a purchase of its own, the sale, once. Off by default, as Stripe's
+	// and Paddle's renewals are: the activation fulfils.
+	FulfilRenewals bool
 }
 
 // PayPal verifies PayPal's webhook deliveries. PAYPAL-TRANSMISSION-SIG is
@@ -121,12 +127,13 @@ type PayPalConfig struct {
 // CHECKOUT.ORDER.APPROVED (approved, not paid) and PAYMENT.CAPTURE.PENDING
 // never do.
 type PayPal struct {
-	webhookIDs []string
-	tolerance  time.Duration
-	mode       Mode
-	api        *PayPalAPI
-	fetch      func(ctx context.Context, url string) ([]byte, error)
-	event      func(ctx context.Context, id string) ([]byte, error)
+	webhookIDs     []string
+	tolerance      time.Duration
+	mode           Mode
+	fulfilRenewals bool
+	api            *PayPalAPI
+	fetch          func(ctx context.Context, url string) ([]byte, error)
+	event          func(ctx context.Context, id string) ([]byte, error)
 	// confirming bounds the confirmations in flight (maxPayPalConfirms).
 	confirming chan struct{}
 
@@ -163,7 +170,7 @@ func NewPayPal(cfg PayPalConfig) (*PayPal, error) {
 	if cfg.Tolerance < 0 {
 		return nil, errors.New("paypal: negative tolerance")
 	}
-	p := &PayPal{webhookIDs: ids, tolerance: cmp.Or(cfg.Tolerance, DefaultTolerance), mode: cfg.Mode, fetch: cfg.Fetch,
+	p := &PayPal{webhookIDs: ids, tolerance: cmp.Or(cfg.Tolerance, DefaultTolerance), mode: cfg.Mode, fetch: cfg.Fetch, fulfilRenewals: cfg.FulfilRenewals,
 		event: cfg.Event, api: cfg.API, confirming: make(chan struct{}, maxPayPalConfirms),
 		certs: map[string]*x509.Certificate{}, failed: map[string]certFailure{}, inflight: map[string]*certCall{}}
 	if p.fetch == nil {
@@ -239,7 +246,7 @@ func (p *PayPal) Confirms() bool { return p.event != nil }
 // delivery's transmission. The copy must be the same event: its id and
 // type.
 func (p *PayPal) confirm(ev Event) (Event, error) {
-	if p.event == nil || (!ev.Fulfils() && ev.Reversal == nil && ev.Unmapped == "") {
+	if p.event == nil || (!ev.Fulfils() && ev.Reversal == nil && ev.Resumes == "" && ev.Unmapped == "") {
 		return ev, nil
 	}
 	if !payPalEventID(ev.ID) {
@@ -298,7 +305,7 @@ func (p *PayPal) Read(body []byte) (Event, error) {
 		return Event{}, errNUL
 	}
 	resource, _ := doc["resource"].(map[string]any)
-	return payPalRules(Event{Provider: p.Name(), ID: eventID, Type: eventType, Payload: body}, resource), nil
+	return p.rules(Event{Provider: p.Name(), ID: eventID, Type: eventType, Payload: body}, resource), nil
 }
 
 // Map applies PayPal's rules to a stored body (Mapper).
@@ -308,14 +315,17 @@ func (p *PayPal) Map(eventType string, body []byte) (Event, error) {
 		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	resource, _ := env["resource"].(map[string]any)
-	return payPalRules(Event{Provider: p.Name(), Type: eventType, Payload: body}, resource), nil
+	return p.rules(Event{Provider: p.Name(), Type: eventType, Payload: body}, resource), nil
 }
 
-// payPalRules applies the rule for "paid" to ev, and reads a reversal or
-// a subscription's start or end.
-func payPalRules(ev Event, resource map[string]any) Event {
-	if strings.HasPrefix(ev.Type, "BILLING.SUBSCRIPTION.") || ev.Type == "PAYMENT.SALE.COMPLETED" {
+// rules applies the rule for "paid" to ev, and reads a reversal, a
+// subscription's start, standing or end, or its renewal.
+func (p *PayPal) rules(ev Event, resource map[string]any) Event {
+	if strings.HasPrefix(ev.Type, "BILLING.SUBSCRIPTION.") {
 		return payPalSubscription(ev, resource)
+	}
+	if ev.Type == "PAYMENT.SALE.COMPLETED" {
+		return payPalSale(ev, resource, p.fulfilRenewals)
 	}
 	if ev.Type != PayPalFulfilEvent {
 		ev.Reversal, ev.Note = payPalReversal(ev.Type, resource)
@@ -346,14 +356,13 @@ func payPalRules(ev Event, resource map[string]any) Event {
 // (PayPal ends a cancelled subscription at once) or expires. A suspension
 // (failed payments past the plan's threshold, or the merchant's) can be
 // reactivated: no end, but a suspension, and its activation again says it
-// is active, each at its status_update_time. Each cycle's PAYMENT.SALE.COMPLETED is stored and
+// is active, each at its status_update_time. Each cycle's payment is a
+// sale (payPalSale). Each cycle's PAYMENT.SALE.COMPLETED is stored and
 // fulfils nothing: PayPal's renewals are not purchases of their own here.
 func payPalSubscription(ev Event, resource map[string]any) Event {
 	id := prefixedID(resource["id"], "I-")
 	status, _ := resource["status"].(string)
 	switch {
-	case ev.Type == "PAYMENT.SALE.COMPLETED":
-		ev.Note = "a subscription's cycle payment: stored; PayPal's renewals fulfil nothing of their own"
 	case id == "":
 		ev.Note = "names no subscription Guardian can read"
 	case ev.Type == payPalSubscriptionStart && status == "ACTIVE":
@@ -380,6 +389,38 @@ func payPalSubscription(ev Event, resource map[string]any) Event {
 	}
 	if at, err := time.Parse(time.RFC3339Nano, text(resource["status_update_time"])); err == nil && (ev.Resumes != "" || ev.Reversal != nil) {
 		ev.StandingAt = at
+	}
+	return ev
+}
+
+// payPalSale reads a completed sale, PayPal's payment of a subscription's
+// cycle: with renewals fulfilling, a sale naming its subscription
+// (billing_agreement_id) and completed is a renewal, the sale its
+// purchase, once. PayPal's sale does not say which cycle it pays: the
+// first cycle's sale, paid with the activation, is a renewal too, so
+// route what each period earns by kind (renewal) and what the
+// subscription grants by its start (subscription_start). A sale refunded
+// or reversed names the sale (payPalReversal).
+func payPalSale(ev Event, resource map[string]any, renewals bool) Event {
+	sale := text(resource["id"])
+	state, _ := resource["state"].(string)
+	switch {
+	case prefixedID(resource["billing_agreement_id"], "I-") == "":
+		ev.Note = "a sale of no subscription: PayPal's captures pay for purchases"
+	case !renewals:
+		ev.Note = "a subscription's cycle payment: renewals fulfil only when configured"
+	case state != "completed":
+		ev.Note = "sale state is " + strconv.Quote(truncate(state, 40)) + ", not completed"
+	case sale == "" || len(sale) > maxIDLength || hasNUL(sale):
+		ev.Unmapped = "no string sale id at resource.id"
+	default:
+		ev.PaymentID = sale
+		amount, _ := resource["amount"].(map[string]any)
+		ev.Paid = decimalMoney(amount["total"], amount["currency"])
+		p := basePurchase(ev)
+		p.Kind = Renewal
+		p.Metadata = metadata(map[string]any{"custom": resource["custom"], "billing_agreement_id": resource["billing_agreement_id"]})
+		ev.Purchase = p
 	}
 	return ev
 }
@@ -575,7 +616,8 @@ var payPalDisputeOutcomes = map[string]DisputeStage{
 // payPalReversal reads a refund or dispute, by PayPal's event names: a
 // capture refunded (the refund names its capture by its "up" link; whether
 // it is the whole capture it does not say), or reversed by PayPal (the
-// funds taken back: lost); a dispute opened, or resolved (in the buyer's
+// funds taken back: lost); a subscription's sale refunded or reversed, the
+// same way, naming its sale (sale_id); a dispute opened, or resolved (in the buyer's
 // favour: lost; otherwise: won), naming the capture it disputes.
 func payPalReversal(eventType string, resource map[string]any) (*Reversal, string) {
 	var r *Reversal
@@ -606,6 +648,15 @@ func payPalReversal(eventType string, resource map[string]any) (*Reversal, strin
 				}
 			}
 		}
+	case "PAYMENT.SALE.REFUNDED", "PAYMENT.SALE.REVERSED":
+		// A subscription's sale: the refund names it by sale_id.
+		r = &Reversal{Kind: Dispute, Stage: DisputeLost}
+		if eventType == "PAYMENT.SALE.REFUNDED" {
+			amount, _ := resource["amount"].(map[string]any)
+			r = &Reversal{Kind: Refund, Amount: decimalMoney(amount["total"], amount["currency"])}
+			r.RefundID, _ = resource["id"].(string)
+		}
+		capture, _ = resource["sale_id"].(string)
 	case "CUSTOMER.DISPUTE.CREATED", "CUSTOMER.DISPUTE.RESOLVED":
 		r = &Reversal{Kind: Dispute, Stage: DisputeOpened}
 		if eventType == "CUSTOMER.DISPUTE.RESOLVED" {
@@ -654,6 +705,10 @@ var (
 		Name: "GUARDIAN_PAYPAL_CLIENT_SECRET", Default: "unset", Secret: true,
 		Doc: "the REST app's secret, with `GUARDIAN_PAYPAL_CLIENT_ID`",
 	}, "")
+	payPalFulfilRenewals = settings.Bool(settings.Setting{
+		Name: "GUARDIAN_PAYPAL_FULFIL_RENEWALS", Default: "`false`",
+		Doc: "whether each completed sale of a PayPal subscription fulfils too, as a renewal (PayPal's sale does not say which cycle it pays: the first cycle's is a renewal too)",
+	}, false)
 	payPalAPIURL = settings.String(settings.Setting{
 		Name: "GUARDIAN_PAYPAL_API_URL", Default: "`https://api-m.paypal.com` (`https://api-m.sandbox.paypal.com` in test mode)",
 		Doc: "PayPal's API, for the confirmation and the backfill",
@@ -681,7 +736,7 @@ func openPayPal(env *settings.Env, c Common) (Provider, error) {
 	case c.Mode == ModeTest && apiURL == PayPalAPIURL:
 		return nil, errors.New("GUARDIAN_PAYPAL_API_URL is live in a test deployment (GUARDIAN_MODE=test)")
 	}
-	cfg := PayPalConfig{WebhookIDs: ids, Tolerance: c.Tolerance, Mode: c.Mode}
+	cfg := PayPalConfig{WebhookIDs: ids, Tolerance: c.Tolerance, Mode: c.Mode, FulfilRenewals: payPalFulfilRenewals.Read(env)}
 	if id == "" {
 		env.Warn("PayPal: no GUARDIAN_PAYPAL_CLIENT_ID, so deliveries are not confirmed with PayPal's API. PayPal's signature binds the body " +
 			"only by a CRC32, which anyone can match: Guardian trusts each delivered body as signed, bound to its transmission id, so whoever " +

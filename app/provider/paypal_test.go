@@ -543,3 +543,48 @@ func TestPayPalSubscriptionLife(t *testing.T) {
 		require.Equal(t, &provider.Reversal{Kind: provider.End, Subscription: "I-BW452GLLEP1G"}, ev.Reversal, tt.typ)
 	}
 }
+
+// TestPayPalRenewals reads a subscription's sales, as PayPal's
+// subscription webhooks reference describes them (PayPal publishes no
+// sample): with renewals fulfilling, each completed sale naming its
+// subscription is a renewal of its own, the sale; a sale refunded or
+// reversed names it back. Without, a sale is stored and fulfils nothing.
+func TestPayPalRenewals(t *testing.T) {
+	t.Parallel()
+	on, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{payPalWebhook}, FulfilRenewals: true})
+	require.NoError(t, err)
+	off, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: []string{payPalWebhook}})
+	require.NoError(t, err)
+	event := func(typ, resource string) []byte {
+		return []byte(fmt.Sprintf(`{"id":"WH-SALE","event_type":%q,"resource_type":"sale","resource":%s}`, typ, resource))
+	}
+	sale := event("PAYMENT.SALE.COMPLETED", `{"id":"80021663DE681814L","state":"completed","billing_agreement_id":"I-BW452GLLEP1G","custom":"course-go","amount":{"total":"10.00","currency":"USD"}}`)
+	ev, err := on.Map("PAYMENT.SALE.COMPLETED", sale)
+	require.NoError(t, err)
+	require.Equal(t, "80021663DE681814L", ev.PaymentID)
+	require.Equal(t, provider.Renewal, ev.Purchase.Kind)
+	require.Equal(t, &provider.Money{Minor: 1000, Currency: "USD"}, ev.Paid)
+	require.Equal(t, "I-BW452GLLEP1G", ev.Purchase.Metadata["billing_agreement_id"])
+	ev, err = off.Map("PAYMENT.SALE.COMPLETED", sale)
+	require.NoError(t, err)
+	require.False(t, ev.Fulfils(), "renewals fulfil only when configured")
+	require.NotEmpty(t, ev.Note)
+	for _, resource := range []string{
+		`{"id":"80021663DE681814L","state":"pending","billing_agreement_id":"I-BW452GLLEP1G"}`,
+		`{"id":"80021663DE681814L","state":"completed"}`, // no subscription's
+	} {
+		ev, err = on.Map("PAYMENT.SALE.COMPLETED", event("PAYMENT.SALE.COMPLETED", resource))
+		require.NoError(t, err)
+		require.False(t, ev.Fulfils(), resource)
+	}
+
+	refund, err := on.Map("PAYMENT.SALE.REFUNDED", event("PAYMENT.SALE.REFUNDED",
+		`{"id":"1K0NSJ9CT6HAGE","state":"completed","sale_id":"80021663DE681814L","amount":{"total":"10.00","currency":"USD"}}`))
+	require.NoError(t, err)
+	require.Equal(t, &provider.Reversal{PaymentID: "80021663DE681814L", Kind: provider.Refund, RefundID: "1K0NSJ9CT6HAGE",
+		Amount: &provider.Money{Minor: 1000, Currency: "USD"}}, refund.Reversal)
+	reversed, err := on.Map("PAYMENT.SALE.REVERSED", event("PAYMENT.SALE.REVERSED", `{"id":"7WX52145G1547512B","sale_id":"80021663DE681814L"}`))
+	require.NoError(t, err)
+	require.Equal(t, &provider.Reversal{PaymentID: "80021663DE681814L", Kind: provider.Dispute, Stage: provider.DisputeLost}, reversed.Reversal)
+	require.Subset(t, provider.PayPalRuleTypes, []string{"PAYMENT.SALE.COMPLETED", "PAYMENT.SALE.REFUNDED", "PAYMENT.SALE.REVERSED"}, "a backfill lists them")
+}
