@@ -188,7 +188,7 @@ func TestConfigRefusesExposure(t *testing.T) {
 		{"PayPalIDWithoutSecret", production(map[string]string{"GUARDIAN_PAYPAL_WEBHOOK_IDS": "WH1", "GUARDIAN_PAYPAL_CLIENT_ID": "AYid"}), "GUARDIAN_PAYPAL_CLIENT_ID and GUARDIAN_PAYPAL_CLIENT_SECRET go together"},
 		{"SandboxPayPalAPILive", production(map[string]string{"GUARDIAN_PAYPAL_WEBHOOK_IDS": "WH1", "GUARDIAN_PAYPAL_CLIENT_ID": "AYid", "GUARDIAN_PAYPAL_CLIENT_SECRET": "EKsecret", "GUARDIAN_PAYPAL_API_URL": "https://api-m.sandbox.paypal.com"}), "GUARDIAN_PAYPAL_API_URL is the sandbox's in a live deployment"},
 		{"PaddleAPIOverHTTP", production(map[string]string{"GUARDIAN_PADDLE_API_URL": "http://paddle.example.com"}), "GUARDIAN_PADDLE_API_URL: want an https URL"},
-		{"RevokeOnUnknown", production(map[string]string{"GUARDIAN_REVOKE_ON": "full_refund,sometimes"}), `GUARDIAN_REVOKE_ON: "sometimes" is not one of full_refund, any_refund, dispute_opened, dispute_lost, subscription_ended, or none`},
+		{"RevokeOnUnknown", production(map[string]string{"GUARDIAN_REVOKE_ON": "full_refund,sometimes"}), `GUARDIAN_REVOKE_ON: "sometimes" is not one of full_refund, any_refund, dispute_opened, dispute_lost, subscription_ended, subscription_suspended, or none`},
 		{"PayloadRetentionShorterThanRetries", production(map[string]string{"GUARDIAN_PAYLOAD_RETENTION": "24h"}), "GUARDIAN_PAYLOAD_RETENTION: want a duration of at least 96h0m0s"},
 		{"ShortStandardSecret", production(map[string]string{"GUARDIAN_STANDARD_SECRETS": "whsec_c2hvcnQ="}), "at least 24 random bytes"},
 		{"ShortConnectorSecret", production(map[string]string{"GUARDIAN_CONNECTOR_SECRET": "whsec_c2hvcnQ="}), "GUARDIAN_CONNECTOR_SECRET holds 5 random bytes; at least 24 random bytes wanted"},
