@@ -3,11 +3,14 @@ package fulfilment_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/guardian-pay/guardian/app/actions"
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 )
@@ -176,4 +179,41 @@ func TestRefundsOfASubscriptionsPayments(t *testing.T) {
 		require.NoError(t, err)
 		require.NotEmpty(t, rows)
 	})
+}
+
+// TestRefundsOfALemonSqueezySubscriptionsInvoices: Lemon Squeezy names a
+// subscription's payments by its invoices. The first invoice's refund
+// takes back what the order granted; a renewal, with renewals fulfilling,
+// is a purchase of its own, and its refund takes back the renewal alone.
+func TestRefundsOfALemonSqueezySubscriptionsInvoices(t *testing.T) {
+	t.Parallel()
+	l, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: []string{providertest.LemonSqueezySecret}, FulfilRenewals: true})
+	require.NoError(t, err)
+	cp := newCoursePlatform("routes.yaml")
+	cp.set.Routes[0].Match = actions.Match{} // every purchase: a renewal invoice carries no custom data
+	b := setup(t, cp.option)
+	accept := func(name, typ, id, attrs string, settle ...string) {
+		t.Helper()
+		body := providertest.LemonSqueezyEvent(name, typ, id, attrs)
+		ev, err := l.Verify(providertest.SignLemonSqueezy(body, providertest.LemonSqueezySecret, name), body, time.Now())
+		require.NoError(t, err)
+		_, err = b.svc.Accept(b.ctx, ev)
+		require.NoError(t, err)
+		for _, p := range settle {
+			b.settleAllOf(t, "lemonsqueezy", p)
+		}
+	}
+	ledger := func(payment string) map[string]int { return b.ledgerOf(t, "lemonsqueezy", payment) }
+	accept("order_created", "orders", "1", `"status":"paid","total":999,"currency":"USD"`, "1")
+	accept("subscription_created", "subscriptions", "7", `"order_id":1,"status":"active"`)
+	accept("subscription_payment_success", "subscription-invoices", "55", `"subscription_id":7,"billing_reason":"initial","status":"paid","total":999,"currency":"USD"`)
+	accept("subscription_payment_success", "subscription-invoices", "56", `"subscription_id":7,"billing_reason":"renewal","status":"paid","total":999,"currency":"USD"`, "56")
+	require.Equal(t, 1, ledger("1")["licence fulfil"])
+	require.Equal(t, 1, ledger("56")["licence fulfil"], "the renewal, a purchase of its own")
+
+	accept("subscription_payment_refunded", "subscription-invoices", "56", `"subscription_id":7,"billing_reason":"renewal","status":"refunded"`, "56", "1")
+	require.Equal(t, 1, ledger("56")["licence revoke"], "the renewal's refund takes the renewal back")
+	require.Zero(t, ledger("1")["licence revoke"], "and not the order")
+	accept("subscription_payment_refunded", "subscription-invoices", "55", `"subscription_id":7,"billing_reason":"initial","status":"refunded"`, "1")
+	require.Equal(t, 1, ledger("1")["licence revoke"], "the first invoice's refund takes back what the order granted")
 }

@@ -40,11 +40,17 @@ func subEnd(n int, typ string) provider.Event {
 		Reversal: &provider.Reversal{Kind: provider.End, Subscription: fmt.Sprintf("sub_%d", n)}}
 }
 
-// settleAll dispatches every pending row of the payment, as workers would,
-// answering done.
+// settleAll dispatches every pending row of the Stripe payment, as workers
+// would, answering done.
 func (b *testBundle) settleAll(t *testing.T, paymentID string) {
 	t.Helper()
-	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", paymentID)
+	b.settleAllOf(t, "stripe", paymentID)
+}
+
+// settleAllOf is settleAll for a payment of another provider's.
+func (b *testBundle) settleAllOf(t *testing.T, provider, paymentID string) {
+	t.Helper()
+	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, provider, paymentID)
 	require.NoError(t, err)
 	for _, f := range fs {
 		if f.State == state.Pending {
@@ -54,11 +60,17 @@ func (b *testBundle) settleAll(t *testing.T, paymentID string) {
 	}
 }
 
-// ledger counts, by action and direction, the rows that reached fulfilled:
-// what the receivers did.
+// ledger counts, by action and direction, the rows of a Stripe payment
+// that reached fulfilled: what the receivers did.
 func (b *testBundle) ledger(t *testing.T, paymentID string) map[string]int {
 	t.Helper()
-	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, "stripe", paymentID)
+	return b.ledgerOf(t, "stripe", paymentID)
+}
+
+// ledgerOf is ledger for a payment of another provider's.
+func (b *testBundle) ledgerOf(t *testing.T, provider, paymentID string) map[string]int {
+	t.Helper()
+	fs, err := db.FulfilmentsByPayment(b.ctx, b.db.Pool, provider, paymentID)
 	require.NoError(t, err)
 	out := map[string]int{}
 	for _, f := range fs {

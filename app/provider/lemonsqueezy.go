@@ -23,6 +23,11 @@ type LemonSqueezyConfig struct {
 	// meta.test_mode says otherwise is refused (ErrMode). The zero Mode
 	// checks nothing.
 	Mode Mode
+	// FulfilRenewals makes each paid renewal invoice of a subscription
+	// (subscription_payment_success, billing_reason renewal) a purchase
+	// of its own, the invoice, once. Off by default, as the other
+	// providers' renewals are: the order that started it fulfils.
+	FulfilRenewals bool
 }
 
 // LemonSqueezy verifies Lemon Squeezy's webhook deliveries: X-Signature is
@@ -37,8 +42,9 @@ type LemonSqueezyConfig struct {
 // not; order_created with data.attributes.status "paid" fulfils, its
 // payment the order (data.id).
 type LemonSqueezy struct {
-	secrets [][]byte
-	mode    Mode
+	secrets        [][]byte
+	mode           Mode
+	fulfilRenewals bool
 }
 
 // LemonSqueezyFulfilEvent is the one Lemon Squeezy event that fulfils.
@@ -54,7 +60,7 @@ func NewLemonSqueezy(cfg LemonSqueezyConfig) (*LemonSqueezy, error) {
 	if err := cfg.Mode.check("lemonsqueezy"); err != nil {
 		return nil, err
 	}
-	return &LemonSqueezy{mode: cfg.Mode, secrets: secrets}, nil
+	return &LemonSqueezy{mode: cfg.Mode, secrets: secrets, fulfilRenewals: cfg.FulfilRenewals}, nil
 }
 
 // Name returns "lemonsqueezy".
@@ -96,7 +102,7 @@ func (l *LemonSqueezy) Verify(header http.Header, body []byte, _ time.Time) (Eve
 			return Event{}, err
 		}
 	}
-	return lemonSqueezyMap(Event{Provider: l.Name(), ID: id, Type: name, Payload: body}, meta, data, attrs), nil
+	return l.rules(Event{Provider: l.Name(), ID: id, Type: name, Payload: body}, meta, data, attrs), nil
 }
 
 // Map applies Lemon Squeezy's rules to a stored body (Mapper).
@@ -108,12 +114,13 @@ func (l *LemonSqueezy) Map(eventName string, body []byte) (Event, error) {
 	meta, _ := env["meta"].(map[string]any)
 	data, _ := env["data"].(map[string]any)
 	attrs, _ := data["attributes"].(map[string]any)
-	return lemonSqueezyMap(Event{Provider: l.Name(), Type: eventName, Payload: body}, meta, data, attrs), nil
+	return l.rules(Event{Provider: l.Name(), Type: eventName, Payload: body}, meta, data, attrs), nil
 }
 
-// lemonSqueezyMap applies the rule for "paid" to ev: a paid order names
-// itself, anything else says why not.
-func lemonSqueezyMap(ev Event, meta, data, attrs map[string]any) Event {
+// rules applies the rule for "paid" to ev: a paid order names itself, a
+// paid renewal invoice too where renewals fulfil, anything else says why
+// not.
+func (l *LemonSqueezy) rules(ev Event, meta, data, attrs map[string]any) Event {
 	if ev.Type == "order_refunded" {
 		// The order refunded, whole ("refunded") or in part
 		// ("partial_refund"), named as order_created named it.
@@ -128,6 +135,9 @@ func lemonSqueezyMap(ev Event, meta, data, attrs map[string]any) Event {
 			ev.Reversal = &Reversal{PaymentID: order, Kind: Refund, Full: status == "refunded"}
 		}
 		return ev
+	}
+	if strings.HasPrefix(ev.Type, "subscription_payment_") {
+		return lemonSqueezyInvoice(ev, data, attrs, l.fulfilRenewals)
 	}
 	if strings.HasPrefix(ev.Type, "subscription_") {
 		return lemonSqueezySubscription(ev, data, attrs)
@@ -190,6 +200,46 @@ func lemonSqueezySubscription(ev Event, data, attrs map[string]any) Event {
 	return ev
 }
 
+// lemonSqueezyInvoice reads a subscription invoice's event
+// (subscription_payment_success, _recovered, _failed, _refunded: a
+// subscription-invoices object): which subscription it bills and whether
+// it is the first (billing_reason initial, paid with the order that
+// started it) or a renewal, its payment being the invoice itself; a paid
+// renewal is a purchase of its own where renewals fulfil (a recovered
+// payment is the same invoice paid, so the same purchase); a refund of it
+// names it (docs/design.md, "Subscriptions": the first invoice's refund
+// reverses the order, a renewal's the renewal).
+func lemonSqueezyInvoice(ev Event, data, attrs map[string]any, renewals bool) Event {
+	invoice, sub := idText(data["id"]), idText(attrs["subscription_id"])
+	if data["type"] != "subscription-invoices" || invoice == "" || sub == "" || len(invoice) > maxIDLength || len(sub) > maxIDLength || hasNUL(invoice, sub) {
+		ev.Note = "names no subscription invoice Guardian can read"
+		return ev
+	}
+	reason, _ := attrs["billing_reason"].(string)
+	status, _ := attrs["status"].(string)
+	ev.Invoice = &Invoice{ID: invoice, Payment: invoice, Subscription: sub, First: reason == "initial"}
+	switch {
+	case ev.Type == "subscription_payment_refunded" && (status == "refunded" || status == "partial_refund"):
+		ev.Reversal = &Reversal{PaymentID: invoice, Kind: Refund, Full: status == "refunded"}
+	case ev.Type == "subscription_payment_refunded":
+		ev.Note = "subscription_payment_refunded with status " + strconv.Quote(truncate(status, 40)) + ": no refund Guardian knows"
+	case status != "paid":
+		ev.Note = "subscription invoice status is " + strconv.Quote(truncate(status, 40)) + ", not paid"
+	case reason != "renewal":
+		ev.Note = "a subscription invoice of billing_reason " + strconv.Quote(truncate(reason, 40)) + ": the order that started it, or a change, pays for no purchase of its own"
+	case !renewals:
+		ev.Note = "a subscription's renewal: renewals fulfil only when configured"
+	default:
+		ev.PaymentID = invoice
+		ev.Paid = minorMoney(attrs["total"], attrs["currency"])
+		p := basePurchase(ev)
+		p.Kind = Renewal
+		p.Customer = customer(text(attrs["customer_id"]), text(attrs["user_email"]))
+		ev.Purchase = p
+	}
+	return ev
+}
+
 // lemonSqueezyPurchase reads what a paid order says was bought: its
 // first_order_item (product, variant as the price, quantity), the
 // checkout's custom data (meta.custom_data), the buyer's email, what it
@@ -225,10 +275,16 @@ func idText(v any) string {
 
 // Lemon Squeezy's setting, and its registration: served when its secrets
 // are set.
-var lemonSqueezySecrets = settings.List(settings.Setting{
-	Name: "GUARDIAN_LEMONSQUEEZY_SECRETS", Default: "unset (Lemon Squeezy not served)", Secret: true,
-	Doc: "Lemon Squeezy signing secrets (24 to 40 characters), comma-separated",
-}, ",")
+var (
+	lemonSqueezySecrets = settings.List(settings.Setting{
+		Name: "GUARDIAN_LEMONSQUEEZY_SECRETS", Default: "unset (Lemon Squeezy not served)", Secret: true,
+		Doc: "Lemon Squeezy signing secrets (24 to 40 characters), comma-separated",
+	}, ",")
+	lemonSqueezyFulfilRenewals = settings.Bool(settings.Setting{
+		Name: "GUARDIAN_LEMONSQUEEZY_FULFIL_RENEWALS", Default: "`false`",
+		Doc: "whether each paid renewal invoice of a Lemon Squeezy subscription (`subscription_payment_success`, `billing_reason` `renewal`) fulfils too",
+	}, false)
+)
 
 func init() {
 	Register(Driver{Name: "lemonsqueezy", Secrets: lemonSqueezySecrets, Open: func(env *settings.Env, c Common) (Provider, error) {
@@ -237,6 +293,6 @@ func init() {
 			return nil, nil
 		}
 		checkSecrets(env, c, lemonSqueezySecrets.Name, secrets, LemonSqueezySecret)
-		return NewLemonSqueezy(LemonSqueezyConfig{Secrets: secrets, Mode: c.Mode})
+		return NewLemonSqueezy(LemonSqueezyConfig{Secrets: secrets, Mode: c.Mode, FulfilRenewals: lemonSqueezyFulfilRenewals.Read(env)})
 	}})
 }

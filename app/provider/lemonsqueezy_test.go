@@ -186,7 +186,7 @@ func TestLemonSqueezySubscriptionLife(t *testing.T) {
 		{"subscription_paused", "paused", &provider.Reversal{Kind: provider.Suspension, Subscription: "7", Standing: provider.Paused}},
 		{"subscription_unpaused", "active", nil},
 		{"subscription_resumed", "active", nil},
-		{"subscription_payment_recovered", "on_trial", nil},
+		{"subscription_updated", "on_trial", nil},
 	} {
 		ev := read(tt.name, "subscriptions", "7", `"order_id":1,"status":"`+tt.status+`"`)
 		require.Equal(t, tt.want, ev.Reversal, tt.name)
@@ -205,4 +205,46 @@ func TestLemonSqueezySubscriptionLife(t *testing.T) {
 	require.Nil(t, failed.Reversal)
 	sub, _ = failed.StartsSubscription()
 	require.Empty(t, sub)
+}
+
+// TestLemonSqueezySubscriptionInvoices reads a subscription's invoices as
+// Lemon Squeezy's event reference describes the subscription-invoices
+// object (billing_reason initial or renewal; Lemon Squeezy publishes no
+// signed sample), signed as it signs: each states its subscription and
+// whether it is the first; a paid renewal is a purchase of its own where
+// renewals fulfil, a recovered one the same; a refund names the invoice.
+func TestLemonSqueezySubscriptionInvoices(t *testing.T) {
+	t.Parallel()
+	reader := func(renewals bool) func(name, attrs string) provider.Event {
+		l, err := provider.NewLemonSqueezy(provider.LemonSqueezyConfig{Secrets: []string{providertest.LemonSqueezySecret}, FulfilRenewals: renewals})
+		require.NoError(t, err)
+		return func(name, attrs string) provider.Event {
+			t.Helper()
+			body := providertest.LemonSqueezyEvent(name, "subscription-invoices", "55", attrs)
+			ev, err := l.Verify(providertest.SignLemonSqueezy(body, providertest.LemonSqueezySecret, name), body, time.Now())
+			require.NoError(t, err)
+			return ev
+		}
+	}
+	on, off := reader(true), reader(false)
+	initial := on("subscription_payment_success", `"subscription_id":7,"billing_reason":"initial","status":"paid","total":999,"currency":"USD"`)
+	require.False(t, initial.Fulfils(), "the first invoice is the order's purchase")
+	require.Equal(t, &provider.Invoice{ID: "55", Payment: "55", Subscription: "7", First: true}, initial.Invoice)
+
+	renewal := `"subscription_id":7,"billing_reason":"renewal","status":"paid","total":999,"currency":"USD"`
+	for _, name := range []string{"subscription_payment_success", "subscription_payment_recovered"} {
+		ev := on(name, renewal)
+		require.Equal(t, "55", ev.PaymentID, name)
+		require.Equal(t, provider.Renewal, ev.Purchase.Kind, name)
+		require.Equal(t, &provider.Money{Minor: 999, Currency: "USD"}, ev.Paid, name)
+		require.Equal(t, &provider.Invoice{ID: "55", Payment: "55", Subscription: "7"}, ev.Invoice, name)
+		require.False(t, off(name, renewal).Fulfils(), "%s: renewals fulfil only when configured", name)
+	}
+	require.False(t, on("subscription_payment_failed", `"subscription_id":7,"billing_reason":"renewal","status":"failed"`).Fulfils())
+
+	refunded := on("subscription_payment_refunded", `"subscription_id":7,"billing_reason":"initial","status":"refunded"`)
+	require.Equal(t, &provider.Reversal{PaymentID: "55", Kind: provider.Refund, Full: true}, refunded.Reversal)
+	require.True(t, refunded.Invoice.First, "a refund of the first invoice: the order's, through the invoice")
+	partly := on("subscription_payment_refunded", `"subscription_id":7,"billing_reason":"renewal","status":"partial_refund"`)
+	require.Equal(t, &provider.Reversal{PaymentID: "55", Kind: provider.Refund}, partly.Reversal)
 }
