@@ -507,18 +507,41 @@ func GetSubscription(ctx context.Context, q DBTX, provider, id string) (Subscrip
 }
 
 // SubscriptionEvents lists, oldest first, the stored events of a
-// subscription: those of the purchase its start paid for and of its grants
-// again, the refunds and disputes of them, and those that end, suspend or
-// resume it.
+// subscription: those of the purchase its start paid for, of its grants
+// again and of its renewals, the refunds and disputes of them, and those
+// that end, suspend or resume it.
 func SubscriptionEvents(ctx context.Context, q DBTX, s Subscription) ([]Event, error) {
-	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM webhook_event
-		WHERE provider = $1 AND (payment_id = ANY($2) OR reverses = ANY($2) OR refund_of = $4 OR ends = $3 OR suspends = $3 OR resumes = $3)
-		ORDER BY first_seen_at, id`, s.Provider, s.GrantIDs(), s.SubscriptionID, s.PaymentID)
+	rows, err := q.Query(ctx, `
+		WITH purchases AS (
+			SELECT unnest($2::text[]) AS id
+			UNION SELECT invoice FROM subscription_invoice WHERE provider = $1 AND subscription_id = $3
+		)
+		SELECT `+eventColumns+` FROM webhook_event
+		WHERE provider = $1 AND (payment_id IN (SELECT id FROM purchases) OR reverses IN (SELECT id FROM purchases)
+			OR refund_of IN (SELECT id FROM purchases) OR ends = $3 OR suspends = $3 OR resumes = $3)
+		ORDER BY first_seen_at, id`, s.Provider, s.GrantIDs(), s.SubscriptionID)
 	if err != nil {
 		return nil, wrap("list subscription events", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) { return scanEvent(r) })
 	return out, wrap("list subscription events", err)
+}
+
+// SubscriptionRenewals lists, in the order recorded, the purchases of a
+// subscription's payments after its first (its renewals: Stripe's and
+// Lemon Squeezy's invoices, Paddle's transactions, PayPal's sales), as
+// their events state them. A renewal fulfils where renewals are routed.
+func SubscriptionRenewals(ctx context.Context, q DBTX, s Subscription) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT invoice FROM subscription_invoice
+		WHERE provider = $1 AND subscription_id = $2 AND NOT first ORDER BY recorded_at, invoice`, s.Provider, s.SubscriptionID)
+	if err != nil {
+		return nil, wrap("list subscription renewals", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if out == nil {
+		out = []string{}
+	}
+	return out, wrap("list subscription renewals", err)
 }
 
 // CountEndsAwaitingStart counts the stored ends of subscriptions Guardian

@@ -238,6 +238,8 @@ func TestStripeSubscriptionPaymentRefundThroughTheEdge(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return len(b.rec.Calls()) == 1 }, 15*time.Second, 10*time.Millisecond)
 
+	renewal := `{"id":"evt_pr_renewal","object":"event","type":"invoice.paid","data":{"object":{"id":"in_pr2","object":"invoice","billing_reason":"subscription_cycle","amount_paid":900,"currency":"eur","parent":{"type":"subscription_details","subscription_details":{"subscription":"sub_pr"}}}}}`
+	require.Equal(t, http.StatusOK, b.postStripe(t, renewal).code)
 	refund := `{"id":"evt_pr_refund","object":"event","type":"refund.created","data":{"object":{"id":"re_pr","object":"refund","payment_intent":"pi_pr","amount":900,"currency":"eur","status":"succeeded"}}}`
 	require.Equal(t, http.StatusOK, b.postStripe(t, refund).code)
 	time.Sleep(300 * time.Millisecond)
@@ -257,8 +259,15 @@ func TestStripeSubscriptionPaymentRefundThroughTheEdge(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	var d web.SubscriptionDetail
 	require.NoError(t, json.Unmarshal(raw, &d))
-	require.Len(t, d.Events, 2, "the start and the refund that took it back")
+	require.Equal(t, []string{"in_pr2"}, d.Renewals, "a renewal recorded (invoice.paid does not fulfil by default)")
+	require.Len(t, d.Events, 2, "the start and the refund that took it back (an invoice's events pay for nothing here)")
 	require.Equal(t, "refund.created", d.Events[1].Type)
+	op := newBrowser(t, b)
+	code, _ = op.signIn(b.token)
+	require.Equal(t, http.StatusSeeOther, code)
+	code, page, _ := op.get("/subscriptions/stripe/sub_pr")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "<code>in_pr2</code>")
 }
 
 // TestShopifySubscriptionContractThroughTheEdge: an order with a selling

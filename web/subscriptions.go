@@ -36,13 +36,16 @@ type SubscriptionList struct {
 
 // SubscriptionDetail is the answer to GET
 // /api/v1/subscriptions/{provider}/{subscription_id}: the subscription,
-// its events (its purchase's, its grants again's, its reversals, ends,
-// suspensions and resumptions, without payloads), and every fulfilment of
-// its grants, each action's grant and take-back.
+// its renewals, its events (its purchase's, its grants again's, its
+// reversals, ends, suspensions and resumptions, without payloads), and
+// every fulfilment of its grants and renewals, each action's grant and
+// take-back.
 type SubscriptionDetail struct {
 	Subscription SubscriptionView `json:"subscription"`
-	Events       []Event          `json:"events"`
-	Fulfilments  []Fulfilment     `json:"fulfilments"`
+	// Renewals are its payments after the first, each its own purchase.
+	Renewals    []string     `json:"renewals"`
+	Events      []Event      `json:"events"`
+	Fulfilments []Fulfilment `json:"fulfilments"`
 }
 
 // subscriptionsShown caps a listing.
@@ -83,8 +86,12 @@ func (s *Server) subscriptionDetail(c echo.Context) (SubscriptionDetail, error) 
 	if err != nil {
 		return SubscriptionDetail{}, storageError(err)
 	}
+	renewals, err := db.SubscriptionRenewals(ctx, pool, sub)
+	if err != nil {
+		return SubscriptionDetail{}, storageError(err)
+	}
 	var fs []db.Fulfilment
-	for _, grant := range sub.GrantIDs() {
+	for _, grant := range slices.Concat(sub.GrantIDs(), renewals) {
 		rows, err := db.FulfilmentsByPayment(ctx, pool, sub.Provider, grant)
 		if err != nil {
 			return SubscriptionDetail{}, storageError(err)
@@ -93,7 +100,7 @@ func (s *Server) subscriptionDetail(c echo.Context) (SubscriptionDetail, error) 
 	}
 	// Events without payloads, as in listings: each one's page has it.
 	withoutPayload := func(e db.Event) Event { e.Payload = nil; return apiEvent(e) }
-	return SubscriptionDetail{Subscription: apiSubscription(sub), Events: apiList(events, withoutPayload), Fulfilments: apiList(fs, apiFulfilment)}, nil
+	return SubscriptionDetail{Subscription: apiSubscription(sub), Renewals: renewals, Events: apiList(events, withoutPayload), Fulfilments: apiList(fs, apiFulfilment)}, nil
 }
 
 // apiSubscriptions answers GET /api/v1/subscriptions?state=.

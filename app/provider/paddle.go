@@ -147,6 +147,11 @@ func (p *Paddle) mapEnvelope(ev Event, env map[string]any) Event {
 	txn, _ := data["id"].(string)
 	status, _ := data["status"].(string)
 	origin, _ := data["origin"].(string)
+	if sub := prefixedID(data["subscription_id"], "sub_"); sub != "" && status == "completed" && prefixedID(txn, "txn_") != "" {
+		// A subscription's transaction is one of its payments: its start
+		// (web, api) or a renewal, named by itself.
+		ev.Invoice = &Invoice{ID: txn, Payment: txn, Subscription: sub, First: origin == "web" || origin == "api"}
+	}
 	switch {
 	case txn == "" || len(txn) > maxIDLength || hasNUL(txn):
 		// Well signed, so stored and acknowledged; it cannot fulfil.

@@ -262,6 +262,8 @@ func TestPaddleSubscriptionLife(t *testing.T) {
 	renewal := read("paddle/transaction_completed.json", func(_, d map[string]any) { d["subscription_id"], d["origin"] = sub, "subscription_recurring" })
 	gotSub, _ = renewal.StartsSubscription()
 	require.Empty(t, gotSub, "a renewal starts nothing")
+	require.Equal(t, &provider.Invoice{ID: start.PaymentID, Payment: start.PaymentID, Subscription: sub, First: true}, start.Invoice, "one of its payments: the first")
+	require.False(t, renewal.Invoice.First, "a renewal's payment")
 
 	created := read("paddle/subscription_created.json", nil)
 	require.False(t, created.Fulfils())

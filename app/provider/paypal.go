@@ -404,6 +404,11 @@ func payPalSubscription(ev Event, resource map[string]any) Event {
 func payPalSale(ev Event, resource map[string]any, renewals bool) Event {
 	sale := text(resource["id"])
 	state, _ := resource["state"].(string)
+	if sub := prefixedID(resource["billing_agreement_id"], "I-"); sub != "" && state == "completed" && sale != "" && len(sale) <= maxIDLength && !hasNUL(sale) {
+		// One of the subscription's payments, named by itself; which
+		// cycle it pays the sale does not say, so it is never the first.
+		ev.Invoice = &Invoice{ID: sale, Payment: sale, Subscription: sub}
+	}
 	switch {
 	case prefixedID(resource["billing_agreement_id"], "I-") == "":
 		ev.Note = "a sale of no subscription: PayPal's captures pay for purchases"

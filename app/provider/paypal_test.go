@@ -565,6 +565,8 @@ func TestPayPalRenewals(t *testing.T) {
 	require.Equal(t, provider.Renewal, ev.Purchase.Kind)
 	require.Equal(t, &provider.Money{Minor: 1000, Currency: "USD"}, ev.Paid)
 	require.Equal(t, "I-BW452GLLEP1G", ev.Purchase.Metadata["billing_agreement_id"])
+	require.Equal(t, &provider.Invoice{ID: "80021663DE681814L", Payment: "80021663DE681814L", Subscription: "I-BW452GLLEP1G"}, ev.Invoice,
+		"one of the subscription's payments, never the first: the sale does not say its cycle")
 	ev, err = off.Map("PAYMENT.SALE.COMPLETED", sale)
 	require.NoError(t, err)
 	require.False(t, ev.Fulfils(), "renewals fulfil only when configured")
