@@ -2,6 +2,7 @@ package fulfilment_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -216,4 +217,44 @@ func TestRefundsOfALemonSqueezySubscriptionsInvoices(t *testing.T) {
 	require.Zero(t, ledger("1")["licence revoke"], "and not the order")
 	accept("subscription_payment_refunded", "subscription-invoices", "55", `"subscription_id":7,"billing_reason":"initial","status":"refunded"`, "1")
 	require.Equal(t, 1, ledger("1")["licence revoke"], "the first invoice's refund takes back what the order granted")
+}
+
+// TestASubscriptionsLifeInEveryOrder: a Stripe subscription's start, two
+// renewals (invoice.paid fulfilling), the cancellation at the period's
+// end and the deletion, read by Stripe's rules from bodies as Stripe sends
+// them, in each of the 120 orders. Each renewal acts once whatever the
+// order, and is never taken back by the end; the start's licence is
+// granted and taken back once when the start comes before the end, and
+// never granted when the end comes first (an end before the start grants
+// nothing: the issue's "same ledger in every order" cannot hold with that
+// rule, and the rule wins: no access outlives the end).
+func TestASubscriptionsLifeInEveryOrder(t *testing.T) {
+	t.Parallel()
+	s := newStripeSubscription(t, "checkout.session.completed", "invoice.paid")
+	b := setup(t, newCoursePlatform("routes.yaml").option)
+	perms := permutations([]string{"start", "renewal1", "renewal2", "cancel", "end"})
+	for n, order := range perms {
+		start, r1, r2 := fmt.Sprintf("cs_%d", n), fmt.Sprintf("in_%d_1", n), fmt.Sprintf("in_%d_2", n)
+		events := map[string]provider.Event{
+			"start": s.start(n), "renewal1": s.invoicePaid(n, r1, "subscription_cycle"), "renewal2": s.invoicePaid(n, r2, "subscription_cycle"),
+			"cancel": s.read(`{"id":"evt_cancel_%[1]d","object":"event","type":"customer.subscription.updated","created":1764579600,"livemode":false,"data":{"object":{"id":"sub_%[1]d","object":"subscription","status":"active","cancel_at_period_end":true}}}`, n),
+			"end":    s.read(`{"id":"evt_end_%[1]d","object":"event","type":"customer.subscription.deleted","created":1764583200,"livemode":false,"data":{"object":{"id":"sub_%[1]d","object":"subscription","status":"canceled"}}}`, n),
+		}
+		for _, step := range order {
+			_, err := b.svc.Accept(b.ctx, events[step])
+			require.NoError(t, err)
+			for _, p := range []string{start, r1, r2} {
+				b.settleAll(t, p)
+			}
+		}
+		for _, r := range []string{r1, r2} {
+			require.Equal(t, map[string]int{"licence fulfil": 1, "welcome_email fulfil": 1}, b.ledger(t, r), "%v: each renewal acts once, and the end leaves it", order)
+		}
+		want := map[string]int{"welcome_email fulfil": 1}
+		if slices.Index(order, "start") < slices.Index(order, "end") {
+			want = map[string]int{"licence fulfil": 1, "licence revoke": 1, "welcome_email fulfil": 1}
+		}
+		require.Equal(t, want, b.ledger(t, start), "%v", order)
+	}
+	require.Len(t, perms, 120)
 }
