@@ -102,16 +102,7 @@ func TestStripeSubscriptionThroughTheEdge(t *testing.T) {
 func TestPaddleAndLemonSqueezySubscriptionsThroughTheEdge(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{sweepInterval: time.Second})
-	testdata := func(name string, edit func(env, data map[string]any)) []byte {
-		raw, err := os.ReadFile("../app/provider/testdata/" + name)
-		require.NoError(t, err)
-		var env map[string]any
-		require.NoError(t, json.Unmarshal(raw, &env))
-		edit(env, env["data"].(map[string]any))
-		out, err := json.Marshal(env)
-		require.NoError(t, err)
-		return out
-	}
+	testdata := func(name string, edit func(env, data map[string]any)) []byte { return editedTestdata(t, name, edit) }
 	paddle := func(body []byte) {
 		t.Helper()
 		require.Equal(t, http.StatusOK, b.post(t, "/webhooks/paddle", providertest.SignPaddle(body, providertest.PaddleSecret, time.Now()), body).code)
@@ -373,4 +364,140 @@ func TestStripeSuspensionThroughTheEdge(t *testing.T) {
 	require.Equal(t, []string{"cs_due", "cs_due~1"}, d.Subscription.Grants)
 	require.Len(t, d.Fulfilments, 4, "each grant's grant and take-back")
 	require.Len(t, d.Events, 5, "the start, two suspensions (one stale), the payment, the end")
+}
+
+// TestRenewalsThroughTheEdge: each provider's subscription life, signed as
+// the provider signs, through the webhook endpoints, renewals fulfilling:
+// the start, two renewals, the cancel click where the provider has one,
+// and the end. The receiver is sent the start once and each renewal once,
+// and the end takes back the start alone.
+func TestRenewalsThroughTheEdge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{vars: map[string]string{
+		"GUARDIAN_STRIPE_FULFIL_TYPES":          "checkout.session.completed,invoice.paid",
+		"GUARDIAN_PADDLE_FULFIL_RENEWALS":       "true",
+		"GUARDIAN_LEMONSQUEEZY_FULFIL_RENEWALS": "true",
+		"GUARDIAN_PAYPAL_FULFIL_RENEWALS":       "true",
+	}})
+	settled := func(payment string, want ...state.Action) {
+		t.Helper()
+		require.Eventually(t, func() bool { return len(b.actionsFor(payment)) >= len(want) }, 15*time.Second, 10*time.Millisecond, "%s: %v", payment, b.actionsFor(payment))
+		time.Sleep(100 * time.Millisecond)
+		require.Equal(t, want, b.actionsFor(payment), payment)
+	}
+	testdata := func(name string, edit func(env, data map[string]any)) []byte { return editedTestdata(t, name, edit) }
+	type life struct {
+		start    string
+		renewals []string
+		deliver  []func()
+	}
+	stripe := func(body string) func() {
+		return func() { require.Equal(t, http.StatusOK, b.postStripe(t, body).code) }
+	}
+	paddle := func(body []byte) func() {
+		return func() {
+			require.Equal(t, http.StatusOK, b.post(t, "/webhooks/paddle", providertest.SignPaddle(body, providertest.PaddleSecret, time.Now()), body).code)
+		}
+	}
+	lemon := func(name, typ, id, attrs string) func() {
+		return func() {
+			body := providertest.LemonSqueezyEvent(name, typ, id, attrs)
+			require.Equal(t, http.StatusOK, b.post(t, "/webhooks/lemonsqueezy", providertest.SignLemonSqueezy(body, providertest.LemonSqueezySecret, name), body).code)
+		}
+	}
+	paypalSample, ok := providertest.SampleOf("paypal")
+	require.True(t, ok)
+	paypal := func(id, typ, resource string) func() {
+		return func() {
+			body := []byte(fmt.Sprintf(`{"id":%q,"event_type":%q,"resource":%s}`, id, typ, resource))
+			require.Equal(t, http.StatusOK, b.post(t, "/webhooks/paypal", paypalSample.Sign(t, id, body, time.Now(), false), body).code)
+		}
+	}
+	shopify := func(topic, id, body string) func() {
+		return func() {
+			require.Equal(t, http.StatusOK, b.post(t, "/webhooks/shopify", providertest.SignShopify([]byte(body), shopifySecret, topic, id), []byte(body)).code)
+		}
+	}
+	stripeInvoice := func(id string) string {
+		return fmt.Sprintf(`{"id":"evt_%[1]s","object":"event","type":"invoice.paid","data":{"object":{"id":%[1]q,"object":"invoice","billing_reason":"subscription_cycle","amount_paid":900,"currency":"eur","parent":{"type":"subscription_details","subscription_details":{"subscription":"sub_rn"}}}}}`, id)
+	}
+	paddleTxn := func(id, origin string) []byte {
+		return testdata("paddle/transaction_completed.json", func(env, d map[string]any) {
+			env["event_id"], d["id"], d["subscription_id"], d["origin"] = "evt_"+id, id, "sub_rn_paddle", origin
+		})
+	}
+	paypalSale := func(id string) func() {
+		return paypal("WH-"+id, "PAYMENT.SALE.COMPLETED", fmt.Sprintf(`{"id":%q,"state":"completed","billing_agreement_id":"I-RN0EDGE","amount":{"total":"9.00","currency":"USD"}}`, id))
+	}
+	shopifyOrder := func(id int) func() {
+		return shopify("orders/paid", fmt.Sprintf("evt-order-%d", id), fmt.Sprintf(`{"id":%d,"financial_status":"paid","test":false,"total_price":"9.00","currency":"USD"}`, id))
+	}
+	contract := func(status string) string {
+		return `{"id":81,"admin_graphql_api_id":"gid://shopify/SubscriptionContract/81","origin_order_id":901,"status":"` + status + `"}`
+	}
+	for name, l := range map[string]life{
+		"stripe": {"cs_rn", []string{"in_rn_1", "in_rn_2"}, []func(){
+			stripe(`{"id":"evt_rn_start","object":"event","type":"checkout.session.completed","data":{"object":{"id":"cs_rn","object":"checkout.session","mode":"subscription","payment_status":"paid","payment_intent":null,"subscription":"sub_rn","invoice":"in_rn_0","amount_total":900,"currency":"eur"}}}`),
+			stripe(stripeInvoice("in_rn_1")), stripe(stripeInvoice("in_rn_2")),
+			stripe(`{"id":"evt_rn_cancel","object":"event","type":"customer.subscription.updated","data":{"object":{"id":"sub_rn","object":"subscription","status":"active","cancel_at_period_end":true}}}`),
+			stripe(`{"id":"evt_rn_end","object":"event","type":"customer.subscription.deleted","data":{"object":{"id":"sub_rn","object":"subscription","status":"canceled"}}}`),
+		}},
+		"paddle": {"txn_rn_0", []string{"txn_rn_1", "txn_rn_2"}, []func(){
+			paddle(paddleTxn("txn_rn_0", "web")), paddle(paddleTxn("txn_rn_1", "subscription_recurring")), paddle(paddleTxn("txn_rn_2", "subscription_recurring")),
+			paddle(testdata("paddle/subscription_canceled.json", func(env, d map[string]any) {
+				env["event_id"], env["event_type"], d["id"], d["status"] = "evt_rn_sched", "subscription.updated", "sub_rn_paddle", "active"
+				d["scheduled_change"] = map[string]any{"action": "cancel", "effective_at": "2027-01-01T00:00:00Z", "resume_at": nil}
+			})),
+			paddle(testdata("paddle/subscription_canceled.json", func(env, d map[string]any) { env["event_id"], d["id"] = "evt_rn_cancel", "sub_rn_paddle" })),
+		}},
+		"lemonsqueezy": {"401", []string{"551", "552"}, []func(){
+			lemon("order_created", "orders", "401", `"status":"paid","total":900,"currency":"USD"`),
+			lemon("subscription_created", "subscriptions", "71", `"order_id":401,"status":"active"`),
+			lemon("subscription_payment_success", "subscription-invoices", "551", `"subscription_id":71,"billing_reason":"renewal","status":"paid","total":900,"currency":"USD"`),
+			lemon("subscription_payment_success", "subscription-invoices", "552", `"subscription_id":71,"billing_reason":"renewal","status":"paid","total":900,"currency":"USD"`),
+			lemon("subscription_cancelled", "subscriptions", "71", `"order_id":401,"status":"cancelled"`),
+			lemon("subscription_expired", "subscriptions", "71", `"order_id":401,"status":"expired"`),
+		}},
+		"paypal": {"I-RN0EDGE", []string{"SALE0RN1", "SALE0RN2"}, []func(){
+			paypal("WH-RN-ACT", "BILLING.SUBSCRIPTION.ACTIVATED", `{"id":"I-RN0EDGE","status":"ACTIVE","billing_info":{"last_payment":{"amount":{"currency_code":"USD","value":"9.00"}}}}`),
+			paypalSale("SALE0RN1"), paypalSale("SALE0RN2"),
+			paypal("WH-RN-CAN", "BILLING.SUBSCRIPTION.CANCELLED", `{"id":"I-RN0EDGE","status":"CANCELLED"}`),
+		}},
+		"shopify": {"901", []string{"902", "903"}, []func(){
+			shopifyOrder(901), shopify("subscription_contracts/create", "evt-contract-81", contract("active")),
+			shopifyOrder(902), shopifyOrder(903),
+			shopify("subscription_contracts/cancel", "evt-contract-81-cancel", contract("cancelled")),
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			last := len(l.deliver) - 1
+			for _, deliver := range l.deliver[:last] {
+				deliver()
+			}
+			settled(l.start, state.Fulfil) // granted before the end
+			for _, r := range l.renewals {
+				settled(r, state.Fulfil)
+			}
+			l.deliver[last]()
+			l.deliver[last]() // the end, redelivered
+			settled(l.start, state.Fulfil, state.Revoke)
+			for _, r := range l.renewals {
+				settled(r, state.Fulfil)
+			}
+		})
+	}
+}
+
+// editedTestdata is a provider's sample event (app/provider/testdata),
+// edited: edit gets its envelope and its data object.
+func editedTestdata(t *testing.T, name string, edit func(env, data map[string]any)) []byte {
+	t.Helper()
+	raw, err := os.ReadFile("../app/provider/testdata/" + name)
+	require.NoError(t, err)
+	var env map[string]any
+	require.NoError(t, json.Unmarshal(raw, &env))
+	edit(env, env["data"].(map[string]any))
+	out, err := json.Marshal(env)
+	require.NoError(t, err)
+	return out
 }

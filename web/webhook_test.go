@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -110,6 +111,8 @@ type setupOpts struct {
 	// payPalEvent, when set, is PayPal's API as the PayPal provider
 	// confirms deliveries with it (provider.PayPalConfig.Event).
 	payPalEvent func(ctx context.Context, id string) ([]byte, error)
+	// vars are more settings for the providers.
+	vars map[string]string
 }
 
 func setup(t *testing.T, opts setupOpts) *testBundle {
@@ -156,7 +159,10 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	}, Jobs: func(c *jobs.Config) { c.SweepInterval = cmp.Or(opts.sweepInterval, c.SweepInterval) }})
 	st.Start(t)
 	service, client := st.Service, st.Client
-	vars := map[string]string{}
+	vars := maps.Clone(opts.vars)
+	if vars == nil {
+		vars = map[string]string{}
+	}
 	if opts.stripeMode != "" {
 		vars["GUARDIAN_MODE"] = string(opts.stripeMode)
 	}

@@ -172,7 +172,7 @@ func OpenPayPal(t testing.TB, vars map[string]string, event func(ctx context.Con
 	t.Helper()
 	env := settings.FromMap(vars)
 	p, err := provider.NewPayPal(provider.PayPalConfig{WebhookIDs: settings.Split(vars["GUARDIAN_PAYPAL_WEBHOOK_IDS"], ","),
-		Mode: provider.ReadCommon(env, false).Mode, Fetch: PayPalFetch, Event: event})
+		Mode: provider.ReadCommon(env, false).Mode, Fetch: PayPalFetch, Event: event, FulfilRenewals: vars["GUARDIAN_PAYPAL_FULFIL_RENEWALS"] == "true"})
 	if err != nil {
 		t.Fatal(err)
 	}
