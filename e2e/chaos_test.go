@@ -370,9 +370,20 @@ func (h *chaosHarness) purchaseEvents(i int) []chaosDelivery {
 		// A subscription started by Checkout: cancelled at its period's
 		// end (no end yet), then ended by Stripe's deletion, which takes
 		// back what the start granted, whatever order they arrive in.
+		// One in two is refunded instead: the refund names only the first
+		// invoice's payment intent, and the invoice's events place it.
 		sub := fmt.Sprintf("sub_chaos_%d", i)
 		start := stripe("evt_cs_", "checkout.session.completed", fmt.Sprintf(
-			`"data":{"object":{"id":%q,"object":"checkout.session","mode":"subscription","payment_status":"paid","payment_intent":null,"subscription":%q}}}`, pay, sub))
+			`"data":{"object":{"id":%q,"object":"checkout.session","mode":"subscription","payment_status":"paid","payment_intent":null,"subscription":%q,"invoice":"in_chaos_%d"}}}`, pay, sub, i))
+		if i%32 == 31 {
+			refund := stripe("evt_subrf_", "charge.refunded", fmt.Sprintf(`"data":{"object":{"id":"ch_sub_%d","object":"charge","payment_intent":"pi_sub_chaos_%d","refunded":true}}}`, i, i))
+			h.fulfils.Store(start.id, true)
+			h.reversed.Store(pay, true)
+			h.reversals.Store(refund.id, pay)
+			return []chaosDelivery{start,
+				stripe("evt_inpay_", "invoice_payment.paid", fmt.Sprintf(`"data":{"object":{"id":"inpay_chaos_%[1]d","object":"invoice_payment","invoice":"in_chaos_%[1]d","status":"paid","payment":{"type":"payment_intent","payment_intent":"pi_sub_chaos_%[1]d"}}}}`, i)),
+				refund}
+		}
 		subscription := func(prefix, typ, status string, cancelAtPeriodEnd bool) chaosDelivery {
 			return stripe(prefix, typ, fmt.Sprintf(`"data":{"object":{"id":%q,"object":"subscription","status":%q,"cancel_at_period_end":%t}}}`, sub, status, cancelAtPeriodEnd))
 		}
@@ -607,13 +618,14 @@ func (h *chaosHarness) check(payments int) report {
 		}
 		return true
 	})
-	// A subscription whose start and end were both acknowledged has its
-	// end resolved to the purchase (the checker then holds the end as a
-	// reversal): were the link never made, the end would take nothing
-	// back, and a start that came second would grant for good.
+	// A subscription whose start and end (or refund of its first
+	// payment) were both acknowledged has it resolved to the purchase (the
+	// checker then holds it as a reversal): were the link never made, it
+	// would take nothing back, and a start that came second would grant
+	// for good.
 	for p := range purchases {
 		if _, ended := h.ackedAt.Load(p); ended && paid[p] && strings.HasPrefix(p, "cs_sub_chaos_") &&
-			count(`SELECT count(*) FROM webhook_event WHERE provider = 'stripe' AND ends IS NOT NULL AND reverses = $1`, p) == 0 {
+			count(`SELECT count(*) FROM webhook_event WHERE provider = 'stripe' AND (ends IS NOT NULL OR event_type = 'charge.refunded') AND reverses = $1`, p) == 0 {
 			r.badRevokes++
 			t.Errorf("subscription purchase %s: its end was acknowledged and never resolved to it", p)
 		}
