@@ -81,7 +81,9 @@ type Config struct {
 	// Logger receives one line per refused or failed request. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
-	// Now is the clock for answers' signatures. Defaults to time.Now.
+	// Now is the clock requests' timestamps are checked against (within
+	// contract.Tolerance either way) and answers are signed at. Defaults
+	// to time.Now.
 	Now func() time.Time
 	// MaxBody caps a request's body. Defaults to
 	// contract.MaxRequestBytes(contract.DefaultMaxPayloadBytes): every
@@ -131,10 +133,13 @@ func New(cfg Config) (*Receiver, error) {
 }
 
 // verify reports whether body and header carry a fresh signature by one of
-// the secrets.
+// the secrets: fresh by the receiver's own clock (Config.Now).
 func (r *Receiver) verify(body []byte, header http.Header) bool {
+	if !contract.Fresh(header, r.cfg.Now()) {
+		return false
+	}
 	for _, w := range r.signers {
-		if w.Verify(body, header) == nil {
+		if w.VerifyIgnoringTimestamp(body, header) == nil {
 			return true
 		}
 	}

@@ -151,6 +151,23 @@ func SignHeaders(signer *standardwebhooks.Webhook, msgID string, body []byte, no
 	return h, nil
 }
 
+// Tolerance is how far a signed timestamp may be from the receiver's
+// clock, either way, for the message to be fresh (Standard Webhooks' five
+// minutes).
+const Tolerance = 5 * time.Minute
+
+// Fresh reports whether a message's webhook-timestamp header is a Unix
+// time within Tolerance of now, either way: a signature over an older one
+// is a replay, over a later one a forgery of the future.
+func Fresh(header http.Header, now time.Time) bool {
+	sec, err := strconv.ParseInt(header.Get(standardwebhooks.HeaderWebhookTimestamp), 10, 64)
+	if err != nil {
+		return false
+	}
+	at := time.Unix(sec, 0)
+	return now.Sub(at) <= Tolerance && at.Sub(now) <= Tolerance
+}
+
 // WriteStatement answers with st, signed with secret at now, and status
 // code: what a Go receiver writes for every answer that states something
 // about a key.
