@@ -27,13 +27,22 @@ racy := "./app/fulfilment ./app/filter ./app/batch ./app/tokens ./app/lock ./job
 
 # Every suite: unit, storage, integration and black-box, against real Postgres
 # and Redis (the packages in `racy` under the race detector), the protocol's
-# model in spin, then a smoke of every other verb (`just smoke`). Installs
-# Chromium and spin first when they are missing (.ci/deps).
+# model in spin, the receiver kits in other languages (`just kits`), then a
+# smoke of every other verb (`just smoke`). Installs Chromium, spin and the
+# kits' dependencies first when they are missing (.ci/deps).
 test: deps model
     go vet ./...
     go test -count=1 -timeout 10m $(go list ./... | grep -v -x -F "$(go list {{racy}})")
     go test -race -count=1 -timeout 10m {{racy}}
+    just kits
     just smoke
+
+# The receiver kits in other languages, each with its ecosystem's runner
+# against the local Postgres, and Guardian's conformance run against each
+# kit's example receiver and its broken variants (docs/receivers.md).
+kits:
+    go build -o "${TMPDIR:-/tmp}/guardian-kits-bin" .
+    cd receiver/typescript && GUARDIAN_BIN="${TMPDIR:-/tmp}/guardian-kits-bin" node --test test/
 
 # Every other verb the README names, at its shortest, on a database of its
 # own: migrate, run with demo against it, lint, bench, bench-scale.
