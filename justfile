@@ -43,6 +43,7 @@ test: deps model
 kits:
     go build -o "${TMPDIR:-/tmp}/guardian-kits-bin" .
     cd receiver/typescript && GUARDIAN_BIN="${TMPDIR:-/tmp}/guardian-kits-bin" node --test test/
+    cd receiver/python && GUARDIAN_BIN="${TMPDIR:-/tmp}/guardian-kits-bin" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/
 
 # Every other verb the README names, at its shortest, on a database of its
 # own: migrate, run with demo against it, lint, bench, bench-scale.

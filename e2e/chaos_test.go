@@ -86,12 +86,19 @@ type chaosHarness struct {
 	fulfils   sync.Map // event id -> true: the event that pays for its purchase
 	reversed  sync.Map // payment id -> true: a purchase refunded or charged back, which the policy takes back
 	reversals sync.Map // event id -> payment id: the events that reverse a purchase
-	ackedAt   sync.Map // payment id -> time.Time: when its reversal was first acknowledged (committed)
-	fivexxAt  []time.Time
-	fivexx    atomic.Int64
-	fivexxIDs sync.Map // event id -> true: answered 5xx at least once
-	transport atomic.Int64
-	sent      atomic.Int64
+	// placing counts, for a payment whose reversal names another payment
+	// (a subscription's refund naming its payment intent), the events
+	// still to be acknowledged before the reversal is known to be the
+	// purchase's: the reversal and those that place it (placers).
+	placing    sync.Map // payment id -> *atomic.Int32
+	placers    sync.Map // event id -> payment id
+	placedSeen sync.Map // event id -> true: counted in placing
+	ackedAt    sync.Map // payment id -> time.Time: when its reversal was first acknowledged (committed)
+	fivexxAt   []time.Time
+	fivexx     atomic.Int64
+	fivexxIDs  sync.Map // event id -> true: answered 5xx at least once
+	transport  atomic.Int64
+	sent       atomic.Int64
 }
 
 type chaosOpts struct {
@@ -284,6 +291,25 @@ func chaosPurchase(i int) (providerName, payment string) {
 	return "stripe", fmt.Sprintf("pi_chaos_%d", i)
 }
 
+// reversalKnown notes an event acknowledged: when it is a purchase's
+// reversal, or places one, and the purchase's reversal is now known to be
+// the purchase's, the time it first became so (ackedAt), after which no
+// grant of the purchase may go out.
+func (h *chaosHarness) reversalKnown(id string) {
+	p, ok := h.reversals.Load(id)
+	if !ok {
+		if p, ok = h.placers.Load(id); !ok {
+			return
+		}
+	}
+	if left, placed := h.placing.Load(p); placed {
+		if _, seen := h.placedSeen.LoadOrStore(id, true); seen || left.(*atomic.Int32).Add(-1) > 0 {
+			return
+		}
+	}
+	h.ackedAt.LoadOrStore(p, time.Now())
+}
+
 // chaosDelivery is one event as its provider sends it.
 type chaosDelivery struct {
 	provider, id, payment string
@@ -377,12 +403,18 @@ func (h *chaosHarness) purchaseEvents(i int) []chaosDelivery {
 			`"data":{"object":{"id":%q,"object":"checkout.session","mode":"subscription","payment_status":"paid","payment_intent":null,"subscription":%q,"invoice":"in_chaos_%d"}}}`, pay, sub, i))
 		if i%32 == 31 {
 			refund := stripe("evt_subrf_", "charge.refunded", fmt.Sprintf(`"data":{"object":{"id":"ch_sub_%d","object":"charge","payment_intent":"pi_sub_chaos_%d","refunded":true}}}`, i, i))
+			placer := stripe("evt_inpay_", "invoice_payment.paid", fmt.Sprintf(`"data":{"object":{"id":"inpay_chaos_%[1]d","object":"invoice_payment","invoice":"in_chaos_%[1]d","status":"paid","payment":{"type":"payment_intent","payment_intent":"pi_sub_chaos_%[1]d"}}}}`, i))
 			h.fulfils.Store(start.id, true)
 			h.reversed.Store(pay, true)
 			h.reversals.Store(refund.id, pay)
-			return []chaosDelivery{start,
-				stripe("evt_inpay_", "invoice_payment.paid", fmt.Sprintf(`"data":{"object":{"id":"inpay_chaos_%[1]d","object":"invoice_payment","invoice":"in_chaos_%[1]d","status":"paid","payment":{"type":"payment_intent","payment_intent":"pi_sub_chaos_%[1]d"}}}}`, i)),
-				refund}
+			// The refund names only the payment intent: it is the
+			// purchase's once the invoice payment that places it is
+			// acknowledged too (the start states its first invoice).
+			h.placers.Store(placer.id, pay)
+			left := &atomic.Int32{}
+			left.Store(2)
+			h.placing.Store(pay, left)
+			return []chaosDelivery{start, placer, refund}
 		}
 		subscription := func(prefix, typ, status string, cancelAtPeriodEnd bool) chaosDelivery {
 			return stripe(prefix, typ, fmt.Sprintf(`"data":{"object":{"id":%q,"object":"subscription","status":%q,"cancel_at_period_end":%t}}}`, sub, status, cancelAtPeriodEnd))
@@ -443,9 +475,7 @@ func (h *chaosHarness) deliverFrom(first, payments, copies, concurrency int, giv
 						resp.Body.Close()
 						if resp.StatusCode/100 == 2 {
 							h.acked.Store(d.id, d)
-							if p, ok := h.reversals.Load(d.id); ok {
-								h.ackedAt.LoadOrStore(p, time.Now())
-							}
+							h.reversalKnown(d.id)
 							break
 						}
 						if resp.StatusCode >= 500 {
@@ -1059,6 +1089,8 @@ func (h *chaosHarness) redeliverLost(first, n, actedBefore int) (report, int) {
 	// The database never saw the later reversals: their redeliveries are
 	// acknowledged (committed) anew.
 	h.ackedAt.Range(func(k, _ any) bool { h.ackedAt.Delete(k); return true })
+	h.placedSeen.Range(func(k, _ any) bool { h.placedSeen.Delete(k); return true })
+	h.placing.Range(func(_, left any) bool { left.(*atomic.Int32).Store(2); return true })
 	h.deliverRange(first, n)
 	r := h.check(first + n)
 	replayed := 0
