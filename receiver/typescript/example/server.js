@@ -62,6 +62,7 @@ async function main() {
     process.exit(1)
   }
   const pool = new pg.Pool({ connectionString: url })
+  pool.on('error', (err) => console.error('example receiver: idle database connection lost:', err.message))
   const server = await exampleServer(pool, secret.split(/\s+/).filter(Boolean))
   const [host, port] = [addr.slice(0, addr.lastIndexOf(':')), Number(addr.slice(addr.lastIndexOf(':') + 1))]
   server.listen(port, host, () => console.log(`example receiver listening on ${addr}`))

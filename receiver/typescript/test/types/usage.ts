@@ -29,3 +29,5 @@ const st: Statement = { idempotency_key: 'k', status: 'done', receipt: 'r' }
 const signed: { body: string; headers: Record<string, string> } = signStatement('whsec_x', st, 0)
 const ok: boolean = verify(['whsec_x'], { 'webhook-id': 'k' }, signed.body, 0)
 void ok
+import { routeHandlers } from '../../src/next.js'
+export const { POST: nextPOST, GET: nextGET } = routeHandlers(receiver)
