@@ -402,9 +402,11 @@ const shopifyContractGID = "gid://shopify/SubscriptionContract/"
 // purchase its start paid for, and every contract event that names it
 // links the two (the order's own orders/paid does not name the contract).
 // Its status decides its end: cancelled, expired, or failed (billing
-// failures past the app's retries) end it; paused suspends it, active
-// says it is active, stale says neither. A contract carries no signed time
-// of its status: its events are taken in the order they arrive. The contract is named by its numeric id, which must be the one its
+// failures past the app's retries) end it. Paused and active are read as
+// nothing: Shopify signs no time and no event id, so a captured "paused"
+// delivery replayed under a made-up X-Shopify-Event-Id would be a new
+// word that takes access back, and a captured "active" one would grant it
+// again; an end is final, and its replay takes nothing back twice. The contract is named by its numeric id, which must be the one its
 // GraphQL id carries.
 func shopifyContract(ev Event, body map[string]any) Event {
 	id := positiveID(body["id"])
@@ -420,12 +422,8 @@ func shopifyContract(ev Event, body map[string]any) Event {
 	switch status = strings.ToLower(status); status {
 	case "cancelled", "expired", "failed":
 		ev.Reversal = &Reversal{Kind: End, Subscription: id}
-	case "paused":
-		ev.Reversal = &Reversal{Kind: Suspension, Subscription: id, Standing: Paused}
-	case "active":
-		ev.Resumes = id
 	default:
-		ev.Note = "subscription contract " + strconv.Quote(truncate(status, 40)) + ": neither ended, paused nor active"
+		ev.Note = "subscription contract " + strconv.Quote(truncate(status, 40)) + ": not ended"
 	}
 	return ev
 }

@@ -199,7 +199,7 @@ func TestShopifyReversals(t *testing.T) {
 // subscription_contracts topics (Shopify publishes no signed sample): every
 // contract event naming its origin order links the contract to that order,
 // the purchase its start paid for; cancelled, expired and failed end it;
-// paused suspends it, active resumes it, stale does neither. The body
+// paused, active and stale decide nothing (no signed time orders them). The body
 // decides, never the unsigned topic: a contract under an order's topic
 // and an order under a contract's are refused, and a cancelled contract
 // sent under subscription_contracts/activate still ends.
@@ -219,7 +219,9 @@ func TestShopifySubscriptionContracts(t *testing.T) {
 		err               error
 	}{
 		{"Created", "subscription_contracts/create", contract("active"), nil, nil},
-		{"Paused", "subscription_contracts/pause", contract("paused"), &provider.Reversal{Kind: provider.Suspension, Subscription: "9001", Standing: provider.Paused}, nil},
+		// Paused and active decide nothing: no signed time or id orders them,
+		// so a captured one replayed under a new event id would be a new word.
+		{"Paused", "subscription_contracts/pause", contract("paused"), nil, nil},
 		{"Stale", "subscription_contracts/update", contract("stale"), nil, nil},
 		{"Cancelled", "subscription_contracts/cancel", contract("cancelled"), ended, nil},
 		{"Expired", "subscription_contracts/expire", contract("expired"), ended, nil},
@@ -239,8 +241,8 @@ func TestShopifySubscriptionContracts(t *testing.T) {
 			if ev.Fulfils() || !reflect.DeepEqual(ev.Reversal, tt.end) {
 				t.Errorf("fulfils %v, reversal %+v; want no fulfilment and %+v", ev.Fulfils(), ev.Reversal, tt.end)
 			}
-			if active := strings.Contains(tt.body, `"status":"active"`); active != (ev.Resumes == "9001") {
-				t.Errorf("resumes %q; an active contract resumes its subscription", ev.Resumes)
+			if ev.Resumes != "" {
+				t.Errorf("resumes %q: a contract's word of being active decides nothing", ev.Resumes)
 			}
 			if sub, order := ev.StartsSubscription(); sub != "9001" || order != "450789469" {
 				t.Errorf("links %q to %q, want the contract 9001 to its origin order 450789469", sub, order)
