@@ -241,12 +241,14 @@ func (p *PayPal) Verify(header http.Header, body []byte, now time.Time) (Event, 
 // its signature.
 func (p *PayPal) Confirms() bool { return p.event != nil }
 
-// confirm replaces a delivered event that decides anything with PayPal's
+// confirm replaces a delivered event that decides anything (pays,
+// reverses, resumes a subscription, states one of its payments, or is
+// flagged) with PayPal's
 // own copy of it, from PayPal's API (PayPalConfig.Event), keeping the
 // delivery's transmission. The copy must be the same event: its id and
 // type.
 func (p *PayPal) confirm(ev Event) (Event, error) {
-	if p.event == nil || (!ev.Fulfils() && ev.Reversal == nil && ev.Resumes == "" && ev.Unmapped == "") {
+	if p.event == nil || (!ev.Fulfils() && ev.Reversal == nil && ev.Resumes == "" && ev.Invoice == nil && ev.Unmapped == "") {
 		return ev, nil
 	}
 	if !payPalEventID(ev.ID) {
@@ -704,7 +706,7 @@ var (
 	}, ",")
 	payPalClientID = settings.String(settings.Setting{
 		Name: "GUARDIAN_PAYPAL_CLIENT_ID", Default: "unset (no confirmation, backfill off; a warning at start)",
-		Doc: "a PayPal REST app's client id: every PayPal delivery that pays, refunds or disputes is confirmed with PayPal's API and stored as PayPal shows it (PayPal's signature binds the body only by a CRC32), and the PayPal backfill and `guardian backfill paypal` are on",
+		Doc: "a PayPal REST app's client id: every PayPal delivery that pays, refunds, disputes, or states a subscription's standing or payment is confirmed with PayPal's API and stored as PayPal shows it (PayPal's signature binds the body only by a CRC32), and the PayPal backfill and `guardian backfill paypal` are on",
 	}, "")
 	payPalClientSecret = settings.String(settings.Setting{
 		Name: "GUARDIAN_PAYPAL_CLIENT_SECRET", Default: "unset", Secret: true,

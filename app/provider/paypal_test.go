@@ -483,7 +483,14 @@ func TestPayPalConfirmsWithItsAPI(t *testing.T) {
 	if _, err := verify(`{"id":"WH-DOWN","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"id":"CAP9","status":"COMPLETED"}}`); !errors.Is(err, provider.ErrUnavailable) {
 		t.Errorf("PayPal's API down: %v, want ErrUnavailable", err)
 	}
+	// A subscription's sale states one of its payments, which places a
+	// refund: PayPal's copy decides it, never a delivered body (its CRC32
+	// can be matched by a forged one).
 	before := asked.Load()
+	if _, err := verify(`{"id":"WH-SALE-FORGED","event_type":"PAYMENT.SALE.COMPLETED","resource":{"id":"S1","state":"completed","billing_agreement_id":"I-VICTIM"}}`); !errors.Is(err, provider.ErrSignature) || asked.Load() != before+1 {
+		t.Errorf("a sale PayPal does not know: %v, %d asks; want it asked for and refused", err, asked.Load()-before)
+	}
+	before = asked.Load()
 	if _, err := verify(`{"id":"WH-APPROVED","event_type":"CHECKOUT.ORDER.APPROVED","resource":{"id":"O1"}}`); err != nil || asked.Load() != before {
 		t.Errorf("an event that decides nothing: %v, %d asks", err, asked.Load()-before)
 	}
