@@ -243,9 +243,8 @@ func (p *PayPal) Confirms() bool { return p.event != nil }
 
 // confirm replaces a delivered event that decides anything (pays,
 // reverses, resumes a subscription, states one of its payments, or is
-// flagged) with PayPal's
-// own copy of it, from PayPal's API (PayPalConfig.Event), keeping the
-// delivery's transmission. The copy must be the same event: its id and
+// flagged) with PayPal's own copy of it, from PayPal's API
+// (PayPalConfig.Event), keeping the delivery's transmission. The copy must be the same event: its id and
 // type.
 func (p *PayPal) confirm(ev Event) (Event, error) {
 	if p.event == nil || (!ev.Fulfils() && ev.Reversal == nil && ev.Resumes == "" && ev.Invoice == nil && ev.Unmapped == "") {
