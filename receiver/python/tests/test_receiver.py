@@ -151,6 +151,9 @@ def test_flask(database_url):
     assert res.status_code == 200 and res.headers["webhook-signature"].startswith("v1,")
     assert client.get(f"/guardian/lookup/{key}", headers=lookup_headers(key)).get_json()["status"] == "done"
     assert s.calls == 1
+    big = real_key()
+    raw = body(big, payload={"pad": "x" * ((1 << 20) + 9000)})
+    assert client.post("/guardian/fulfil", data=raw, headers=action_headers(big, raw)).status_code == 413
 
 
 def test_starlette(database_url):
@@ -175,4 +178,9 @@ def test_starlette(database_url):
         res = client.post(f"{prefix}/fulfil", content=raw, headers=action_headers(key, raw))
         assert res.status_code == 200, res.text
         assert client.get(f"{prefix}/lookup/{key}", headers=lookup_headers(key)).json()["status"] == "done"
+        # A chunked body names no length: the cap holds as it streams.
+        big = real_key()
+        raw = body(big, payload={"pad": "x" * ((1 << 20) + 9000)})
+        chunks = (raw[i:i + 65536] for i in range(0, len(raw), 65536))
+        assert client.post(f"{prefix}/fulfil", content=chunks, headers=action_headers(big, raw)).status_code == 413
     assert s.calls == 2
