@@ -221,9 +221,11 @@ func applyStanding(ctx context.Context, q DBTX, st SubscriptionStanding, res *Li
 			INSERT INTO subscription_standing AS s (provider, subscription_id, standing_at) VALUES ($1, $2, $3)
 			ON CONFLICT (provider, subscription_id) DO UPDATE SET standing_at = greatest(s.standing_at, EXCLUDED.standing_at)
 			RETURNING (SELECT o.standing_at FROM subscription_standing o WHERE o.provider = $1 AND o.subscription_id = $2) AS before,
-				suspended_by, grants
+				suspended_by
 		)
-		SELECT coalesce($3 < held.before, false), held.suspended_by, held.grants,
+		SELECT coalesce($3 < held.before, false), held.suspended_by,
+			(SELECT count(*) FROM subscription s JOIN purchase g ON g.provider = s.provider AND g.root = s.payment_id
+			 WHERE s.provider = $1 AND s.subscription_id = $2)::int,
 			(SELECT payment_id FROM subscription WHERE provider = $1 AND subscription_id = $2),
 			EXISTS (SELECT 1 FROM webhook_event WHERE provider = $1 AND ends = $2)
 		FROM held`, st.Provider, st.SubscriptionID, at).Scan(&stale, &suspendedBy, &grants, &payment, &ended)
@@ -258,8 +260,7 @@ func applyStanding(ctx context.Context, q DBTX, st SubscriptionStanding, res *Li
 				WHERE $5 <> '' AND s.id = $3 AND s.reverses IS NOT NULL AND p.actions && s.revokes
 				RETURNING payment_id
 			), lifted AS (
-				UPDATE subscription_standing SET suspended_by = NULL, grants = grants + (SELECT count(*) FROM again)::int
-				WHERE provider = $1 AND subscription_id = $2
+				UPDATE subscription_standing SET suspended_by = NULL WHERE provider = $1 AND subscription_id = $2
 			)
 			UPDATE webhook_event SET payment_id = (SELECT payment_id FROM again) WHERE id = $4 AND EXISTS (SELECT 1 FROM again)
 			RETURNING id`, st.Provider, st.SubscriptionID, *suspendedBy, st.EventPK, regrant, ptrOr(payment))
@@ -470,7 +471,8 @@ func (s Subscription) GrantIDs() []string {
 
 const subscriptionSelect = `SELECT s.provider, s.subscription_id, s.payment_id, s.started_at,
 		(SELECT min(e.first_seen_at) FROM webhook_event e WHERE e.provider = s.provider AND e.ends = s.subscription_id),
-		coalesce(st.suspended_by IS NOT NULL, false), coalesce(st.grants, 0)
+		coalesce(st.suspended_by IS NOT NULL, false),
+		(SELECT count(*) FROM purchase g WHERE g.provider = s.provider AND g.root = s.payment_id)::int
 	FROM subscription s LEFT JOIN subscription_standing st USING (provider, subscription_id)`
 
 func scanSubscription(r pgx.CollectableRow) (Subscription, error) {

@@ -15,8 +15,9 @@ CREATE INDEX webhook_event_suspends ON webhook_event (provider, suspends) WHERE 
 CREATE INDEX webhook_event_resumes ON webhook_event (provider, resumes) WHERE resumes IS NOT NULL;
 
 -- A subscription's standing as its provider's events have said it, by the
--- latest of their signed times: the suspension in force (an event's id),
--- and how many times a resumption granted again. Written under the
+-- latest of their signed times: the suspension in force (an event's id).
+-- How many times a resumption granted again is not kept: it is the number
+-- of purchases whose root is the start's (purchase_root). Written under the
 -- subscription's advisory lock (db.LinkSubscriptions), whichever of its
 -- events arrives first.
 CREATE TABLE subscription_standing (
@@ -24,7 +25,6 @@ CREATE TABLE subscription_standing (
     subscription_id text COLLATE "C" NOT NULL CHECK (subscription_id <> ''),
     suspended_by    bigint,
     standing_at     timestamptz,
-    grants          integer NOT NULL DEFAULT 0 CHECK (grants >= 0),
     PRIMARY KEY (provider, subscription_id)
 );
 
