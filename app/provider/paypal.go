@@ -403,21 +403,22 @@ func payPalSubscription(ev Event, resource map[string]any) Event {
 // subscription grants by its start (subscription_start). A sale refunded
 // or reversed names the sale (payPalReversal).
 func payPalSale(ev Event, resource map[string]any, renewals bool) Event {
-	sale := text(resource["id"])
+	sale, sub := text(resource["id"]), prefixedID(resource["billing_agreement_id"], "I-")
 	state, _ := resource["state"].(string)
-	if sub := prefixedID(resource["billing_agreement_id"], "I-"); sub != "" && state == "completed" && sale != "" && len(sale) <= maxIDLength && !hasNUL(sale) {
+	readable := sale != "" && len(sale) <= maxIDLength && !hasNUL(sale)
+	if sub != "" && state == "completed" && readable {
 		// One of the subscription's payments, named by itself; which
 		// cycle it pays the sale does not say, so it is never the first.
 		ev.Invoice = &Invoice{ID: sale, Payment: sale, Subscription: sub}
 	}
 	switch {
-	case prefixedID(resource["billing_agreement_id"], "I-") == "":
+	case sub == "":
 		ev.Note = "a sale of no subscription: PayPal's captures pay for purchases"
 	case !renewals:
 		ev.Note = "a subscription's cycle payment: renewals fulfil only when configured"
 	case state != "completed":
 		ev.Note = "sale state is " + strconv.Quote(truncate(state, 40)) + ", not completed"
-	case sale == "" || len(sale) > maxIDLength || hasNUL(sale):
+	case !readable:
 		ev.Unmapped = "no string sale id at resource.id"
 	default:
 		ev.PaymentID = sale
