@@ -150,6 +150,7 @@ func makeVectors(t *testing.T) Vectors {
 		{"the timestamp header changed", []string{vecSecret}, with(good, "webhook-timestamp", itoa(vecNow+1)), fulfil, vecNow, false},
 		{"the id header changed", []string{vecSecret}, with(good, "webhook-id", "gk1_other"), fulfil, vecNow, false},
 		{"no signature header", []string{vecSecret}, with(good, "webhook-signature", ""), fulfil, vecNow, false},
+		{"a timestamp that is not ASCII decimal digits", []string{vecSecret}, with(good, "webhook-timestamp", itoa(vecNow)+"²"), fulfil, vecNow, false},
 		{"a signature of another version", []string{vecSecret}, with(good, "webhook-signature", "v2,"+good["webhook-signature"][3:]), fulfil, vecNow, false},
 		{"a lookup, signed over no body", []string{vecSecret}, headers(vecSecret, key, "", vecNow), "", vecNow, true},
 	} {

@@ -68,6 +68,7 @@ _FIELDS = {
     "action": str, "action_name": str, "purchase": object, "payload": object,
 }
 _BASE64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
+_DECIMAL = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() takes "²", which int() refuses
 
 
 class Decline(Exception):
@@ -146,7 +147,7 @@ def verify(secrets: list[str], headers: Mapping[str, str], body: bytes | str, no
     while rotating; the header may hold one signature per secret, space
     separated) whose timestamp is within TOLERANCE_SECONDS of now, either way."""
     msg_id, ts, signatures = (_header(headers, h) for h in ("webhook-id", "webhook-timestamp", "webhook-signature"))
-    if not msg_id or not signatures or not ts or not ts.isdigit():
+    if not msg_id or not signatures or not ts or not _DECIMAL.fullmatch(ts):
         return False
     if abs(now - int(ts)) > TOLERANCE_SECONDS:
         return False
@@ -291,7 +292,7 @@ class Receiver:
             idempotency_key=b["idempotency_key"], provider=b.get("provider", ""), payment_id=b.get("payment_id", ""),
             event_id=b.get("event_id", ""), event_type=b.get("event_type", ""), action=b.get("action", ""),
             action_name=b.get("action_name", ""), purchase=b.get("purchase"), payload=b.get("payload"),
-            attempt=int(attempt) if attempt.isdigit() else 0, test=test,
+            attempt=int(attempt) if _DECIMAL.fullmatch(attempt) else 0, test=test,
         )
 
     def act(self, conn: psycopg.Connection, delivery: Delivery, digest: bytes) -> Answer:
