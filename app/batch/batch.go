@@ -24,6 +24,8 @@ type Gatherer[T any] struct {
 	Timeout time.Duration
 	// Write handles one batch, recording each item's result in the item.
 	Write func(ctx context.Context, batch []T)
+	// Observe, when set, is told each batch's size before it is written.
+	Observe func(items int)
 
 	mu      sync.Mutex
 	queue   []queued[T]
@@ -77,6 +79,9 @@ func (g *Gatherer[T]) run() {
 		timeout := g.Timeout
 		if timeout == 0 {
 			timeout = DefaultTimeout
+		}
+		if g.Observe != nil {
+			g.Observe(n)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		g.Write(ctx, items)

@@ -36,8 +36,12 @@ func TestGatherer(t *testing.T) {
 	t.Run("ConcurrentItemsShareBatchesWithinTheBounds", func(t *testing.T) {
 		t.Parallel()
 		var running, most, batches atomic.Int32
+		var observed sync.Map // batch size -> how many batches of it Observe was told
 		release := make(chan struct{})
-		g := &batch.Gatherer[*item]{MaxBatch: 16, MaxWriters: 2, Write: func(_ context.Context, b []*item) {
+		g := &batch.Gatherer[*item]{MaxBatch: 16, MaxWriters: 2, Observe: func(n int) {
+			c, _ := observed.LoadOrStore(n, new(atomic.Int32))
+			c.(*atomic.Int32).Add(1)
+		}, Write: func(_ context.Context, b []*item) {
 			n := running.Add(1)
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 			}
@@ -67,6 +71,16 @@ func TestGatherer(t *testing.T) {
 		}
 		if b := batches.Load(); b > 100-14*2 {
 			t.Errorf("%d batches for 100 items: they were not gathered", b)
+		}
+		// Observe was told every batch written, at its size.
+		var told, observedItems int32
+		observed.Range(func(k, v any) bool {
+			told += v.(*atomic.Int32).Load()
+			observedItems += int32(k.(int)) * v.(*atomic.Int32).Load()
+			return true
+		})
+		if told != batches.Load() || observedItems != 100 {
+			t.Errorf("Observe was told %d batches of %d items; %d batches of 100 were written", told, observedItems, batches.Load())
 		}
 	})
 }

@@ -195,9 +195,10 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Batch != 1 {
 		size, writers := cmp.Or(cfg.Batch, DefaultBatch), cmp.Or(cfg.BatchWriters, DefaultBatchWriters)
-		s.intake = &batch.Gatherer[*acceptCall]{Write: s.writeBatch, MaxBatch: size, MaxWriters: writers}
-		s.claims = &batch.Gatherer[*claimCall]{Write: s.writeClaims, MaxBatch: size, MaxWriters: writers}
-		s.outcomes = &batch.Gatherer[*outcomeCall]{Write: s.writeOutcomes, MaxBatch: size, MaxWriters: writers}
+		observe := func(kind string) func(int) { return func(n int) { cfg.Metrics.Batch(kind, n) } }
+		s.intake = &batch.Gatherer[*acceptCall]{Write: s.writeBatch, MaxBatch: size, MaxWriters: writers, Observe: observe("intake")}
+		s.claims = &batch.Gatherer[*claimCall]{Write: s.writeClaims, MaxBatch: size, MaxWriters: writers, Observe: observe("claim")}
+		s.outcomes = &batch.Gatherer[*outcomeCall]{Write: s.writeOutcomes, MaxBatch: size, MaxWriters: writers, Observe: observe("outcome")}
 	}
 	return s, nil
 }

@@ -28,6 +28,7 @@ type Metrics struct {
 	intakeSeconds   *prometheus.HistogramVec
 	transitions     *prometheus.CounterVec
 	dispatchSeconds *prometheus.HistogramVec
+	batchItems      *prometheus.HistogramVec
 	dispatches      *prometheus.CounterVec
 	connectorErrors *prometheus.CounterVec
 	filterErrors    *prometheus.CounterVec
@@ -68,6 +69,11 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 			Help:    "Connector call duration by action and outcome.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"action", "outcome"}),
+		batchItems: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "guardian_batch_items",
+			Help:    "Items per group-commit batch by kind: intake (deliveries per transaction), claim and outcome (dispatch moves per statement).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}, []string{"kind"}),
 		dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "guardian_dispatches_total",
 			Help: "Connector calls by action and outcome: done, not_sent, not_delivered, rejected, unknown.",
@@ -122,7 +128,7 @@ func New(reg prometheus.Registerer, stats *db.StatsReader, logger *slog.Logger) 
 	buildInfo.Set(1)
 	for _, c := range []prometheus.Collector{
 		buildInfo, m.refused, m.refusedDropped, m.unmapped, m.itemsFetches, m.subscriptions, m.maintenanceRuns, m.maintenanceRows, m.retention,
-		m.deliveries, m.intakeSeconds, m.transitions, m.dispatchSeconds, m.dispatches, m.connectorErrors, m.filterErrors,
+		m.deliveries, m.intakeSeconds, m.transitions, m.dispatchSeconds, m.batchItems, m.dispatches, m.connectorErrors, m.filterErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.table,
 	} {
@@ -171,6 +177,15 @@ func (m *Metrics) Delivery(provider, outcome string, seconds float64) {
 	}
 	m.deliveries.WithLabelValues(provider, outcome).Inc()
 	m.intakeSeconds.WithLabelValues(provider).Observe(seconds)
+}
+
+// Batch records the size of one group-commit batch of a kind (intake,
+// claim, outcome).
+func (m *Metrics) Batch(kind string, items int) {
+	if m == nil {
+		return
+	}
+	m.batchItems.WithLabelValues(kind).Observe(float64(items))
 }
 
 // Transition counts moves of fulfilments of an action (bounded, as

@@ -56,7 +56,7 @@ var (
 	duration    = flag.Duration("d", 5*time.Second, "length of each measured run")
 	runs        = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
-	only        = flag.String("only", "", "run one comparison only: dispatch, nodes (three processes against one), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), or scale (the cost as the tables grow to -sizes)")
+	only        = flag.String("only", "", "run one comparison only: pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), nodes (three processes against one), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), or scale (the cost as the tables grow to -sizes)")
 	keep        = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
 	scaleDB     = flag.String("scale-db", "", "with -only scale: measure this database, kept by an earlier -keep run, filling it on from the payments it holds")
 	curvePath   = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
@@ -135,17 +135,34 @@ func main() {
 		fmt.Println(compareNodes(bin, dbURL, conn.URL))
 		return
 	}
+	if *only == "pipeline" {
+		f := &figures{}
+		f.measurePipeline(bin, dbURL, conn.URL, pool)
+		f.printPipeline()
+		return
+	}
+	if *only == "indexes" {
+		g := startGuardian(bin, dbURL, conn.URL, nil)
+		bench(bin, g, 0, 1, 0, true)
+		b := g.batchSizes(ctx)
+		g.stop()
+		fmt.Print(indexCosts(ctx, pool, dbURL, b))
+		return
+	}
 	if *only == "actions" {
 		fmt.Println(compareActions(ctx, bin, conn.URL))
 		return
 	}
 	if *only == "dispatch" {
-		var disp, bare []float64
+		var disp, bare, floor []float64
 		for range *runs {
-			disp = append(disp, dispatch(ctx, bin, dbURL, conn.URL, pool))
+			rate, b := dispatch(ctx, bin, dbURL, conn.URL, pool)
+			disp = append(disp, rate)
 			bare = append(bare, bareRiver(ctx, pool))
+			floor = append(floor, floorDispatch(ctx, pool, dbURL, b).perSecond)
 		}
-		fmt.Printf("dispatch                  guardian %s  bare River %s  ratio %.2f\n", summarize(disp), summarize(bare), summarize(disp).median/summarize(bare).median)
+		fmt.Printf("dispatch                  guardian %s  bare River %s  ratio %.2f  floor %s  ratio %.2f\n", summarize(disp), summarize(bare),
+			summarize(disp).median/summarize(bare).median, summarize(floor), summarize(disp).median/summarize(floor).median)
 		return
 	}
 
@@ -158,7 +175,10 @@ func main() {
 // figures are the full run's measurements, each a list of runs.
 type figures struct {
 	pg, intake, accept, fulfil, cpuPerPayment []float64
-	p99s, p50s, pgP99s                        []float64
+	p99s, p50s, pgP99s, pgP50s                []float64
+	floorIntake, floorWhole, floorDisp        []floorResult
+	batches, dispBatches                      []batches
+	profile                                   string
 	dupRedis, dupPG, redisCeil, disp, bare    []float64
 	peak, half                                benchResult
 	rss                                       float64
@@ -169,14 +189,17 @@ type figures struct {
 // measureAll runs every comparison of the full run in turn.
 func measureAll(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) *figures {
 	f := &figures{}
-	f.measureIntake(bin, dbURL, connURL)
-	f.measurePipeline(bin, dbURL, connURL)
+	f.measureIntake(bin, dbURL, connURL, pool)
+	f.measurePipeline(bin, dbURL, connURL, pool)
 	f.measureTail(bin, dbURL, connURL)
 	f.measureDuplicates(bin, dbURL, connURL)
 	for range *runs {
-		f.disp = append(f.disp, dispatch(ctx, bin, dbURL, connURL, pool))
+		rate, b := dispatch(ctx, bin, dbURL, connURL, pool)
+		f.disp, f.dispBatches = append(f.disp, rate), append(f.dispBatches, b)
 		f.bare = append(f.bare, bareRiver(ctx, pool))
+		f.floorDisp = append(f.floorDisp, floorDispatch(ctx, pool, dbURL, b))
 	}
+	f.profile = profilePipeline(bin, dbURL, connURL)
 	f.nodesLine = compareNodes(bin, dbURL, connURL)
 	f.actionsLine = compareActions(ctx, bin, connURL)
 	f.curve = measureCurve(bin, dbURL, connURL)
@@ -185,7 +208,7 @@ func measureAll(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.P
 
 // measureIntake: new-event intake against pgbench's one transaction per
 // event.
-func (f *figures) measureIntake(bin, dbURL, connURL string) {
+func (f *figures) measureIntake(bin, dbURL, connURL string, pool *pgxpool.Pool) {
 	for range *runs {
 		f.pg = append(f.pg, pgbench(dbURL))
 		g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
@@ -195,14 +218,16 @@ func (f *figures) measureIntake(bin, dbURL, connURL string) {
 			f.peak = r
 		}
 		f.rss = max(f.rss, g.peakRSS())
+		b := g.batchSizes(context.Background())
 		g.stop()
+		f.floorIntake = append(f.floorIntake, floorIntake(context.Background(), pool, dbURL, b))
 	}
 }
 
 // measurePipeline: the whole pipeline in one process: acceptance,
 // end-to-end fulfilment, and the CPU each fulfilled payment cost Guardian
 // and its Postgres (backends, WAL writer, checkpointer).
-func (f *figures) measurePipeline(bin, dbURL, connURL string) {
+func (f *figures) measurePipeline(bin, dbURL, connURL string, pool *pgxpool.Pool) {
 	for range *runs {
 		g := startGuardian(bin, dbURL, connURL, nil)
 		cpu0, pg0 := cpuOf(g.cmd.Process.Pid), postgresCPU()
@@ -214,7 +239,10 @@ func (f *figures) measurePipeline(bin, dbURL, connURL string) {
 			f.cpuPerPayment = append(f.cpuPerPayment, float64(cpu.Microseconds())/1000/r.Fulfilled)
 		}
 		f.rss = max(f.rss, g.peakRSS())
+		b := g.batchSizes(context.Background())
+		f.batches = append(f.batches, b)
 		g.stop()
+		f.floorWhole = append(f.floorWhole, floorWhole(context.Background(), pool, dbURL, b))
 	}
 }
 
@@ -231,7 +259,8 @@ func (f *figures) measureTail(bin, dbURL, connURL string) {
 	}
 	g.stop()
 	for range *runs {
-		f.pgP99s = append(f.pgP99s, pgbenchP99(dbURL, f.peak.PerSecond/2))
+		p99, p50 := pgbenchLatency(dbURL, f.peak.PerSecond/2)
+		f.pgP99s, f.pgP50s = append(f.pgP99s, p99), append(f.pgP50s, p50)
 	}
 }
 
@@ -254,30 +283,62 @@ func (f *figures) measureDuplicates(bin, dbURL, connURL string) {
 func (f *figures) print() {
 	s := func(xs []float64) stats { return summarize(xs) }
 	ratio := func(a, b []float64) float64 { return s(a).median / s(b).median }
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
+	rates := func(rs []floorResult) []float64 {
+		var xs []float64
+		for _, r := range rs {
+			xs = append(xs, r.perSecond)
 		}
-		return "NOT met"
+		return xs
+	}
+	var claim, outcome []float64
+	for _, b := range f.dispBatches {
+		claim, outcome = append(claim, b.claim), append(outcome, b.outcome)
 	}
 	fmt.Println()
-	fmt.Printf("intake, new events        guardian %s  pgbench one tx per event %s  ratio %.2f  (targets ≥ 5000/s: %s; ≥ 3x pgbench: %s)\n",
-		s(f.intake), s(f.pg), ratio(f.intake, f.pg), verdict(s(f.intake).median >= 5000), verdict(ratio(f.intake, f.pg) >= 3))
+	fmt.Printf("intake, new events        guardian %s  floor %s  ratio %.2f  pgbench one tx per event %s  ratio %.2f  (targets ≥ 5000/s: %s; ≥ 3x pgbench: %s)\n",
+		s(f.intake), s(rates(f.floorIntake)), ratio(f.intake, rates(f.floorIntake)), s(f.pg), ratio(f.intake, f.pg), verdict(s(f.intake).median >= 5000), verdict(ratio(f.intake, f.pg) >= 3))
 	fmt.Printf("whole pipeline, accepted  %s  (target ≥ 3000/s: %s)\n", s(f.accept), verdict(s(f.accept).median >= 3000))
-	fmt.Printf("end-to-end fulfilment     %s  (target ≥ 2500/s: %s)\n", s(f.fulfil), verdict(s(f.fulfil).median >= 2500))
-	if len(f.cpuPerPayment) > 0 {
-		c := s(f.cpuPerPayment)
-		fmt.Printf("CPU per fulfilled payment %.2f ms, Guardian and its Postgres (min %.2f, max %.2f)  (target ≤ 0.8 ms: %s)\n", c.median, c.min, c.max, verdict(c.median <= 0.8))
-	}
-	fmt.Printf("dispatch                  guardian %s  bare River %s  ratio %.2f  (target ≥ 1.0: %s)\n", s(f.disp), s(f.bare), ratio(f.disp, f.bare), verdict(ratio(f.disp, f.bare) >= 1))
-	p99, pgP99 := s(f.p99s), s(f.pgP99s)
-	fmt.Printf("p99 at half peak (%.0f/s) guardian %.2f ms (min %.2f, max %.2f; p50 %.2f)  pgbench same rate %.2f ms (min %.2f, max %.2f)  (target < 10 ms: %s)\n",
-		f.half.PerSecond, p99.median, p99.min, p99.max, s(f.p50s).median, pgP99.median, pgP99.min, pgP99.max, verdict(p99.median < 10))
+	f.printPipeline()
+	fmt.Printf("batch sizes draining a backlog (the floor's): claim %.1f, outcome %.1f\n", s(claim).median, s(outcome).median)
+	fmt.Printf("dispatch                  guardian %s  bare River %s  ratio %.2f  floor %s  ratio %.2f  (target ≥ 1.0x bare River: %s)\n",
+		s(f.disp), s(f.bare), ratio(f.disp, f.bare), s(rates(f.floorDisp)), ratio(f.disp, rates(f.floorDisp)), verdict(ratio(f.disp, f.bare) >= 1))
+	p99, pgP99, p50, pgP50 := s(f.p99s), s(f.pgP99s), s(f.p50s), s(f.pgP50s)
+	fmt.Printf("latency at half peak (%.0f/s) guardian p50 %.2f ms (min %.2f, max %.2f), p99 %.2f ms (min %.2f, max %.2f)  pgbench one tx per event p50 %.2f ms, p99 %.2f ms  (targets p99 < 10 ms: %s; p50 ≤ pgbench's: %s)\n",
+		f.half.PerSecond, p50.median, p50.min, p50.max, p99.median, p99.min, p99.max, pgP50.median, pgP99.median, verdict(p99.median < 10), verdict(p50.median <= pgP50.median))
 	fmt.Printf("duplicates via Redis      guardian %s  redis-benchmark EXISTS %s  ratio %.2f  (target ≥ 0.3: %s)\n", s(f.dupRedis), s(f.redisCeil), ratio(f.dupRedis, f.redisCeil), verdict(ratio(f.dupRedis, f.redisCeil) >= .3))
 	fmt.Printf("duplicates, Redis vs none with %s  without %s  ratio %.2f\n", s(f.dupRedis), s(f.dupPG), ratio(f.dupRedis, f.dupPG))
 	fmt.Printf("peak resident memory      %.0f MiB  (target < 150 MiB: %s)\n", f.rss, verdict(f.rss < 150))
 	fmt.Println(f.nodesLine)
 	fmt.Println(f.actionsLine)
+	fmt.Println(f.profile)
+}
+
+// verdict says whether a target was met.
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
+
+// printPipeline writes the whole pipeline's figures against the floor's.
+func (f *figures) printPipeline() {
+	s := func(xs []float64) stats { return summarize(xs) }
+	var rates, cpus, in, cl, out []float64
+	for _, r := range f.floorWhole {
+		rates, cpus = append(rates, r.perSecond), append(cpus, r.cpuMs)
+	}
+	for _, b := range f.batches {
+		in, cl, out = append(in, b.intake), append(cl, b.claim), append(out, b.outcome)
+	}
+	fmt.Printf("batch sizes of the whole pipeline (the floor's): intake %.1f, claim %.1f, outcome %.1f\n", s(in).median, s(cl).median, s(out).median)
+	fmt.Printf("end-to-end fulfilment     guardian %s  floor %s  ratio %.2f  (targets ≥ 2500/s: %s; ≥ 0.7x the floor: %s)\n",
+		s(f.fulfil), s(rates), s(f.fulfil).median/s(rates).median, verdict(s(f.fulfil).median >= 2500), verdict(s(f.fulfil).median/s(rates).median >= .7))
+	if len(f.cpuPerPayment) > 0 {
+		c, fc := s(f.cpuPerPayment), s(cpus)
+		fmt.Printf("CPU per fulfilled payment guardian and its Postgres %.3f ms (min %.3f, max %.3f)  floor, Postgres %.3f ms  ratio %.2f  (targets ≤ 0.5 ms: %s; ≤ 1.4x the floor: %s)\n",
+			c.median, c.min, c.max, fc.median, c.median/fc.median, verdict(c.median <= 0.5), verdict(c.median/fc.median <= 1.4))
+	}
 }
 
 // measureCurve measures intake at concurrency 1 to 256 on one warmed-up
@@ -340,7 +401,7 @@ func duplicates(bin string, g *guardian) float64 {
 
 func pgbench(dbURL string) float64 {
 	script := filepath.Join(repoRoot(), "e2e", "bench", "intake.sql")
-	out, err := exec.Command("pgbench", "-n", "-c", strconv.Itoa(*concurrency), "-j", strconv.Itoa(runtime.NumCPU()), "-T", strconv.Itoa(int(duration.Seconds())), "-f", script, dbURL).CombinedOutput()
+	out, err := exec.Command("pgbench", "-n", "-M", "prepared", "-c", strconv.Itoa(*concurrency), "-j", strconv.Itoa(runtime.NumCPU()), "-T", strconv.Itoa(int(duration.Seconds())), "-f", script, dbURL).CombinedOutput()
 	if err != nil {
 		log.Fatalf("pgbench: %v\n%s", err, out)
 	}
@@ -352,14 +413,15 @@ func pgbench(dbURL string) float64 {
 	return v
 }
 
-// pgbenchP99 runs the intake SQL at a fixed rate and returns its p99 latency
-// in milliseconds: the floor Guardian's own p99 stands on.
-func pgbenchP99(dbURL string, rate float64) float64 {
+// pgbenchLatency runs the intake SQL at a fixed rate and returns its p99
+// and p50 latencies in milliseconds: one commit per event, what Guardian's
+// own latencies are held against.
+func pgbenchLatency(dbURL string, rate float64) (p99, p50 float64) {
 	dir, err := os.MkdirTemp("", "pgbench-log-")
 	check(err)
 	defer os.RemoveAll(dir)
 	script := filepath.Join(repoRoot(), "e2e", "bench", "intake.sql")
-	out, err := exec.Command("pgbench", "-n", "-c", strconv.Itoa(*concurrency), "-j", strconv.Itoa(runtime.NumCPU()), "-T", strconv.Itoa(int(duration.Seconds())),
+	out, err := exec.Command("pgbench", "-n", "-M", "prepared", "-c", strconv.Itoa(*concurrency), "-j", strconv.Itoa(runtime.NumCPU()), "-T", strconv.Itoa(int(duration.Seconds())),
 		"-R", fmt.Sprint(int(rate)), "-f", script, "--log", "--log-prefix", filepath.Join(dir, "l"), dbURL).CombinedOutput()
 	if err != nil {
 		log.Fatalf("pgbench: %v\n%s", err, out)
@@ -382,10 +444,10 @@ func pgbenchP99(dbURL string, rate float64) float64 {
 		}
 	}
 	if len(lat) == 0 {
-		return 0
+		return 0, 0
 	}
 	slices.Sort(lat)
-	return lat[min(len(lat)-1, len(lat)*99/100)]
+	return lat[min(len(lat)-1, len(lat)*99/100)], lat[len(lat)/2]
 }
 
 func redisBenchmark() float64 {
@@ -413,7 +475,7 @@ func cleanRedis() {
 
 // dispatch enqueues -jobs fulfilments with an intake-only process, then
 // times a worker process draining them through the HTTP connector.
-func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) float64 {
+func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) (float64, batches) {
 	g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
 	var before int
 	check(pool.QueryRow(ctx, `SELECT count(*) FROM fulfilment WHERE state = 'fulfilled'`).Scan(&before))
@@ -438,13 +500,14 @@ func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 		time.Sleep(20 * time.Millisecond)
 	}
 	elapsed := time.Since(start) - w.startup
+	b := w.batchSizes(ctx)
 	w.stop()
 	var after int
 	check(pool.QueryRow(ctx, `SELECT count(*) FROM fulfilment WHERE state = 'fulfilled'`).Scan(&after))
 	if after-before < r.NewFulfilling {
 		log.Fatalf("dispatch: the worker counted %d fulfilled, the table holds %d new", r.NewFulfilling, after-before)
 	}
-	return float64(r.NewFulfilling) / elapsed.Seconds()
+	return float64(r.NewFulfilling) / elapsed.Seconds(), b
 }
 
 type noopArgs struct{ N int }

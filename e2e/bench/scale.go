@@ -224,7 +224,8 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 			if i%2 == 1 {
 				intakeRun(baselineURL, &baseline, &p.baselineCost, nil)
 			}
-			disp = append(disp, dispatch(ctx, bin, dbURL, connURL, pool))
+			rate, _ := dispatch(ctx, bin, dbURL, connURL, pool)
+			disp = append(disp, rate)
 		}
 		for i := range p.intakeCost {
 			log.Printf("intake at %d payments, run %d: %.0f/s, %s", n, i+1, intake[i], p.intakeCost[i])

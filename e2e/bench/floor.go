@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/guardian-pay/guardian/app/fulfilment"
+)
+
+// The floor is what a payment must cost Postgres on Guardian's path: the
+// bare SQL of floor_intake.sql and floor_dispatch.sql, run by pgbench with
+// Guardian's own batch sizes on the same database, with as many clients as
+// Guardian has batch writers (fulfilment.DefaultBatchWriters for intake,
+// as many again for dispatch's claims and outcomes). Guardian's figures
+// are held against it as ratios (docs/performance.md, "The floor").
+
+// intakeClients and wholeClients are the floor's pgbench clients: the
+// writers Guardian's intake has, and with its dispatch's.
+const (
+	intakeClients = fulfilment.DefaultBatchWriters
+	wholeClients  = 2 * fulfilment.DefaultBatchWriters
+)
+
+// batches are the mean sizes of Guardian's group-commit batches in a run,
+// read from its guardian_batch_items histogram: deliveries per intake
+// transaction, moves per claim and outcome statement.
+type batches struct{ intake, claim, outcome float64 }
+
+// batchSizes reads g's mean batch sizes so far.
+func (g *guardian) batchSizes(ctx context.Context) batches {
+	sums, err := scrape(ctx, g.metrics, "guardian_batch_items_sum")
+	check(err)
+	counts, err := scrape(ctx, g.metrics, "guardian_batch_items_count")
+	check(err)
+	mean := func(kind string) float64 {
+		k := `kind="` + kind + `"`
+		if counts[k] == 0 {
+			return 1
+		}
+		return sums[k] / counts[k]
+	}
+	return batches{intake: mean("intake"), claim: mean("claim"), outcome: mean("outcome")}
+}
+
+func httpGet(ctx context.Context, u string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// scrape reads the samples of one metric from a Prometheus endpoint, by
+// their labels as written between the braces.
+func scrape(ctx context.Context, base, name string) (map[string]float64, error) {
+	out, err := httpGet(ctx, strings.TrimRight(base, "/")+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	samples := map[string]float64{}
+	for _, line := range strings.Split(out, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		labels := ""
+		if strings.HasPrefix(rest, "{") {
+			end := strings.IndexByte(rest, '}')
+			labels, rest = rest[1:end], rest[end+1:]
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if err == nil {
+			samples[labels] = v
+		}
+	}
+	return samples, nil
+}
+
+// size is a batch size as pgbench is given it: a whole number, at least 1.
+func size(mean float64) int { return max(1, int(math.Round(mean))) }
+
+// floorResult is one run of the floor.
+type floorResult struct {
+	// perSecond is the payments the run took through its steps per second.
+	perSecond float64
+	// cpuMs is the Postgres CPU each payment cost, in milliseconds.
+	cpuMs float64
+}
+
+// floorDone counts the floor's payments through to the end: jobs completed.
+func floorDone(ctx context.Context, pool *pgxpool.Pool) int {
+	var n int
+	check(pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'floor_dispatch' AND state = 'completed'`).Scan(&n))
+	return n
+}
+
+// floorJobs counts the floor's payments taken in: jobs made.
+func floorJobs(ctx context.Context, pool *pgxpool.Pool) int {
+	var n int
+	check(pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'floor_dispatch'`).Scan(&n))
+	return n
+}
+
+// floorWhole runs intake and dispatch together for -d, in
+// proportion (a client's next transaction is an intake batch or a dispatch
+// batch, weighted so both move as many payments), and counts what reached
+// the end.
+func floorWhole(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
+	bi, bd := size(b.intake), size(b.claim)
+	done0, jobs0, cpu0 := floorDone(ctx, pool), floorJobs(ctx, pool), postgresCPU()
+	secs := runPgbench(dbURL, wholeClients, []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, bd,
+		"floor_intake.sql@"+strconv.Itoa(bd), "floor_dispatch.sql@"+strconv.Itoa(bi))
+	done := floorDone(ctx, pool) - done0
+	// The CPU of every payment the run took in, those it left waiting
+	// finished too: the whole of their work, and nothing else.
+	drainFloor(ctx, pool, dbURL, bd)
+	return floorResult{perSecond: float64(done) / secs, cpuMs: perPayment(postgresCPU()-cpu0, floorJobs(ctx, pool)-jobs0)}
+}
+
+// floorIntake runs the intake script alone for -d.
+func floorIntake(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
+	bi := size(b.intake)
+	jobs0, cpu0 := floorJobs(ctx, pool), postgresCPU()
+	secs := runPgbench(dbURL, intakeClients, []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, 1, "floor_intake.sql")
+	n := floorJobs(ctx, pool) - jobs0
+	cpu := postgresCPU() - cpu0
+	drainFloor(ctx, pool, dbURL, size(b.claim))
+	return floorResult{perSecond: float64(n) / secs, cpuMs: perPayment(cpu, n)}
+}
+
+// floorDispatch takes in -jobs payments, then times the dispatch script
+// draining them: the floor of `dispatch`.
+func floorDispatch(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
+	bd := size(b.claim)
+	fill := *jobsN
+	for fill > 0 { // in batches of at most 1,000: one statement each
+		n := min(fill, 1000)
+		runPgbench(dbURL, 1, []string{"-t", "1"}, n, 1, "floor_intake.sql")
+		fill -= n
+	}
+	analyze(dbURL)
+	done0, cpu0 := floorDone(ctx, pool), postgresCPU()
+	start := time.Now()
+	drainFloor(ctx, pool, dbURL, bd)
+	elapsed := time.Since(start)
+	done := floorDone(ctx, pool) - done0
+	return floorResult{perSecond: float64(done) / elapsed.Seconds(), cpuMs: perPayment(postgresCPU()-cpu0, done)}
+}
+
+// drainFloor runs the dispatch script until no floor job is waiting, so
+// each measurement starts from an empty queue.
+func drainFloor(ctx context.Context, pool *pgxpool.Pool, dbURL string, bd int) {
+	for {
+		var waiting int
+		check(pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'floor_dispatch' AND state = 'available'`).Scan(&waiting))
+		if waiting == 0 {
+			return
+		}
+		// As few clients as the backlog needs: each is a backend started
+		// and ended, whose CPU the payments would carry.
+		clients := min(wholeClients, (waiting+bd-1)/bd)
+		per := max(1, waiting/(bd*clients))
+		runPgbench(dbURL, clients, []string{"-t", strconv.Itoa(per)}, 1, bd, "floor_dispatch.sql")
+	}
+}
+
+func perPayment(cpu time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(cpu.Microseconds()) / 1000 / float64(n)
+}
+
+// runPgbench runs the floor's scripts (name@weight) at clients with the
+// batch sizes given, each statement prepared once per client as Guardian's
+// are, and returns how long the run took, without the clients' connection
+// time.
+func runPgbench(dbURL string, clients int, args []string, bi, bd int, scripts ...string) float64 {
+	all := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-D", "bi=" + strconv.Itoa(bi), "-D", "bd=" + strconv.Itoa(bd)}
+	all = append(all, args...)
+	for _, s := range scripts {
+		all = append(all, "-f", filepath.Join(repoRoot(), "e2e", "bench", s))
+	}
+	out, err := exec.Command("pgbench", append(all, dbURL)...).CombinedOutput()
+	if err != nil {
+		log.Fatalf("pgbench %s: %v\n%s", strings.Join(scripts, " "), err, out)
+	}
+	tps := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindSubmatch(out)
+	txs := regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`).FindSubmatch(out)
+	if tps == nil || txs == nil {
+		log.Fatalf("pgbench output: %s", out)
+	}
+	t, _ := strconv.ParseFloat(string(tps[1]), 64)
+	n, _ := strconv.ParseFloat(string(txs[1]), 64)
+	if t == 0 {
+		return 0
+	}
+	return n / t
+}
+
+func (r floorResult) String() string {
+	return fmt.Sprintf("%.0f/s, %.3f ms CPU", r.perSecond, r.cpuMs)
+}
+
+// profilePipeline runs the whole pipeline once more with pprof on, takes
+// Guardian's CPU profile while the load runs, and returns pprof's top
+// entries by own time with the CPU each payment cost in the profile. A run
+// of its own: the profiler's cost stays out of the measured ones.
+func profilePipeline(bin, dbURL, connURL string) string {
+	g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_PPROF": "true"})
+	defer g.stop()
+	path := filepath.Join(filepath.Dir(bin), "cpu.pprof")
+	secs := max(1, int(duration.Seconds())-1)
+	got := make(chan error, 1)
+	go func() {
+		body, err := httpGet(context.Background(), g.metrics+"/debug/pprof/profile?seconds="+strconv.Itoa(secs))
+		if err == nil {
+			err = os.WriteFile(path, []byte(body), 0o600)
+		}
+		got <- err
+	}()
+	r := bench(bin, g, 0, 1, 0, true)
+	check(<-got)
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=15", bin, path).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("profile: %v: %s", err, out)
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasPrefix(l, "File:") || strings.HasPrefix(l, "Build ID:") || strings.HasPrefix(l, "Type:") || strings.HasPrefix(l, "Time:") {
+			continue
+		}
+		lines = append(lines, "  "+l)
+	}
+	total := regexp.MustCompile(`of ([0-9.]+)(ms|s) total`).FindStringSubmatch(string(out))
+	perPayment := ""
+	if total != nil && r.Fulfilled > 0 {
+		ms, _ := strconv.ParseFloat(total[1], 64)
+		if total[2] == "s" {
+			ms *= 1000
+		}
+		// The profile covers secs of the run's -d: scale the payments alike.
+		perPayment = fmt.Sprintf(", %.3f ms of Guardian's CPU per payment", ms/(r.Fulfilled*float64(secs)/duration.Seconds()))
+	}
+	return fmt.Sprintf("Guardian's CPU profile over %d s of one pipeline run (%.0f payments fulfilled%s), top by own time:\n%s",
+		secs, r.Fulfilled, perPayment, strings.Join(lines, "\n"))
+}
