@@ -1,0 +1,69 @@
+package db_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/db/dbtest"
+)
+
+// TestKeysAreInlined: the key functions give the keys they always gave,
+// NULL for any NULL argument as before, and Postgres inlines them into the
+// statements that call them (migration 00045): no function executor, no
+// statement of their own, per fulfilment made.
+func TestKeysAreInlined(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tx := dbtest.Tx(t)
+
+	// The bodies as migrations 00019, 00022 and 00039 wrote them, the
+	// bigint joined to text by anytextcat.
+	const before = `
+		SELECT 'gk1_' || left(encode(sha256(convert_to('guardian/v1:' || p || ':' || d || ':' || pay, 'UTF8')), 'hex'), 40),
+		       'gk1_' || left(encode(sha256(convert_to('guardian/v1/revoke:' || p || ':' || d || ':' || pay, 'UTF8')), 'hex'), 40),
+		       CASE WHEN a = 'fulfil' THEN 'gk1_' || left(encode(sha256(convert_to('guardian/v1:' || p || ':' || d || ':' || pay, 'UTF8')), 'hex'), 40)
+		            ELSE 'gk1_' || left(encode(sha256(convert_to('guardian/v1/action:' || a || ':' || p || ':' || d || ':' || pay, 'UTF8')), 'hex'), 40) END,
+		       CASE WHEN a = 'fulfil' THEN 'gk1_' || left(encode(sha256(convert_to('guardian/v1/revoke:' || p || ':' || d || ':' || pay, 'UTF8')), 'hex'), 40)
+		            ELSE 'gk1_' || left(encode(sha256(convert_to('guardian/v1/action-revoke:' || a || ':' || p || ':' || d || ':' || pay, 'UTF8')), 'hex'), 40) END
+		FROM (SELECT $1::text AS p, $2::text AS pay, $3::text AS a, $4::bigint AS d) v`
+	const now = `SELECT guardian_idempotency_key($1, $2, $4), guardian_revoke_key($1, $2, $4),
+		guardian_action_key($1, $2, $3, $4), guardian_action_revoke_key($1, $2, $3, $4)`
+	str := func(s string) *string { return &s }
+	num := func(n int64) *int64 { return &n }
+	for _, c := range []struct {
+		provider, payment, action *string
+		declined                  *int64
+	}{
+		{str("stripe"), str("pi_1"), str("fulfil"), num(0)},
+		{str("stripe"), str("pi_1"), str("licence"), num(0)},
+		{str("paddle"), str("txn_01h~2"), str("email_receipt"), num(3)},
+		{str("adyen"), str("8816:x"), str("fulfil"), num(12)},
+		{nil, str("pi_1"), str("licence"), num(0)},
+		{str("stripe"), nil, str("fulfil"), num(0)},
+		{str("stripe"), str("pi_1"), nil, num(0)},
+		{str("stripe"), str("pi_1"), str("licence"), nil},
+	} {
+		var want, got [4]*string
+		require.NoError(t, tx.QueryRow(ctx, before, c.provider, c.payment, c.action, c.declined).Scan(&want[0], &want[1], &want[2], &want[3]))
+		require.NoError(t, tx.QueryRow(ctx, now, c.provider, c.payment, c.action, c.declined).Scan(&got[0], &got[1], &got[2], &got[3]))
+		require.Equal(t, want, got, "keys of %v %v %v %v", c.provider, c.payment, c.action, c.declined)
+	}
+
+	var plan strings.Builder
+	rows, err := tx.Query(ctx, `EXPLAIN (VERBOSE, COSTS OFF)
+		SELECT guardian_action_key(provider, payment_id, event_type, id), guardian_action_revoke_key(provider, payment_id, event_type, id),
+		       guardian_idempotency_key(provider, payment_id, id), guardian_revoke_key(provider, payment_id, id)
+		FROM webhook_event`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var line string
+		require.NoError(t, rows.Scan(&line))
+		plan.WriteString(line + "\n")
+	}
+	require.NoError(t, rows.Err())
+	require.Contains(t, plan.String(), "sha256", "the plan computes the keys itself")
+	require.NotContains(t, plan.String(), "guardian_", "a key function was not inlined:\n%s", plan.String())
+}
