@@ -88,8 +88,9 @@ fuzz time="30s":
     go test ./receiver -run '^$' -fuzz FuzzRead -fuzztime {{time}}
     go test ./app/connector -run '^$' -fuzz FuzzStatement -fuzztime {{time}}
 
-# Measure Guardian against pgbench, redis-benchmark and bare River on this
-# machine, in one run, and print the ratios (see docs/performance.md).
+# Measure Guardian against the floor (the bare SQL a payment needs, at
+# Guardian's own batch sizes), pgbench, redis-benchmark and bare River on
+# this machine, in one run, and print the ratios (see docs/performance.md).
 bench *args:
     go run ./e2e/bench {{args}}
 

@@ -241,6 +241,11 @@ func profilePipeline(bin, dbURL, connURL string) string {
 	}()
 	r := bench(bin, g, 0, 1, 0, true)
 	check(<-got)
+	if keep := os.Getenv("BENCH_PROFILE"); keep != "" { // to read further: go tool pprof <binary> <file>
+		b, err := os.ReadFile(path)
+		check(err)
+		check(os.WriteFile(keep, b, 0o600))
+	}
 	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=15", bin, path).CombinedOutput()
 	if err != nil {
 		return fmt.Sprintf("profile: %v: %s", err, out)

@@ -1,12 +1,18 @@
 // Command bench measures Guardian on this machine against the ceilings it is
 // held to, all in one run, and prints the ratios (`just bench`):
 //
-//   - new-event intake vs pgbench running the same SQL at the same concurrency;
+//   - intake, end-to-end fulfilment, dispatch and the CPU per payment vs the
+//     floor: the bare SQL those steps need on Guardian's own tables, run by
+//     pgbench at the batch sizes Guardian had in the same run (floor.go);
+//   - new-event intake vs pgbench running the same SQL at the same
+//     concurrency, one commit per event;
 //   - duplicates through the Redis filter vs redis-benchmark of the same
 //     command, and duplicates without Redis vs with it;
 //   - dispatch vs bare River working no-op jobs with the same settings;
-//   - p99 intake latency at half the peak rate, resident memory at peak,
-//     and three processes sharing one database against one.
+//   - p50 and p99 intake latency at half the peak rate against pgbench's
+//     one commit per event at that rate, resident memory at peak, three
+//     processes sharing one database against one, and Guardian's own CPU
+//     profile over a pipeline run.
 //
 // Each throughput is measured several times; the report gives min, median
 // and max. It needs the local Postgres and Redis, pgbench and
@@ -56,7 +62,7 @@ var (
 	duration    = flag.Duration("d", 5*time.Second, "length of each measured run")
 	runs        = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
-	only        = flag.String("only", "", "run one comparison only: pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), nodes (three processes against one), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), or scale (the cost as the tables grow to -sizes)")
+	only        = flag.String("only", "", "run one comparison only: pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), or scale (the cost as the tables grow to -sizes)")
 	keep        = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
 	scaleDB     = flag.String("scale-db", "", "with -only scale: measure this database, kept by an earlier -keep run, filling it on from the payments it holds")
 	curvePath   = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
@@ -139,6 +145,10 @@ func main() {
 		f := &figures{}
 		f.measurePipeline(bin, dbURL, conn.URL, pool)
 		f.printPipeline()
+		return
+	}
+	if *only == "profile" {
+		fmt.Println(profilePipeline(bin, dbURL, conn.URL))
 		return
 	}
 	if *only == "indexes" {
