@@ -107,6 +107,33 @@ type floorResult struct {
 	cpuMs float64
 }
 
+// updates is how many fulfilment rows were updated, and how many of those
+// updates were HOT (no index entry written), as Postgres has counted so
+// far: a backend reports its counts when it goes idle or exits, so read
+// after the processes that made them have stopped.
+type updates struct{ all, hot int64 }
+
+func fulfilmentUpdates(ctx context.Context, pool *pgxpool.Pool) updates {
+	var u, last updates
+	for range 20 { // until two reads a moment apart agree: every exit reported
+		check(pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'fulfilment'`).Scan(&u.all, &u.hot))
+		if u == last {
+			break
+		}
+		last = u
+		time.Sleep(300 * time.Millisecond)
+	}
+	return u
+}
+
+// hotShare is the share of the updates between a and b that were HOT.
+func hotShare(a, b updates) float64 {
+	if b.all == a.all {
+		return 0
+	}
+	return float64(b.hot-a.hot) / float64(b.all-a.all)
+}
+
 // floorDone counts the floor's payments through to the end: jobs completed.
 func floorDone(ctx context.Context, pool *pgxpool.Pool) int {
 	var n int

@@ -188,12 +188,15 @@ type figures struct {
 	p99s, p50s, pgP99s, pgP50s                []float64
 	floorIntake, floorWhole, floorDisp        []floorResult
 	batches, dispBatches                      []batches
-	profile                                   string
-	dupRedis, dupPG, redisCeil, disp, bare    []float64
-	peak, half                                benchResult
-	rss                                       float64
-	nodesLine, actionsLine                    string
-	curve                                     []point
+	// hot and floorHot are the shares of fulfilment updates that were HOT
+	// in each pipeline run, Guardian's and the floor's.
+	hot, floorHot                          []float64
+	profile                                string
+	dupRedis, dupPG, redisCeil, disp, bare []float64
+	peak, half                             benchResult
+	rss                                    float64
+	nodesLine, actionsLine                 string
+	curve                                  []point
 }
 
 // measureAll runs every comparison of the full run in turn.
@@ -239,6 +242,7 @@ func (f *figures) measureIntake(bin, dbURL, connURL string, pool *pgxpool.Pool) 
 // and its Postgres (backends, WAL writer, checkpointer).
 func (f *figures) measurePipeline(bin, dbURL, connURL string, pool *pgxpool.Pool) {
 	for range *runs {
+		u0 := fulfilmentUpdates(context.Background(), pool)
 		g := startGuardian(bin, dbURL, connURL, nil)
 		cpu0, pg0 := cpuOf(g.cmd.Process.Pid), postgresCPU()
 		r := bench(bin, g, 0, 1, 0, true)
@@ -252,7 +256,10 @@ func (f *figures) measurePipeline(bin, dbURL, connURL string, pool *pgxpool.Pool
 		b := g.batchSizes(context.Background())
 		f.batches = append(f.batches, b)
 		g.stop()
+		u1 := fulfilmentUpdates(context.Background(), pool)
 		f.floorWhole = append(f.floorWhole, floorWhole(context.Background(), pool, dbURL, b))
+		u2 := fulfilmentUpdates(context.Background(), pool)
+		f.hot, f.floorHot = append(f.hot, hotShare(u0, u1)), append(f.floorHot, hotShare(u1, u2))
 	}
 }
 
@@ -344,6 +351,8 @@ func (f *figures) printPipeline() {
 	fmt.Printf("batch sizes of the whole pipeline (the floor's): intake %.1f, claim %.1f, outcome %.1f\n", s(in).median, s(cl).median, s(out).median)
 	fmt.Printf("end-to-end fulfilment     guardian %s  floor %s  ratio %.2f  (targets ≥ 2500/s: %s; ≥ 0.7x the floor: %s)\n",
 		s(f.fulfil), s(rates), s(f.fulfil).median/s(rates).median, verdict(s(f.fulfil).median >= 2500), verdict(s(f.fulfil).median/s(rates).median >= .7))
+	fmt.Printf("fulfilment updates HOT    guardian %.0f%%  floor %.0f%%  (a claim writes no index when HOT; an outcome moves the phase and writes each once)\n",
+		100*s(f.hot).median, 100*s(f.floorHot).median)
 	if len(f.cpuPerPayment) > 0 {
 		c, fc := s(f.cpuPerPayment), s(cpus)
 		fmt.Printf("CPU per fulfilled payment guardian and its Postgres %.3f ms (min %.3f, max %.3f)  floor, Postgres %.3f ms  ratio %.2f  (targets ≤ 0.5 ms: %s; ≤ 1.4x the floor: %s)\n",
