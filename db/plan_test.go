@@ -96,6 +96,29 @@ func TestLookupsUseIndexes(t *testing.T) {
 			_, err := db.CreateRevocations(ctx, tx, "test", "a revocation", nil)
 			return err
 		},
+		// The fulfilment page and GET /api/v1/fulfilments/{id}: the row's
+		// history, every row of its payment, and its purchase's actions.
+		"a fulfilment's page": func() error {
+			f, err := db.GetFulfilment(ctx, tx, knownFulfilment) // db.FulfilmentHistory's reads, in its snapshot
+			if err != nil {
+				return err
+			}
+			if _, err := db.Transitions(ctx, tx, f.ID); err != nil {
+				return err
+			}
+			if _, err := db.Checks(ctx, tx, f.ID); err != nil {
+				return err
+			}
+			if _, err := db.FulfilmentsByPayment(ctx, tx, f.Provider, f.PaymentID); err != nil {
+				return err
+			}
+			_, _, err = db.PurchaseActions(ctx, tx, db.Payment{Provider: f.Provider, PaymentID: f.PaymentID})
+			return err
+		},
+		"payments paid before actions (an apply's walk)": func() error {
+			_, err := db.PaidBeforeActions(ctx, tx, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), 0, 100)
+			return err
+		},
 		"fulfilments by payment prefix": func() error {
 			_, _, err := db.ListFulfilments(ctx, tx, db.ListParams{PaymentPrefix: "pi_ab"})
 			return err

@@ -155,13 +155,21 @@ func ApplyAction(ctx context.Context, q DBTX, p Payment, action, operator string
 func PaidBeforeActions(ctx context.Context, q DBTX, since, until time.Time, afterID int64, limit int) ([]UnrecordedPurchase, error) {
 	rows, err := q.Query(ctx, `
 		SELECT `+eventColumns+`,
-			(SELECT array_agg(DISTINCT f.action_name ORDER BY f.action_name) FROM fulfilment f
-				WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil'),
+			-- A payment's rows in two halves, each through its partial
+			-- index (FulfilmentsByPayment): asked for in one, a scan.
+			(SELECT array_agg(DISTINCT a ORDER BY a) FROM (
+				SELECT f.action_name FROM fulfilment f
+				WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND f.state <> 'failed'
+				UNION ALL
+				SELECT f.action_name FROM fulfilment f
+				WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND f.state = 'failed') x(a)),
 			EXISTS (SELECT 1 FROM payment_reversal r WHERE r.provider = e.provider AND r.payment_id = e.payment_id)
 		FROM webhook_event e
 		WHERE e.first_seen_at >= $1 AND e.first_seen_at < $2 AND e.id > $3 AND e.payment_id IS NOT NULL
 		  AND NOT EXISTS (SELECT 1 FROM purchase p WHERE p.provider = e.provider AND p.payment_id = e.payment_id)
-		  AND e.id = (SELECT min(f.event_pk) FROM fulfilment f WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil')
+		  AND e.id = least(
+			(SELECT min(f.event_pk) FROM fulfilment f WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND f.state <> 'failed'),
+			(SELECT min(f.event_pk) FROM fulfilment f WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND f.state = 'failed'))
 		ORDER BY e.id LIMIT $4`, since, until, afterID, limit)
 	if err != nil {
 		return nil, wrap("list payments paid before actions", err)
