@@ -276,10 +276,14 @@ func drain(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) 
 }
 
 // vacuum does what a deployment's autovacuum does after the fill: the
-// statistics, the visibility map, and the BRIN ranges summarized.
+// statistics, the visibility map, and the BRIN ranges summarized, and the
+// dead rows of the counts' changes, which the fill made and folded one
+// per payment: left there (autovacuum is off on the development
+// machine), they were 60 MB at a million payments that the overview's
+// count read through, 66 ms of its 78.
 func vacuum(ctx context.Context, pool *pgxpool.Pool) {
 	start := time.Now()
-	_, err := pool.Exec(ctx, `VACUUM (ANALYZE) webhook_event, fulfilment, fulfilment_transition, river_job`)
+	_, err := pool.Exec(ctx, `VACUUM (ANALYZE) webhook_event, fulfilment, fulfilment_transition, river_job, fulfilment_change, purchase`)
 	check(err)
 	log.Printf("vacuumed in %s", time.Since(start).Round(time.Second))
 }
