@@ -518,9 +518,15 @@ func SubscriptionEvents(ctx context.Context, q DBTX, s Subscription) ([]Event, e
 			SELECT unnest($2::text[]) AS id
 			UNION SELECT invoice FROM subscription_invoice WHERE provider = $1 AND subscription_id = $3
 		)
-		SELECT `+eventColumns+` FROM webhook_event
-		WHERE provider = $1 AND (payment_id IN (SELECT id FROM purchases) OR reverses IN (SELECT id FROM purchases)
-			OR refund_of IN (SELECT id FROM purchases) OR ends = $3 OR suspends = $3 OR resumes = $3)
+		-- Each way an event names the subscription through its own index:
+		-- as one condition of ORs over subqueries, it read the whole table.
+		SELECT `+eventColumns+` FROM webhook_event WHERE id IN (
+			SELECT e.id FROM purchases p JOIN webhook_event e ON e.provider = $1 AND e.payment_id = p.id
+			UNION SELECT e.id FROM purchases p JOIN webhook_event e ON e.provider = $1 AND e.reverses = p.id
+			UNION SELECT e.id FROM purchases p JOIN webhook_event e ON e.provider = $1 AND e.refund_of = p.id
+			UNION SELECT e.id FROM webhook_event e WHERE e.provider = $1 AND e.ends = $3
+			UNION SELECT e.id FROM webhook_event e WHERE e.provider = $1 AND e.suspends = $3
+			UNION SELECT e.id FROM webhook_event e WHERE e.provider = $1 AND e.resumes = $3)
 		ORDER BY first_seen_at, id`, s.Provider, s.GrantIDs(), s.SubscriptionID)
 	if err != nil {
 		return nil, wrap("list subscription events", err)
