@@ -108,7 +108,7 @@ var (
 		Doc: "most deliveries one intake transaction carries, and most claims or outcomes of concurrent dispatches one statement carries; each delivery is answered after the commit that holds it, each call leaves after its claim's commit; `1` gives each its own",
 	}, fulfilment.DefaultBatch)
 	batchWriters = settings.Int(settings.Setting{
-		Name: "GUARDIAN_BATCH_WRITERS", Default: "`4`",
+		Name: "GUARDIAN_BATCH_WRITERS", Default: "`2`",
 		Doc: "batches of each kind that may run at once, per process: with several nodes on one Postgres, divide it among them (docs/deployment.md, \"Sizing\")",
 	}, fulfilment.DefaultBatchWriters)
 	workers = settings.Bool(settings.Setting{

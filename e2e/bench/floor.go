@@ -24,16 +24,30 @@ import (
 // The floor is what a payment must cost Postgres on Guardian's path: the
 // bare SQL of floor_intake.sql and floor_dispatch.sql, run by pgbench with
 // Guardian's own batch sizes on the same database, with as many clients as
-// Guardian has batch writers (fulfilment.DefaultBatchWriters for intake,
-// as many again for dispatch's claims and outcomes). Guardian's figures
-// are held against it as ratios (docs/performance.md, "The floor").
+// Guardian has batch writers (batchWriters for intake, as many again for
+// dispatch's claims and outcomes). Guardian's figures are held against it
+// as ratios (docs/performance.md, "The floor").
+
+// batchWriters is the batch writers of each kind the bench's Guardians
+// run: GUARDIAN_BATCH_WRITERS where -env sets it, else the default.
+func batchWriters() int {
+	n := fulfilment.DefaultBatchWriters
+	for _, kv := range guardianEnv {
+		if v, ok := strings.CutPrefix(kv, "GUARDIAN_BATCH_WRITERS="); ok {
+			w, err := strconv.Atoi(v)
+			if err != nil || w < 1 {
+				log.Fatalf("-env %s: the writers must be a whole number of at least 1", kv)
+			}
+			n = w
+		}
+	}
+	return n
+}
 
 // intakeClients and wholeClients are the floor's pgbench clients: the
 // writers Guardian's intake has, and with its dispatch's.
-const (
-	intakeClients = fulfilment.DefaultBatchWriters
-	wholeClients  = 2 * fulfilment.DefaultBatchWriters
-)
+func intakeClients() int { return batchWriters() }
+func wholeClients() int  { return 2 * batchWriters() }
 
 // batches are the mean sizes of Guardian's group-commit batches in a run,
 // read from its guardian_batch_items histogram: deliveries per intake
@@ -155,7 +169,7 @@ func floorJobs(ctx context.Context, pool *pgxpool.Pool) int {
 func floorWhole(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
 	bi, bd := size(b.intake), size(b.claim)
 	done0, jobs0, cpu0 := floorDone(ctx, pool), floorJobs(ctx, pool), postgresCPU()
-	secs := runPgbench(dbURL, wholeClients, []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, bd,
+	secs := runPgbench(dbURL, wholeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, bd,
 		"floor_intake.sql@"+strconv.Itoa(bd), "floor_dispatch.sql@"+strconv.Itoa(bi))
 	done := floorDone(ctx, pool) - done0
 	// The CPU of every payment the run took in, those it left waiting
@@ -168,7 +182,7 @@ func floorWhole(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches
 func floorIntake(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
 	bi := size(b.intake)
 	jobs0, cpu0 := floorJobs(ctx, pool), postgresCPU()
-	secs := runPgbench(dbURL, intakeClients, []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, 1, "floor_intake.sql")
+	secs := runPgbench(dbURL, intakeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, 1, "floor_intake.sql")
 	n := floorJobs(ctx, pool) - jobs0
 	cpu := postgresCPU() - cpu0
 	drainFloor(ctx, pool, dbURL, size(b.claim))
@@ -205,7 +219,7 @@ func drainFloor(ctx context.Context, pool *pgxpool.Pool, dbURL string, bd int) {
 		}
 		// As few clients as the backlog needs: each is a backend started
 		// and ended, whose CPU the payments would carry.
-		clients := min(wholeClients, (waiting+bd-1)/bd)
+		clients := min(wholeClients(), (waiting+bd-1)/bd)
 		per := max(1, waiting/(bd*clients))
 		runPgbench(dbURL, clients, []string{"-t", strconv.Itoa(per)}, 1, bd, "floor_dispatch.sql")
 	}

@@ -97,7 +97,7 @@ func nodes(bin, dbURL, connURL string, n int, extra map[string]string) nodesResu
 
 // compareNodes measures one process, three with the default batch
 // writers each, and three with one writer each (three transactions at
-// once in all, near one process's four), alternating, -runs times each,
+// once in all, near one process's default), alternating, -runs times each,
 // and returns the report's lines: each three against the one.
 func compareNodes(bin, dbURL, connURL string) string {
 	type series struct{ accepted, fulfilled, cpuMs []float64 }
@@ -117,5 +117,5 @@ func compareNodes(bin, dbURL, connURL string) string {
 			s(x.fulfilled), s(one.fulfilled), s(x.fulfilled).median/s(one.fulfilled).median, s(x.cpuMs).median, s(one.cpuMs).median)
 	}
 	return fmt.Sprintf("processes on one database, against one (%d cores, -c %d in all):\n", runtime.NumCPU(), *concurrency) +
-		line("  three, 4 writers each", three) + "\n" + line("  three, 1 writer each", threeOne)
+		line(fmt.Sprintf("  three, %d writers each", batchWriters()), three) + "\n" + line("  three, 1 writer each", threeOne)
 }
