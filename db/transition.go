@@ -298,13 +298,22 @@ func Claim(ctx context.Context, q DBTX, id string, margin, fallback time.Duratio
 	return c, wrap("read claim", err)
 }
 
-// DispatchJobs says how River names a fulfilment's dispatch jobs: their
-// kind and the argument that holds the fulfilment's id. jobs owns both
-// (jobs.DispatchJobs); db reads River's table by them. Migration 00017's
-// partial index is made for kind guardian_dispatch and argument
-// fulfilment_id.
+// DispatchJobs says how River names and writes a fulfilment's dispatch
+// jobs. jobs owns all of it (jobs.Enqueuer.DispatchJobs); db reads
+// River's table by the kind and the argument that holds the fulfilment's
+// id (migration 00017's partial index is made for kind guardian_dispatch
+// and argument fulfilment_id), and InsertFulfilments writes the jobs of
+// the fulfilments it makes as River's insert would, in the same statement.
 type DispatchJobs struct {
 	Kind, IDArg string
+	// Queue, Priority and MaxAttempts are the columns River's insert
+	// writes for the job's options.
+	Queue                 string
+	Priority, MaxAttempts int
+	// Topic is River's insert notification's topic: the channel is the
+	// schema's name, a dot and the topic, and the payload names the
+	// queue, so a working client's producer fetches the job at once.
+	Topic string
 }
 
 // sql returns the look-up of a fulfilment's live dispatch jobs for f, with

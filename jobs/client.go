@@ -108,12 +108,32 @@ func (e *Enqueuer) EnqueueRouteTx(ctx context.Context, tx pgx.Tx, purchases ...d
 	return nil
 }
 
-// DispatchJobs names the dispatch jobs EnqueueDispatchTx inserts: their
-// kind (DispatchArgs.Kind) and the argument holding the fulfilment's id
-// (DispatchArgs' json name), for the sweep's look-up of live jobs.
-func (e *Enqueuer) DispatchJobs() db.DispatchJobs {
+// insertTopic is the topic of River's insert notifications (its notifier's
+// NotificationTopicInsert, internal to River): a producer listening on it
+// fetches the queue named at once. TestDispatchJobsAreRiversOwn holds it
+// to River's.
+const insertTopic = "river_insert"
+
+// DispatchJobs names the dispatch jobs EnqueueDispatchTx inserts, for the
+// sweep's look-up of live jobs: their kind (DispatchArgs.Kind) and the
+// argument holding the fulfilment's id (DispatchArgs' json name); and the
+// columns River writes for their options (DispatchArgs.InsertOpts over
+// River's defaults), for the statements that write them beside the
+// fulfilments they dispatch.
+func (e *Enqueuer) DispatchJobs() db.DispatchJobs { return DispatchJobs() }
+
+// DispatchJobs is what every Enqueuer says of its dispatch jobs
+// (Enqueuer.DispatchJobs), for stand-ins of the Enqueuer in tests.
+func DispatchJobs() db.DispatchJobs {
 	id, _ := reflect.TypeFor[DispatchArgs]().FieldByName("FulfilmentID")
-	return db.DispatchJobs{Kind: DispatchArgs{}.Kind(), IDArg: id.Tag.Get("json")}
+	opts := DispatchArgs{}.InsertOpts()
+	return db.DispatchJobs{
+		Kind: DispatchArgs{}.Kind(), IDArg: id.Tag.Get("json"),
+		Queue:       cmp.Or(opts.Queue, river.QueueDefault),
+		Priority:    cmp.Or(opts.Priority, river.PriorityDefault),
+		MaxAttempts: cmp.Or(opts.MaxAttempts, river.MaxAttemptsDefault),
+		Topic:       insertTopic,
+	}
 }
 
 // River returns the insert-only River client, for River UI in a process

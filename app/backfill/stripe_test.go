@@ -25,6 +25,7 @@ import (
 	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/jobs"
 )
 
 const apiKey = "sk_test_backfill_secret_key_do_not_log"
@@ -106,9 +107,7 @@ type nopEnqueuer struct{}
 
 func (nopEnqueuer) EnqueueDispatchTx(context.Context, pgx.Tx, ...string) error  { return nil }
 func (nopEnqueuer) EnqueueRouteTx(context.Context, pgx.Tx, ...db.Payment) error { return nil }
-func (nopEnqueuer) DispatchJobs() db.DispatchJobs {
-	return db.DispatchJobs{Kind: "guardian_dispatch", IDArg: "fulfilment_id"}
-}
+func (nopEnqueuer) DispatchJobs() db.DispatchJobs                               { return jobs.DispatchJobs() }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()

@@ -57,7 +57,7 @@ func TestRetryFailed(t *testing.T) {
 	require.Equal(t, state.Pending, f.State)
 	require.Equal(t, "pi_f1", f.PaymentID)
 	require.Equal(t, b.db.Fulfilment(t, failed).EventPK, f.EventPK)
-	require.Equal(t, 1, b.enqueuer.count(newID))
+	require.Equal(t, 1, b.enqueuer.count(t, newID))
 	ts := b.db.Transitions(t, newID)
 	require.Len(t, ts, 1)
 	require.Equal(t, "operator alice", ts[0].Actor)

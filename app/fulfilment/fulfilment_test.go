@@ -18,22 +18,22 @@ import (
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/jobs"
 )
 
 // enqueuer records the dispatches the domain asked for. It stands in for
-// River: these tests call Dispatch themselves.
+// River: these tests call Dispatch themselves. The statement that makes a
+// payment's fulfilments writes their jobs into River's table itself
+// (jobs.DispatchJobs), where count reads them.
 type enqueuer struct {
+	db     *dbtest.DB
 	mu     sync.Mutex
 	ids    []string
 	routes []db.Payment
 }
 
-// DispatchJobs names River's dispatch jobs as jobs.Enqueuer does; this
-// fake inserts none, so every pending row past the sweep's wait is
-// stranded to the sweep.
-func (e *enqueuer) DispatchJobs() db.DispatchJobs {
-	return db.DispatchJobs{Kind: "guardian_dispatch", IDArg: "fulfilment_id"}
-}
+// DispatchJobs names River's dispatch jobs as jobs.Enqueuer does.
+func (e *enqueuer) DispatchJobs() db.DispatchJobs { return jobs.DispatchJobs() }
 
 func (e *enqueuer) EnqueueDispatchTx(_ context.Context, _ pgx.Tx, ids ...string) error {
 	e.mu.Lock()
@@ -49,10 +49,12 @@ func (e *enqueuer) EnqueueRouteTx(_ context.Context, _ pgx.Tx, purchases ...db.P
 	return nil
 }
 
-func (e *enqueuer) count(id string) int {
+// count is how many dispatch jobs were asked for the fulfilment: those
+// recorded, and those written beside it in River's table.
+func (e *enqueuer) count(t testing.TB, id string) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := 0
+	n := e.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch' AND args ->> 'fulfilment_id' = $1`, id)
 	for _, got := range e.ids {
 		if got == id {
 			n++
@@ -77,7 +79,7 @@ type testBundle struct {
 func setup(t *testing.T, opts ...func(*fulfilment.Config)) *testBundle {
 	t.Helper()
 	d := dbtest.NewDB(t)
-	b := &testBundle{ctx: context.Background(), db: d, rec: &connectortest.Recorder{}, enqueuer: &enqueuer{}}
+	b := &testBundle{ctx: context.Background(), db: d, rec: &connectortest.Recorder{}, enqueuer: &enqueuer{db: d}}
 	cfg := fulfilment.Config{
 		Store: db.New(d.Pool), Enqueuer: b.enqueuer, Connector: b.rec,
 		Logger:           slog.New(slog.DiscardHandler),

@@ -189,8 +189,9 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, eventPK int64, action, 
 const askReversed = "payment reversed before Guardian recorded a fulfilment: whether the receiver acted under the payment's key " +
 	"(a restored database forgets what it sent) is asked by lookup; done is taken back, not done is cancelled"
 
-// born makes the fulfilments of items in tx (db.InsertFulfilments) and a
-// dispatch job for each born pending; it returns every one made.
+// born makes the fulfilments of items in tx (db.InsertFulfilments) and, in
+// the same statement, a dispatch job for each born pending, written as the
+// Enqueuer names it; it returns every one made.
 //
 // A payment already taken back has nothing sent for it as far as
 // Guardian's rows know, but its rows may be younger than what its receiver
@@ -205,23 +206,8 @@ const askReversed = "payment reversed before Guardian recorded a fulfilment: whe
 // on its own: one taken back, or not taken back by its policy, holds no
 // other back.
 func (s *Service) born(ctx context.Context, tx pgx.Tx, items []db.BatchFulfilment, reason string) ([]db.Born, error) {
-	birth := db.Birth{Reason: reason, Reversed: state.NeedsReconciliation, ReversedReason: askReversed, Asks: s.asks}
-	created, err := db.InsertFulfilments(ctx, tx, items, birth)
-	if err != nil {
-		return nil, err
-	}
-	var dispatch []string
-	for _, b := range created {
-		if b.State == state.Pending {
-			dispatch = append(dispatch, b.ID)
-		}
-	}
-	if len(dispatch) > 0 {
-		if err := s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, dispatch...); err != nil {
-			return nil, fmt.Errorf("enqueue dispatch: %w", err)
-		}
-	}
-	return created, nil
+	birth := db.Birth{Reason: reason, Reversed: state.NeedsReconciliation, ReversedReason: askReversed, Asks: s.asks, Jobs: s.jobs}
+	return db.InsertFulfilments(ctx, tx, items, birth)
 }
 
 // ReplayResult says what a replay did.

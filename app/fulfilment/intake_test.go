@@ -24,7 +24,7 @@ func TestAccept(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, fulfilment.NewEvent, res.Outcome)
 		require.Equal(t, state.Pending, b.db.Fulfilment(t, res.FulfilmentID).State)
-		require.Equal(t, 1, b.enqueuer.count(res.FulfilmentID))
+		require.Equal(t, 1, b.enqueuer.count(t, res.FulfilmentID))
 		ts := b.db.Transitions(t, res.FulfilmentID)
 		require.Len(t, ts, 1)
 		require.Equal(t, "intake", ts[0].Actor)
@@ -40,7 +40,7 @@ func TestAccept(t *testing.T) {
 		require.Empty(t, res.FulfilmentID)
 		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
 		require.Equal(t, 2, b.db.Count(t, `SELECT deliveries FROM webhook_event`))
-		require.Equal(t, 1, b.enqueuer.count(id))
+		require.Equal(t, 1, b.enqueuer.count(t, id))
 	})
 
 	t.Run("SecondEventTypeForOnePaymentFulfilsOnce", func(t *testing.T) {
@@ -88,7 +88,7 @@ func TestAccept(t *testing.T) {
 		for id := range ids {
 			if id != "" {
 				created++
-				require.Equal(t, 1, b.enqueuer.count(id))
+				require.Equal(t, 1, b.enqueuer.count(t, id))
 			}
 		}
 		require.Equal(t, 1, created)
@@ -125,7 +125,7 @@ func TestReplay(t *testing.T) {
 		require.NoError(t, err)
 		require.NotEmpty(t, res.FulfilmentID)
 		require.NotEqual(t, id, res.FulfilmentID)
-		require.Equal(t, 1, b.enqueuer.count(res.FulfilmentID))
+		require.Equal(t, 1, b.enqueuer.count(t, res.FulfilmentID))
 	})
 
 	t.Run("UnknownEventIsNotFound", func(t *testing.T) {
@@ -171,7 +171,7 @@ func TestIntakeBatches(t *testing.T) {
 		require.Equal(t, 150, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
 		require.Equal(t, 150, b.db.Count(t, `SELECT count(*) FROM fulfilment_transition`))
 		for id := range created {
-			require.Equal(t, 1, b.enqueuer.count(id), "one dispatch job per fulfilment")
+			require.Equal(t, 1, b.enqueuer.count(t, id), "one dispatch job per fulfilment")
 		}
 		// Rows written by one transaction share its xmin: fewer
 		// transactions than events means deliveries shared commits.
@@ -205,7 +205,8 @@ func TestIntakeBatches(t *testing.T) {
 		}
 		require.Equal(t, 98, b.db.Count(t, `SELECT count(*) FROM webhook_event`))
 		require.Equal(t, 98, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
-		require.Len(t, b.enqueuer.ids, 98, "one dispatch job per stored payment")
+		require.Equal(t, 98, b.db.Count(t, `SELECT count(*) FROM river_job j JOIN fulfilment f ON j.args ->> 'fulfilment_id' = f.id::text
+			WHERE j.kind = 'guardian_dispatch' AND j.queue = 'dispatch' AND j.state = 'available'`), "one dispatch job per stored payment")
 	})
 
 	t.Run("OneBatchOneDeliveryWithoutBatching", func(t *testing.T) {

@@ -54,7 +54,7 @@ func TestReconcile(t *testing.T) {
 			})
 			id := b.park(t, "evt_1", "pi_1")
 			b.db.Backdate(t, id, time.Now().Add(-time.Minute)) // past the grace
-			enqueuedBefore := b.enqueuer.count(id)
+			enqueuedBefore := b.enqueuer.count(t, id)
 
 			sum, err := b.svc.Reconcile(b.ctx, "test reconciler")
 			require.NoError(t, err)
@@ -69,7 +69,7 @@ func TestReconcile(t *testing.T) {
 			if tt.want == state.Pending {
 				wantEnqueued = 1
 			}
-			require.Equal(t, wantEnqueued, b.enqueuer.count(id)-enqueuedBefore)
+			require.Equal(t, wantEnqueued, b.enqueuer.count(t, id)-enqueuedBefore)
 			require.Equal(t, 1, b.rec.CallsFor(id), "a lookup never calls the connector's action")
 
 			// A second round at once: a settled row is not asked again, an
@@ -103,7 +103,7 @@ func TestReconcile(t *testing.T) {
 		require.Equal(t, state.NeedsReconciliation, f.State, "in progress is neither done nor not done")
 		require.NotNil(t, f.NextCheckAt)
 		require.WithinDuration(t, time.Now().Add(3*time.Second), *f.NextCheckAt, 2*time.Second, "asked again after the grace, not the hour's backoff")
-		require.Zero(t, b.enqueuer.count(id)-1, "nothing sent again while the receiver works")
+		require.Zero(t, b.enqueuer.count(t, id)-1, "nothing sent again while the receiver works")
 	})
 
 	// A refusal without the receiver's word (an idempotency layer's 422, a
@@ -122,7 +122,7 @@ func TestReconcile(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, sum.Failed)
 		require.Equal(t, state.Failed, b.db.Fulfilment(t, id).State)
-		require.Equal(t, 1, b.enqueuer.count(id), "only the first dispatch: the same bytes would be refused again")
+		require.Equal(t, 1, b.enqueuer.count(t, id), "only the first dispatch: the same bytes would be refused again")
 
 		// The payment's next fulfilment goes out under its next key.
 		first := b.db.Fulfilment(t, id).Key

@@ -28,7 +28,7 @@ func TestResolve(t *testing.T) {
 				b := setup(t)
 				id := b.park(t, "evt_1", "pi_1")
 				b.db.Backdate(t, id, time.Now().Add(-time.Hour)) // the parked call is long over
-				before := b.enqueuer.count(id)
+				before := b.enqueuer.count(t, id)
 				f, err := b.svc.Resolve(b.ctx, resolution(id, to))
 				require.NoError(t, err)
 				require.Equal(t, to, f.State)
@@ -41,7 +41,7 @@ func TestResolve(t *testing.T) {
 				if to == state.Pending {
 					wantEnqueued = 1
 				}
-				require.Equal(t, wantEnqueued, b.enqueuer.count(id)-before)
+				require.Equal(t, wantEnqueued, b.enqueuer.count(t, id)-before)
 			})
 		}
 	})
@@ -91,10 +91,10 @@ func TestResolve(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 2, b.db.Fulfilment(t, id).Attempt)
 		b.db.Backdate(t, id, time.Now().Add(-time.Hour))
-		before := b.enqueuer.count(id)
+		before := b.enqueuer.count(t, id)
 		_, err = b.svc.Resolve(b.ctx, resolution(id, state.Pending))
 		require.ErrorIs(t, err, fulfilment.ErrMoved)
-		require.Equal(t, before, b.enqueuer.count(id), "nothing dispatched")
+		require.Equal(t, before, b.enqueuer.count(t, id), "nothing dispatched")
 		require.Equal(t, state.NeedsReconciliation, b.db.Fulfilment(t, id).State)
 	})
 
@@ -140,7 +140,7 @@ func TestResolve(t *testing.T) {
 		}
 		require.Equal(t, 1, won)
 		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fulfilment_transition WHERE from_state = 'needs_reconciliation'`))
-		require.LessOrEqual(t, b.enqueuer.count(id), 2, "at most the intake's dispatch and one resolution's")
+		require.LessOrEqual(t, b.enqueuer.count(t, id), 2, "at most the intake's dispatch and one resolution's")
 	})
 
 	t.Run("SettledRowIsMoved", func(t *testing.T) {

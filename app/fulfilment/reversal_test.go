@@ -165,7 +165,7 @@ func TestTakeBack(t *testing.T) {
 		st, err := db.GetStats(b.ctx, b.db.Pool)
 		require.NoError(t, err)
 		require.Equal(t, map[state.State]int{state.Pending: 1}, st.Revocations, "the gauges count it")
-		require.Equal(t, 1, b.enqueuer.count(rv.ID), "one dispatch job for it")
+		require.Equal(t, 1, b.enqueuer.count(t, rv.ID), "one dispatch job for it")
 		require.NotEqual(t, b.db.Fulfilment(t, fid).Key, rv.Key, "its own key")
 		require.Regexp(t, `^gk1_[0-9a-f]{40}$`, rv.Key)
 
@@ -260,7 +260,7 @@ func TestTakeBack(t *testing.T) {
 					res, err := b.svc.Accept(b.ctx, providertest.Payment("evt_pay", "pi_r"))
 					require.NoError(t, err)
 					require.Equal(t, state.NeedsReconciliation, res.FulfilmentState)
-					require.Zero(t, b.enqueuer.count(res.FulfilmentID), "never dispatched")
+					require.Zero(t, b.enqueuer.count(t, res.FulfilmentID), "never dispatched")
 					fid = res.FulfilmentID
 				} else {
 					fid = b.pay(t, "evt_pay", "pi_r") // pending, its job not yet run
@@ -288,7 +288,7 @@ func TestTakeBack(t *testing.T) {
 				}
 				rv := b.revocation(t, "pi_r")
 				require.Equal(t, state.Pending, rv.State)
-				require.Equal(t, 1, b.enqueuer.count(rv.ID), "the revocation is dispatched")
+				require.Equal(t, 1, b.enqueuer.count(t, rv.ID), "the revocation is dispatched")
 			})
 		}
 	})

@@ -124,7 +124,7 @@ func TestPurchasesAwaitingTheirItems(t *testing.T) {
 		require.Empty(t, b.awaiting(t))
 		for _, f := range rows {
 			require.Equal(t, state.Pending, f.State)
-			require.Equal(t, 1, b.enqueuer.count(f.ID), "each row's dispatch job, in the routing's transaction")
+			require.Equal(t, 1, b.enqueuer.count(t, f.ID), "each row's dispatch job, in the routing's transaction")
 			_, err := b.dispatch(t, f.ID)
 			require.NoError(t, err)
 		}

@@ -55,8 +55,10 @@ type Enqueuer interface {
 	// EnqueueRouteTx inserts a job that calls RouteAwaiting for each
 	// purchase; a purchase with a live one keeps it.
 	EnqueueRouteTx(ctx context.Context, tx pgx.Tx, purchases ...db.Payment) error
-	// DispatchJobs says how the jobs it inserts are named, so the sweep
-	// can tell a fulfilment with a live job from a stranded one.
+	// DispatchJobs says how the jobs it inserts are named and written:
+	// the sweep tells a fulfilment with a live job from a stranded one by
+	// the names, and the statement that makes a payment's fulfilments
+	// writes their jobs as EnqueueDispatchTx would (db.Birth.Jobs).
 	DispatchJobs() db.DispatchJobs
 }
 
@@ -151,6 +153,8 @@ type Service struct {
 	performers map[string]Performer
 	timeouts   map[string]time.Duration
 	asks       []string
+	// jobs is how the fulfilments' statements write their dispatch jobs.
+	jobs db.DispatchJobs
 	// intake gathers concurrent deliveries into transactions; nil with
 	// Batch 1.
 	intake *batch.Gatherer[*acceptCall]
@@ -186,7 +190,10 @@ func New(cfg Config) (*Service, error) {
 	case cfg.LookupTimeout > MaxLookupTimeout:
 		return nil, fmt.Errorf("fulfilment: lookup timeout %s exceeds %s", cfg.LookupTimeout, MaxLookupTimeout)
 	}
-	s := &Service{cfg: cfg, performers: performers, timeouts: map[string]time.Duration{}}
+	s := &Service{cfg: cfg, performers: performers, timeouts: map[string]time.Duration{}, jobs: cfg.Enqueuer.DispatchJobs()}
+	if s.jobs.Queue == "" || s.jobs.Topic == "" {
+		return nil, errors.New("fulfilment: the enqueuer names no queue or notification topic for its dispatch jobs")
+	}
 	for _, name := range cfg.Actions.Names() {
 		s.timeouts[name] = performers[name].Timeout
 		if performers[name].Looker != nil {

@@ -59,6 +59,14 @@ func TestParkStale(t *testing.T) {
 	})
 }
 
+// dropJobs deletes the dispatch jobs intake wrote for the fulfilment, as
+// River UI's delete would.
+func (b *testBundle) dropJobs(t *testing.T, id string) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(b.ctx, `DELETE FROM river_job WHERE args ->> 'fulfilment_id' = $1`, id)
+	require.NoError(t, err)
+}
+
 func TestRequeueStranded(t *testing.T) {
 	t.Parallel()
 
@@ -86,6 +94,7 @@ func TestRequeueStranded(t *testing.T) {
 			b := setup(t)
 			id := b.pay(t, "evt_1", "pi_1")
 			b.db.Backdate(t, id, time.Now().Add(-time.Hour))
+			b.dropJobs(t, id)
 			if tt.job != "" {
 				_, err := b.db.Pool.Exec(b.ctx, `
 					INSERT INTO river_job (args, kind, max_attempts, priority, queue, state, attempt, attempted_at, finalized_at, scheduled_at)
@@ -96,7 +105,7 @@ func TestRequeueStranded(t *testing.T) {
 					id, tt.job, nullableAgo(tt.attemptedAt))
 				require.NoError(t, err)
 			}
-			before := b.enqueuer.count(id)
+			before := b.enqueuer.count(t, id)
 			requeued, err := b.svc.RequeueStranded(b.ctx, lock.Lease{Name: "guardian_sweep_stranded", Fence: 1})
 			require.NoError(t, err)
 			want := 0
@@ -104,7 +113,7 @@ func TestRequeueStranded(t *testing.T) {
 				want = 1
 			}
 			require.Equal(t, want, requeued)
-			require.Equal(t, want, b.enqueuer.count(id)-before)
+			require.Equal(t, want, b.enqueuer.count(t, id)-before)
 			require.Equal(t, state.Pending, b.db.Fulfilment(t, id).State, "requeueing moves no state")
 		})
 	}
@@ -112,7 +121,7 @@ func TestRequeueStranded(t *testing.T) {
 	t.Run("YoungPendingRowWaits", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.pay(t, "evt_1", "pi_1") // no job in river_job, but just created
+		b.dropJobs(t, b.pay(t, "evt_1", "pi_1")) // no job in river_job, but just created
 		requeued, err := b.svc.RequeueStranded(b.ctx, lock.Lease{Name: "guardian_sweep_stranded", Fence: 1})
 		require.NoError(t, err)
 		require.Zero(t, requeued)

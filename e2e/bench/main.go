@@ -62,7 +62,7 @@ var (
 	duration    = flag.Duration("d", 5*time.Second, "length of each measured run")
 	runs        = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
-	only        = flag.String("only", "", "run one comparison only: pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), or scale (the cost as the tables grow to -sizes)")
+	only        = flag.String("only", "", "run one comparison only: intake (new events accepted with no dispatch running, and their CPU, against the floor's intake), pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), or scale (the cost as the tables grow to -sizes)")
 	keep        = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
 	scaleDB     = flag.String("scale-db", "", "with -only scale: measure this database, kept by an earlier -keep run, filling it on from the payments it holds")
 	curvePath   = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
@@ -141,6 +141,12 @@ func main() {
 		fmt.Println(compareNodes(bin, dbURL, conn.URL))
 		return
 	}
+	if *only == "intake" {
+		f := &figures{}
+		f.measureIntake(bin, dbURL, conn.URL, pool)
+		f.printIntake()
+		return
+	}
 	if *only == "pipeline" {
 		f := &figures{}
 		f.measurePipeline(bin, dbURL, conn.URL, pool)
@@ -185,9 +191,12 @@ func main() {
 // figures are the full run's measurements, each a list of runs.
 type figures struct {
 	pg, intake, accept, fulfil, cpuPerPayment []float64
-	p99s, p50s, pgP99s, pgP50s                []float64
-	floorIntake, floorWhole, floorDisp        []floorResult
-	batches, dispBatches                      []batches
+	// intakeCPU is the CPU each accepted payment cost Guardian and its
+	// Postgres with no dispatch running.
+	intakeCPU                          []float64
+	p99s, p50s, pgP99s, pgP50s         []float64
+	floorIntake, floorWhole, floorDisp []floorResult
+	batches, dispBatches               []batches
 	// hot and floorHot are the shares of fulfilment updates that were HOT
 	// in each pipeline run, Guardian's and the floor's.
 	hot, floorHot                          []float64
@@ -225,8 +234,13 @@ func (f *figures) measureIntake(bin, dbURL, connURL string, pool *pgxpool.Pool) 
 	for range *runs {
 		f.pg = append(f.pg, pgbench(dbURL))
 		g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
+		cpu0, pg0 := cpuOf(g.cmd.Process.Pid), postgresCPU()
 		r := bench(bin, g, 0, 1, 0, false)
+		cpu := cpuOf(g.cmd.Process.Pid) - cpu0 + postgresCPU() - pg0
 		f.intake = append(f.intake, r.PerSecond)
+		if r.NewFulfilling > 0 {
+			f.intakeCPU = append(f.intakeCPU, float64(cpu.Microseconds())/1000/float64(r.NewFulfilling))
+		}
 		if r.PerSecond > f.peak.PerSecond {
 			f.peak = r
 		}
@@ -296,6 +310,24 @@ func (f *figures) measureDuplicates(bin, dbURL, connURL string) {
 	cleanRedis()
 }
 
+// printIntake writes intake's lines: its rate and its CPU per payment,
+// each beside the floor's.
+func (f *figures) printIntake() {
+	s := func(xs []float64) stats { return summarize(xs) }
+	var rates, cpus []float64
+	for _, r := range f.floorIntake {
+		rates, cpus = append(rates, r.perSecond), append(cpus, r.cpuMs)
+	}
+	fmt.Printf("intake, new events        guardian %s  floor %s  ratio %.2f  pgbench one tx per event %s  ratio %.2f  (targets ≥ 5000/s: %s; ≥ 3x pgbench: %s)\n",
+		s(f.intake), s(rates), s(f.intake).median/s(rates).median, s(f.pg), s(f.intake).median/s(f.pg).median,
+		verdict(s(f.intake).median >= 5000), verdict(s(f.intake).median/s(f.pg).median >= 3))
+	if len(f.intakeCPU) > 0 {
+		c, fc := s(f.intakeCPU), s(cpus)
+		fmt.Printf("CPU per accepted payment  guardian and its Postgres %.3f ms (min %.3f, max %.3f)  floor, Postgres %.3f ms  ratio %.2f\n",
+			c.median, c.min, c.max, fc.median, c.median/fc.median)
+	}
+}
+
 // print writes the full run's table, each figure against its target.
 func (f *figures) print() {
 	s := func(xs []float64) stats { return summarize(xs) }
@@ -312,8 +344,7 @@ func (f *figures) print() {
 		claim, outcome = append(claim, b.claim), append(outcome, b.outcome)
 	}
 	fmt.Println()
-	fmt.Printf("intake, new events        guardian %s  floor %s  ratio %.2f  pgbench one tx per event %s  ratio %.2f  (targets ≥ 5000/s: %s; ≥ 3x pgbench: %s)\n",
-		s(f.intake), s(rates(f.floorIntake)), ratio(f.intake, rates(f.floorIntake)), s(f.pg), ratio(f.intake, f.pg), verdict(s(f.intake).median >= 5000), verdict(ratio(f.intake, f.pg) >= 3))
+	f.printIntake()
 	fmt.Printf("whole pipeline, accepted  %s  (target ≥ 3000/s: %s)\n", s(f.accept), verdict(s(f.accept).median >= 3000))
 	f.printPipeline()
 	fmt.Printf("batch sizes draining a backlog (the floor's): claim %.1f, outcome %.1f\n", s(claim).median, s(outcome).median)
