@@ -19,6 +19,10 @@ var errBatchLost = errors.New("an event of the batch was neither stored nor foun
 type BatchEvent struct {
 	EventParams
 	Deliveries int
+	// Purchase, when set, is recorded (as RecordPurchases would) if the
+	// event is stored new: a paying event's purchase, in the statement
+	// that stores it.
+	Purchase *PurchaseRecord
 }
 
 // BatchEventResult is what InsertEvents did with one event.
@@ -29,10 +33,14 @@ type BatchEventResult struct {
 	// whose share is not decided yet (EventParams.RefundOf): stored
 	// before the payment's paid event, they are weighed now.
 	RefundsPending bool
+	// Awaiting says the event's Purchase was recorded awaiting its items:
+	// the caller enqueues their fetch in the same transaction.
+	Awaiting bool
 }
 
 // InsertEvents stores a batch of events in two set-based statements: the
-// new ones inserted, the known ones counted (deliveries and last_seen_at).
+// new ones inserted with the purchases of those that carry one, the known
+// ones counted (deliveries and last_seen_at).
 // Events must be distinct by (provider, event_id) and sorted by it, so
 // concurrent batches take their row locks in one order and cannot deadlock.
 // Results are in the order of events.
@@ -55,8 +63,17 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 		refundOf[i], refundIDs[i], cumulative[i] = e.RefundOf, e.RefundID, e.RefundCumulative
 		index[[2]string{e.Provider, e.EventID}] = i
 	}
+	// The purchases, each beside the event that carries it.
+	var purchases []PurchaseRecord
+	var purchaseOf []string
+	for _, e := range events {
+		if e.Purchase != nil {
+			purchases, purchaseOf = append(purchases, *e.Purchase), append(purchaseOf, e.EventID)
+		}
+	}
 	out := make([]BatchEventResult, n)
 	found := 0
+	var awaiting [][2]string
 	collect := func(op string, inserted bool, sql string, args ...any) error {
 		rows, err := q.Query(ctx, sql, args...)
 		if err != nil {
@@ -66,8 +83,13 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 		for rows.Next() {
 			r := BatchEventResult{Inserted: inserted}
 			var provider, eventID string
-			if err := rows.Scan(&r.ID, &provider, &eventID, &r.RefundsPending); err != nil {
+			var awaits *string
+			if err := rows.Scan(&r.ID, &provider, &eventID, &r.RefundsPending, &awaits); err != nil {
 				return wrap(op, err)
+			}
+			if awaits != nil {
+				awaiting = append(awaiting, [2]string{provider, *awaits})
+				continue
 			}
 			out[index[[2]string{provider, eventID}]] = r
 			found++
@@ -75,20 +97,39 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 		return wrap(op, rows.Err())
 	}
 	if err := collect("insert events", true, `
-		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin, deliveries, unmapped, delivery_id, reversal, reverses,
-			amount, currency, refund_of, refund_id, refund_cumulative, revokes, ends, suspends, resumes)
-		SELECT p, e, t, NULLIF(pay, ''), b, coalesce(NULLIF(o, ''), 'webhook'), n, NULLIF(um, ''), NULLIF(d, ''), NULLIF(rv, ''), NULLIF(rp, ''),
-			am, NULLIF(cur, ''), NULLIF(rof, ''), NULLIF(rid, ''), cml, string_to_array(NULLIF(rk, ''), ','), NULLIF(en, ''), NULLIF(su, ''), NULLIF(re, '')
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[], $9::text[], $10::text[], $11::text[],
-			$12::bigint[], $13::text[], $14::text[], $15::text[], $16::boolean[], $17::text[], $18::text[], $19::text[], $20::text[])
-			WITH ORDINALITY AS u(p, e, t, pay, b, o, n, um, d, rv, rp, am, cur, rof, rid, cml, rk, en, su, re, ord)
-		ORDER BY ord
-		ON CONFLICT (provider, event_id) DO NOTHING
-		RETURNING id, provider, event_id, payment_id IS NOT NULL AND EXISTS (
-			SELECT 1 FROM webhook_event r WHERE r.provider = webhook_event.provider AND r.refund_of = webhook_event.payment_id)`,
-		providers, ids, types, payments, bodies, origins, counts, unmapped, deliveryIDs, reversals, reverses,
-		amounts, currencies, refundOf, refundIDs, cumulative, revokes, ends, suspends, resumes); err != nil {
+		WITH stored AS (
+			INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, origin, deliveries, unmapped, delivery_id, reversal, reverses,
+				amount, currency, refund_of, refund_id, refund_cumulative, revokes, ends, suspends, resumes)
+			SELECT p, e, t, NULLIF(pay, ''), b, coalesce(NULLIF(o, ''), 'webhook'), n, NULLIF(um, ''), NULLIF(d, ''), NULLIF(rv, ''), NULLIF(rp, ''),
+				am, NULLIF(cur, ''), NULLIF(rof, ''), NULLIF(rid, ''), cml, string_to_array(NULLIF(rk, ''), ','), NULLIF(en, ''), NULLIF(su, ''), NULLIF(re, '')
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::text[], $9::text[], $10::text[], $11::text[],
+				$12::bigint[], $13::text[], $14::text[], $15::text[], $16::boolean[], $17::text[], $18::text[], $19::text[], $20::text[])
+				WITH ORDINALITY AS u(p, e, t, pay, b, o, n, um, d, rv, rp, am, cur, rof, rid, cml, rk, en, su, re, ord)
+			ORDER BY ord
+			ON CONFLICT (provider, event_id) DO NOTHING
+			RETURNING id, provider, event_id, payment_id IS NOT NULL AND EXISTS (
+				SELECT 1 FROM webhook_event r WHERE r.provider = webhook_event.provider AND r.refund_of = webhook_event.payment_id) AS refunds_pending
+		), bought AS (`+purchaseInsert(`unnest($21::text[], $22::text[], $23::text[], $24::text[], $25::text[], $26::text[], $27::timestamptz[], $28::text[])
+				WITH ORDINALITY AS u(p, pay, a, r, d, w, at, ev, ord)
+				-- Only an event stored now records its purchase.
+				JOIN stored ON stored.provider = u.p AND stored.event_id = u.ev`)+`
+		)
+		SELECT id, provider, event_id, refunds_pending, NULL FROM stored
+		UNION ALL
+		SELECT 0, provider, '', false, payment_id FROM bought WHERE awaiting_items IS NOT NULL`,
+		append([]any{providers, ids, types, payments, bodies, origins, counts, unmapped, deliveryIDs, reversals, reverses,
+			amounts, currencies, refundOf, refundIDs, cumulative, revokes, ends, suspends, resumes},
+			append(purchaseColumns(purchases), purchaseOf)...)...); err != nil {
 		return nil, err
+	}
+	// A purchase recorded awaiting is its payment's first stored event's.
+	for _, a := range awaiting {
+		for i, e := range events {
+			if e.Purchase != nil && out[i].Inserted && e.Provider == a[0] && e.Purchase.PaymentID == a[1] {
+				out[i].Awaiting = true
+				break
+			}
+		}
 	}
 	if found == n {
 		return out, nil
@@ -115,7 +156,7 @@ func InsertEvents(ctx context.Context, q DBTX, events []BatchEvent) ([]BatchEven
 		)
 		UPDATE webhook_event w SET deliveries = w.deliveries + locked.n, last_seen_at = now()
 		FROM locked WHERE w.id = locked.id
-		RETURNING w.id, w.provider, w.event_id, false`,
+		RETURNING w.id, w.provider, w.event_id, false, NULL::text`,
 		dp, de, dn); err != nil {
 		return nil, err
 	}

@@ -34,6 +34,21 @@ type PurchaseRecord struct {
 // batches cannot deadlock. It returns the purchases it recorded awaiting
 // their items, whose fetch the caller enqueues in the same transaction.
 func RecordPurchases(ctx context.Context, q DBTX, purchases []PurchaseRecord) ([]Payment, error) {
+	rows, err := q.Query(ctx, `
+		WITH recorded AS (`+purchaseInsert(`unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[])
+			WITH ORDINALITY AS u(p, pay, a, r, d, w, at, ord)`)+`)
+		SELECT provider, payment_id FROM recorded WHERE awaiting_items IS NOT NULL`, purchaseColumns(purchases)...)
+	if err != nil {
+		return nil, wrap("record purchases", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Payment])
+	return out, wrap("record purchases", err)
+}
+
+// purchaseColumns are purchases as the seven arrays purchaseInsert reads:
+// provider, payment, actions (comma-joined), routes, detail, awaiting
+// items ("" for none) and routed at (nil for now).
+func purchaseColumns(purchases []PurchaseRecord) []any {
 	n := len(purchases)
 	providers, ids, actions, routes, details, awaiting := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]*string, n), make([]string, n)
 	at := make([]*time.Time, n)
@@ -47,13 +62,20 @@ func RecordPurchases(ctx context.Context, q DBTX, purchases []PurchaseRecord) ([
 			at[i] = &p.RoutedAt
 		}
 	}
-	rows, err := q.Query(ctx, `
-		WITH recorded AS (
+	return []any{providers, ids, actions, routes, details, awaiting, at}
+}
+
+// purchaseInsert is RecordPurchases' insert over from, a from-list whose
+// purchases are u(p, pay, a, r, d, w, at, ord): purchaseColumns' arrays,
+// in their order (of two of one payment, the first is recorded). It
+// returns each purchase recorded with its awaiting_items.
+func purchaseInsert(from string) string {
+	return `
 			INSERT INTO purchase (provider, payment_id, actions, routes, detail, awaiting_items, routed_at)
 			SELECT DISTINCT ON (u.p, u.pay) u.p, u.pay,
 				coalesce(done.actions, CASE WHEN u.w = '' THEN string_to_array(u.a, ',') ELSE '{}' END),
 				u.r, u.d::jsonb, CASE WHEN done.actions IS NULL THEN nullif(u.w, '') END, coalesce(u.at, now())
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[]) AS u(p, pay, a, r, d, w, at)
+			FROM ` + from + `
 				CROSS JOIN LATERAL (
 					-- Each half through its partial index (fulfilment_one_per_action,
 					-- fulfilment_payment_failed): never a scan of the table.
@@ -61,16 +83,9 @@ func RecordPurchases(ctx context.Context, q DBTX, purchases []PurchaseRecord) ([
 						SELECT f.action_name FROM fulfilment f WHERE f.provider = u.p AND f.payment_id = u.pay AND f.action = 'fulfil' AND f.state <> 'failed'
 						UNION ALL
 						SELECT f.action_name FROM fulfilment f WHERE f.provider = u.p AND f.payment_id = u.pay AND f.action = 'fulfil' AND f.state = 'failed') x(a)) done
-			ORDER BY u.p, u.pay
+			ORDER BY u.p, u.pay, u.ord
 			ON CONFLICT (provider, payment_id) DO NOTHING
-			RETURNING provider, payment_id, awaiting_items
-		)
-		SELECT provider, payment_id FROM recorded WHERE awaiting_items IS NOT NULL`, providers, ids, actions, routes, details, awaiting, at)
-	if err != nil {
-		return nil, wrap("record purchases", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Payment])
-	return out, wrap("record purchases", err)
+			RETURNING provider, payment_id, awaiting_items`
 }
 
 // PurchaseActions returns the actions recorded for a purchase, and whether

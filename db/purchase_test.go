@@ -86,3 +86,42 @@ func TestPurchasesAwaitingTheirItems(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, total)
 }
+
+// TestEventsRecordTheirPurchases: a batch's new paying events record their
+// purchases in the statement that stores them, the first of a payment's
+// winning; a known event's delivery records none (the routes decided when
+// it was first stored, and a payment recorded before actions existed
+// stays as it was), and a purchase awaiting its items is reported on the
+// event that recorded it.
+func TestEventsRecordTheirPurchases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := dbtest.NewDB(t)
+	ev := func(id, payment string, p *db.PurchaseRecord) db.BatchEvent {
+		return db.BatchEvent{Deliveries: 1, Purchase: p, EventParams: db.EventParams{Provider: "stripe", EventID: id, Type: "t", PaymentID: payment, Payload: []byte(`{}`)}}
+	}
+	buy := func(payment, awaits string, actions ...string) *db.PurchaseRecord {
+		return &db.PurchaseRecord{Payment: db.Payment{Provider: "stripe", PaymentID: payment}, Actions: actions, Routes: "r", AwaitingItems: awaits}
+	}
+	// Stored before, with no purchase: as a payment before actions.
+	_, err := db.InsertEvents(ctx, d.Pool, []db.BatchEvent{ev("evt_known", "pi_known", nil)})
+	require.NoError(t, err)
+
+	got, err := db.InsertEvents(ctx, d.Pool, []db.BatchEvent{
+		ev("evt_a1", "pi_a", buy("pi_a", "", "licence")),
+		ev("evt_a2", "pi_a", buy("pi_a", "", "seat")),
+		ev("evt_known", "pi_known", buy("pi_known", "", "licence")),
+		ev("evt_w", "pi_w", buy("pi_w", "cs_w")),
+	})
+	require.NoError(t, err)
+	require.True(t, got[0].Inserted && got[1].Inserted && !got[2].Inserted && got[3].Inserted)
+	require.Equal(t, []bool{false, false, false, true}, []bool{got[0].Awaiting, got[1].Awaiting, got[2].Awaiting, got[3].Awaiting})
+	actions, ok, err := db.PurchaseActions(ctx, d.Pool, db.Payment{Provider: "stripe", PaymentID: "pi_a"})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, []string{"licence"}, actions, "the payment's first event decides")
+	_, ok, err = db.PurchaseActions(ctx, d.Pool, db.Payment{Provider: "stripe", PaymentID: "pi_known"})
+	require.NoError(t, err)
+	require.False(t, ok, "a known event's delivery records no purchase")
+	require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM purchase WHERE payment_id = 'pi_w' AND awaiting_items = 'cs_w' AND actions = '{}'`))
+}

@@ -421,6 +421,11 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 			Resumes: ev.Resumes,
 		}}
 		events[i].Reverses, events[i].Revokes = s.reverses(ev)
+		if ev.Fulfils() {
+			// Recorded only if the event is stored now (db.InsertEvents).
+			p := s.route(ev)
+			events[i].Purchase = &p
+		}
 		if r := ev.Reversal; r != nil {
 			events[i].Reversal = r.String()
 			switch r.Kind {
@@ -439,16 +444,26 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	if err != nil {
 		return err
 	}
+	var awaiting []db.Payment
+	for i := range stored {
+		if stored[i].Awaiting {
+			awaiting = append(awaiting, events[i].Purchase.Payment)
+		}
+	}
+	if len(awaiting) > 0 {
+		if err := s.cfg.Enqueuer.EnqueueRouteTx(ctx, tx, awaiting...); err != nil {
+			return fmt.Errorf("enqueue routing: %w", err)
+		}
+	}
 
-	// A purchase's actions are decided here, once: by the routes in force
-	// when it is first recorded as paid, in the transaction that makes
-	// its rows. A purchase recorded before keeps its actions. A
-	// subscription's start is linked to its purchase, and the ends of
+	// A purchase's actions were decided above, once: by the routes in
+	// force when it is first recorded as paid, in the statement that
+	// stores its paying event and the transaction that makes its rows. A
+	// purchase recorded before keeps its actions. A subscription's start is linked to its purchase, and the ends of
 	// subscriptions are resolved to theirs, before any row is made: an end
 	// stored before its start makes the start's purchase reversed, and it
 	// grants nothing.
 	var creates []db.BatchFulfilment
-	var purchases []db.PurchaseRecord
 	var links db.Links
 	for i, k := range keys {
 		first := groups[k][0]
@@ -457,7 +472,6 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		}
 		if first.ev.Fulfils() {
 			creates = append(creates, db.BatchFulfilment{EventPK: stored[i].ID, Actor: cmp.Or(first.ev.Origin, "intake")})
-			purchases = append(purchases, s.route(first.ev))
 		}
 		addLinks(&links, first.ev)
 		if events[i].Ends != "" {
@@ -471,11 +485,6 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 			if named != "" {
 				links.Named = append(links.Named, db.Payment{Provider: events[i].Provider, PaymentID: named})
 			}
-		}
-	}
-	if len(creates) > 0 {
-		if err := s.recordPurchases(ctx, tx, purchases); err != nil {
-			return err
 		}
 	}
 	linked, err := db.LinkSubscriptions(ctx, tx, links)
