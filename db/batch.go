@@ -193,8 +193,11 @@ type Birth struct {
 	// Jobs, when its queue is set, is how the dispatch job of each row
 	// born pending is written: in the statement that makes the row, so
 	// an intake batch's jobs cost no round trip of their own. With no
-	// queue, no job is written (the caller's to insert).
-	Jobs DispatchJobs
+	// queue, no job is written (the caller's to insert). Notify sends
+	// River's insert notification with them (Jobs.NotifyEvery says how
+	// often a caller may).
+	Jobs   DispatchJobs
+	Notify bool
 }
 
 // Born is a fulfilment InsertFulfilments made: its id, its event and
@@ -267,17 +270,17 @@ func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, bir
 			FROM created JOIN u USING (event_pk)
 		), queued AS (
 			-- River's row, as its insert writes it (jobs.TestDispatchJobsAreRiversOwn),
-			-- and its insert notification: Postgres delivers one per
-			-- transaction and channel, however many rows send it.
+			-- and, when asked, its insert notification: Postgres delivers
+			-- one per transaction and channel, however many rows send it.
 			INSERT INTO river_job (args, kind, queue, priority, max_attempts, state, scheduled_at, tags, metadata)
 			SELECT jsonb_build_object($8::text, created.id), $9, $10, $11, $12, 'available', now(), '{}', '{}'
 			FROM created WHERE created.state = 'pending' AND $10 <> ''
 			ORDER BY created.id
-			RETURNING pg_notify(current_schema() || '.' || $13, jsonb_build_object('queue', $10::text)::text)
+			RETURNING CASE WHEN $14 THEN pg_notify(current_schema() || '.' || $13, jsonb_build_object('queue', $10::text)::text) END
 		)
 		SELECT id, event_pk, action_name, state FROM created`,
 		pks, actors, birth.Reason, string(birth.Reversed), birth.ReversedReason, only, birth.Asks,
-		birth.Jobs.IDArg, birth.Jobs.Kind, birth.Jobs.Queue, birth.Jobs.Priority, birth.Jobs.MaxAttempts, birth.Jobs.Topic)
+		birth.Jobs.IDArg, birth.Jobs.Kind, birth.Jobs.Queue, birth.Jobs.Priority, birth.Jobs.MaxAttempts, birth.Jobs.Topic, birth.Notify)
 	if err != nil {
 		return nil, wrap("insert fulfilments", err)
 	}

@@ -313,7 +313,12 @@ type DispatchJobs struct {
 	// Topic is River's insert notification's topic: the channel is the
 	// schema's name, a dot and the topic, and the payload names the
 	// queue, so a working client's producer fetches the job at once.
-	Topic string
+	// NotifyEvery is the least time between two notifications from one
+	// process, as River's own insert limits them: a transaction that
+	// notifies holds Postgres's notification lock from its commit's start
+	// to its end, so notifying commits are taken one at a time.
+	Topic       string
+	NotifyEvery time.Duration
 }
 
 // sql returns the look-up of a fulfilment's live dispatch jobs for f, with

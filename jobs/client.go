@@ -133,6 +133,7 @@ func DispatchJobs() db.DispatchJobs {
 		Priority:    cmp.Or(opts.Priority, river.PriorityDefault),
 		MaxAttempts: cmp.Or(opts.MaxAttempts, river.MaxAttemptsDefault),
 		Topic:       insertTopic,
+		NotifyEvery: FetchCooldown,
 	}
 }
 

@@ -1,10 +1,13 @@
 package jobs_test
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
@@ -76,4 +79,44 @@ func TestDispatchJobsAreRiversOwn(t *testing.T) {
 	ours, rivers := row(`state = 'completed'`), row(`state = 'available'`)
 	require.Equal(t, rivers, ours, "args, kind, queue, priority, max_attempts, tags, metadata, unique_key, unique_states")
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`), "River's own row was never committed")
+}
+
+// TestInsertNotificationsAreLimited: payments accepted one after another
+// send River's insert notification at most once in FetchCooldown, as
+// River's own insert does (a notifying commit holds Postgres's
+// notification lock to its end, so notifying commits go one at a time),
+// and the first is sent at once.
+func TestInsertNotificationsAreLimited(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &connectortest.Recorder{}, false, options{})
+	conn, err := b.db.Pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	var channel string
+	require.NoError(t, conn.QueryRow(b.ctx, `SELECT current_schema() || '.river_insert'`).Scan(&channel))
+	_, err = conn.Exec(b.ctx, `LISTEN `+pgx.Identifier{channel}.Sanitize())
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(context.Background(), `UNLISTEN *`) }()
+
+	const n = 40
+	start := time.Now()
+	for i := range n {
+		b.pay(t, fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i))
+	}
+	elapsed := time.Since(start)
+	got := 0
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
+		note, err := conn.Conn().WaitForNotification(ctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		require.JSONEq(t, `{"queue": "dispatch"}`, note.Payload)
+		got++
+	}
+	require.Equal(t, n, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+	require.GreaterOrEqual(t, got, 1, "the first payment's job is notified")
+	require.LessOrEqual(t, got, int(elapsed/jobs.FetchCooldown)+1, "%d notifications in %s", got, elapsed)
+	require.Less(t, got, n)
 }

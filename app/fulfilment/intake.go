@@ -207,7 +207,23 @@ const askReversed = "payment reversed before Guardian recorded a fulfilment: whe
 // other back.
 func (s *Service) born(ctx context.Context, tx pgx.Tx, items []db.BatchFulfilment, reason string) ([]db.Born, error) {
 	birth := db.Birth{Reason: reason, Reversed: state.NeedsReconciliation, ReversedReason: askReversed, Asks: s.asks, Jobs: s.jobs}
-	return db.InsertFulfilments(ctx, tx, items, birth)
+	prev, at, due := s.notifyDue()
+	birth.Notify = due
+	created, err := db.InsertFulfilments(ctx, tx, items, birth)
+	if due && !slices.ContainsFunc(created, func(b db.Born) bool { return b.State == state.Pending }) {
+		// Nothing was notified: the next batch's jobs may notify at once.
+		s.notified.CompareAndSwap(at, prev)
+	}
+	return created, err
+}
+
+// notifyDue says whether a batch's jobs send River's insert notification:
+// at most one in the enqueuer's NotifyEvery, across the writers of this
+// process. Taking the turn sets the time of the last one to at; prev is
+// what it was, to hand the turn back with.
+func (s *Service) notifyDue() (prev, at int64, due bool) {
+	at, prev = time.Now().UnixNano(), s.notified.Load()
+	return prev, at, at-prev >= int64(s.jobs.NotifyEvery) && s.notified.CompareAndSwap(prev, at)
 }
 
 // ReplayResult says what a replay did.

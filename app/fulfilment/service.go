@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -153,8 +154,11 @@ type Service struct {
 	performers map[string]Performer
 	timeouts   map[string]time.Duration
 	asks       []string
-	// jobs is how the fulfilments' statements write their dispatch jobs.
-	jobs db.DispatchJobs
+	// jobs is how the fulfilments' statements write their dispatch jobs,
+	// and notified when (Unix nanoseconds) they last sent River's insert
+	// notification.
+	jobs     db.DispatchJobs
+	notified atomic.Int64
 	// intake gathers concurrent deliveries into transactions; nil with
 	// Batch 1.
 	intake *batch.Gatherer[*acceptCall]
