@@ -411,11 +411,13 @@ func amount(m *provider.Money) *db.Amount {
 // eventKey names an event within a batch.
 type eventKey struct{ provider, id string }
 
-// recordBatchTx writes a batch in tx: events in two statements, fulfilments
-// in one, dispatch jobs in one COPY. Deliveries of one event in the batch
-// are one row whose delivery count is theirs; of the events of one payment
-// the first creates the fulfilment (invariant 1 holds through the
-// fulfilment_one_per_payment index, within the batch and across batches).
+// recordBatchTx writes a batch in tx: the events with their purchases in
+// one statement (and the known ones counted in a second), the fulfilments
+// with their transitions and dispatch jobs in another. Deliveries of one
+// event in the batch are one row whose delivery count is theirs; of the
+// events of one payment the first creates its fulfilments (invariant 1
+// holds per action through the fulfilment_one_per_action index, within
+// the batch and across batches).
 func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptCall) error {
 	groups := map[eventKey][]*acceptCall{}
 	var keys []eventKey
@@ -438,7 +440,10 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		}}
 		events[i].Reverses, events[i].Revokes = s.reverses(ev)
 		if ev.Fulfils() {
-			// Recorded only if the event is stored now (db.InsertEvents).
+			// Recorded only if the event is stored now (db.InsertEvents):
+			// routed before that is known, so a duplicate that reaches
+			// Postgres is routed for nothing, the price of the round trip
+			// the purchases no longer take.
 			p := s.route(ev)
 			events[i].Purchase = &p
 		}
@@ -475,10 +480,11 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	// A purchase's actions were decided above, once: by the routes in
 	// force when it is first recorded as paid, in the statement that
 	// stores its paying event and the transaction that makes its rows. A
-	// purchase recorded before keeps its actions. A subscription's start is linked to its purchase, and the ends of
-	// subscriptions are resolved to theirs, before any row is made: an end
-	// stored before its start makes the start's purchase reversed, and it
-	// grants nothing.
+	// purchase recorded before keeps its actions. A subscription's start
+	// is linked to its purchase, and the ends of subscriptions are
+	// resolved to theirs, before any row is made: an end stored before
+	// its start makes the start's purchase reversed, and it grants
+	// nothing.
 	var creates []db.BatchFulfilment
 	var links db.Links
 	for i, k := range keys {
