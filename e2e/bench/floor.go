@@ -119,6 +119,9 @@ type floorResult struct {
 	perSecond float64
 	// cpuMs is the Postgres CPU each payment cost, in milliseconds.
 	cpuMs float64
+	// harnessMs is what pgbench itself spent per payment: the floor's
+	// client, on the same cores.
+	harnessMs float64
 }
 
 // updates is how many fulfilment rows were updated, and how many of those
@@ -169,20 +172,20 @@ func floorJobs(ctx context.Context, pool *pgxpool.Pool) int {
 func floorWhole(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
 	bi, bd := size(b.intake), size(b.claim)
 	done0, jobs0, cpu0 := floorDone(ctx, pool), floorJobs(ctx, pool), postgresCPU()
-	secs := runPgbench(dbURL, wholeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, bd,
+	secs, client := runPgbench(dbURL, wholeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, bd,
 		"floor_intake.sql@"+strconv.Itoa(bd), "floor_dispatch.sql@"+strconv.Itoa(bi))
 	done := floorDone(ctx, pool) - done0
 	// The CPU of every payment the run took in, those it left waiting
 	// finished too: the whole of their work, and nothing else.
 	drainFloor(ctx, pool, dbURL, bd)
-	return floorResult{perSecond: float64(done) / secs, cpuMs: perPayment(postgresCPU()-cpu0, floorJobs(ctx, pool)-jobs0)}
+	return floorResult{perSecond: float64(done) / secs, cpuMs: perPayment(postgresCPU()-cpu0, floorJobs(ctx, pool)-jobs0), harnessMs: perPayment(client, done)}
 }
 
 // floorIntake runs the intake script alone for -d.
 func floorIntake(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
 	bi := size(b.intake)
 	jobs0, cpu0 := floorJobs(ctx, pool), postgresCPU()
-	secs := runPgbench(dbURL, intakeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, 1, "floor_intake.sql")
+	secs, _ := runPgbench(dbURL, intakeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, 1, "floor_intake.sql")
 	n := floorJobs(ctx, pool) - jobs0
 	cpu := postgresCPU() - cpu0
 	// Unmeasured: in large batches, so the next run starts on an empty
@@ -238,16 +241,18 @@ func perPayment(cpu time.Duration, n int) float64 {
 // batch sizes given, each statement prepared once per client as Guardian's
 // are, and returns how long the run took, without the clients' connection
 // time.
-func runPgbench(dbURL string, clients int, args []string, bi, bd int, scripts ...string) float64 {
+func runPgbench(dbURL string, clients int, args []string, bi, bd int, scripts ...string) (secs float64, client time.Duration) {
 	all := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-D", "bi=" + strconv.Itoa(bi), "-D", "bd=" + strconv.Itoa(bd)}
 	all = append(all, args...)
 	for _, s := range scripts {
 		all = append(all, "-f", filepath.Join(repoRoot(), "e2e", "bench", s))
 	}
-	out, err := exec.Command("pgbench", append(all, dbURL)...).CombinedOutput()
+	cmd := exec.Command("pgbench", append(all, dbURL)...)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		log.Fatalf("pgbench %s: %v\n%s", strings.Join(scripts, " "), err, out)
 	}
+	client = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	tps := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindSubmatch(out)
 	txs := regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`).FindSubmatch(out)
 	if tps == nil || txs == nil {
@@ -256,9 +261,9 @@ func runPgbench(dbURL string, clients int, args []string, bi, bd int, scripts ..
 	t, _ := strconv.ParseFloat(string(tps[1]), 64)
 	n, _ := strconv.ParseFloat(string(txs[1]), 64)
 	if t == 0 {
-		return 0
+		return 0, client
 	}
-	return n / t
+	return n / t, client
 }
 
 func (r floorResult) String() string {

@@ -191,6 +191,9 @@ func main() {
 // figures are the full run's measurements, each a list of runs.
 type figures struct {
 	pg, intake, accept, fulfil, cpuPerPayment []float64
+	// harnessCPU is what the load generator and the connector's receiver
+	// spent per fulfilled payment: on the same cores, not Guardian's.
+	harnessCPU []float64
 	// intakeCPU is the CPU each accepted payment cost Guardian and its
 	// Postgres with no dispatch running.
 	intakeCPU []float64
@@ -282,13 +285,16 @@ func (f *figures) measurePipeline(bin, dbURL, connURL string, pool *pgxpool.Pool
 	for range *runs {
 		u0 := fulfilmentUpdates(context.Background(), pool)
 		g := startGuardian(bin, dbURL, connURL, nil)
-		cpu0, pg0 := cpuOf(g.cmd.Process.Pid), postgresCPU()
+		cpu0, pg0, self0 := cpuOf(g.cmd.Process.Pid), postgresCPU(), cpuOf(os.Getpid())
 		r := bench(bin, g, 0, 1, 0, true)
 		cpu := cpuOf(g.cmd.Process.Pid) - cpu0 + postgresCPU() - pg0
+		// The receiver runs in this process, which does nothing else meanwhile.
+		harness := g.loadCPU + cpuOf(os.Getpid()) - self0
 		f.fulfil = append(f.fulfil, r.FulfilPerSecond)
 		f.accept = append(f.accept, r.PerSecond)
 		if r.Fulfilled > 0 {
 			f.cpuPerPayment = append(f.cpuPerPayment, float64(cpu.Microseconds())/1000/r.Fulfilled)
+			f.harnessCPU = append(f.harnessCPU, float64(harness.Microseconds())/1000/r.Fulfilled)
 		}
 		f.rss = max(f.rss, g.peakRSS())
 		b := g.batchSizes(context.Background())
@@ -412,6 +418,17 @@ func (f *figures) printPipeline() {
 		c, fc := s(f.cpuPerPayment), s(cpus)
 		fmt.Printf("CPU per fulfilled payment guardian and its Postgres %.3f ms (min %.3f, max %.3f)  floor, Postgres %.3f ms  ratio %.2f  (targets ≤ 0.5 ms: %s; ≤ 1.4x the floor: %s)\n",
 			c.median, c.min, c.max, fc.median, c.median/fc.median, verdict(c.median <= 0.5), verdict(c.median/fc.median <= 1.4))
+		var floorHarness []float64
+		for _, r := range f.floorWhole {
+			floorHarness = append(floorHarness, r.harnessMs)
+		}
+		// Every process shares the machine's cores, so a run can fulfil at
+		// most cores / (CPU per payment, its client's included): the end
+		// to end ratio these costs allow, whatever the scheduling.
+		h, fh, cores := s(f.harnessCPU).median, s(floorHarness).median, float64(runtime.NumCPU())
+		most, floorMost := cores*1000/(c.median+h), cores*1000/(fc.median+fh)
+		fmt.Printf("CPU of the clients        load generator and receiver %.3f ms per payment  pgbench %.3f ms  on %.0f shared cores at most %.0f/s against the floor's %.0f/s: end to end ratio ≤ %.2f\n",
+			h, fh, cores, most, floorMost, most/floorMost)
 	}
 }
 
@@ -635,6 +652,8 @@ type guardian struct {
 	url     string
 	metrics string // the operations listener
 	startup time.Duration
+	// loadCPU is what the last load run's generator spent.
+	loadCPU time.Duration
 }
 
 // Secrets of this run, made fresh: the development constants are refused
@@ -650,7 +669,11 @@ var (
 func (g *guardian) load(args ...string) ([]byte, error) {
 	cmd := exec.Command(g.bin, append([]string{"bench", "--url", g.url, "--metrics-url", g.metrics, "--json"}, args...)...)
 	cmd.Env = append(os.Environ(), "GUARDIAN_STRIPE_SECRETS="+benchStripeSecret)
-	return cmd.Output()
+	out, err := cmd.Output()
+	if cmd.ProcessState != nil {
+		g.loadCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	return out, err
 }
 
 // analyze refreshes the planner's statistics. Autovacuum is off on the
