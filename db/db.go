@@ -61,15 +61,21 @@ const txAttempts = 3
 // released, and a loser that ran again at once could take that lock
 // first and deadlock with the same winner, run after run.
 func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	for run := 1; ; run++ {
-		err := pgx.BeginFunc(ctx, s.pool, fn)
-		if err == nil || run == txAttempts || !Retryable(err) {
+	return retried(ctx, func() error { return pgx.BeginFunc(ctx, s.pool, fn) })
+}
+
+// retried runs a transaction, again while Postgres aborts it Retryable,
+// up to txAttempts runs (InTx).
+func retried(ctx context.Context, run func() error) error {
+	for n := 1; ; n++ {
+		err := run()
+		if err == nil || n == txAttempts || !Retryable(err) {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(time.Duration(run) * (txBackoff + rand.N(txBackoff))):
+		case <-time.After(time.Duration(n) * (txBackoff + rand.N(txBackoff))):
 		}
 	}
 }

@@ -423,14 +423,22 @@ func TestKeysDeriveFromThePayment(t *testing.T) {
 func TestInTxRunsAgainAfterADeadlock(t *testing.T) {
 	t.Parallel()
 	d := dbtest.NewDB(t)
-	ctx := context.Background()
-	_, err := d.Pool.Exec(ctx, `CREATE TABLE pair (id int PRIMARY KEY, n int NOT NULL); INSERT INTO pair VALUES (1, 0), (2, 0)`)
-	require.NoError(t, err)
 	store := db.New(d.Pool)
+	t.Run("InTx", func(t *testing.T) { runsAgainAfterADeadlock(t, d, store.InTx) })
+	t.Run("InPipelinedTx", func(t *testing.T) { runsAgainAfterADeadlock(t, d, store.InPipelinedTx) })
+	require.True(t, db.Retryable(&pgconn.PgError{Code: "40P01"}))
+	require.True(t, db.Retryable(fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40001"})))
+	require.False(t, db.Retryable(&pgconn.PgError{Code: "23505"}))
+}
+
+func runsAgainAfterADeadlock(t *testing.T, d *dbtest.DB, inTx func(context.Context, func(pgx.Tx) error) error) {
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `DROP TABLE IF EXISTS pair; CREATE TABLE pair (id int PRIMARY KEY, n int NOT NULL); INSERT INTO pair VALUES (1, 0), (2, 0)`)
+	require.NoError(t, err)
 	var runs atomic.Int32
 	firstLocks := make(chan struct{}, 2)
 	lockInOrder := func(a, b int) error {
-		return store.InTx(ctx, func(tx pgx.Tx) error {
+		return inTx(ctx, func(tx pgx.Tx) error {
 			run := runs.Add(1)
 			if _, err := tx.Exec(ctx, `UPDATE pair SET n = n + 1 WHERE id = $1`, a); err != nil {
 				return err
@@ -453,9 +461,6 @@ func TestInTxRunsAgainAfterADeadlock(t *testing.T) {
 	require.NoError(t, errors.Join(errs...))
 	require.GreaterOrEqual(t, runs.Load(), int32(3), "a transaction lost the deadlock and ran again")
 	require.Equal(t, 4, d.Count(t, `SELECT sum(n)::int FROM pair`), "both transactions' writes, once each")
-	require.True(t, db.Retryable(&pgconn.PgError{Code: "40P01"}))
-	require.True(t, db.Retryable(fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40001"})))
-	require.False(t, db.Retryable(&pgconn.PgError{Code: "23505"}))
 }
 
 func TestMigrations(t *testing.T) {

@@ -138,13 +138,19 @@ func (b *testBundle) settle(t *testing.T, eventID, paymentID string, o state.Out
 // storm accepts evs all at once and returns each one's result and error.
 func (b *testBundle) storm(t *testing.T, evs []provider.Event) ([]fulfilment.AcceptResult, []error) {
 	t.Helper()
+	return stormOn(t, b.svc, evs)
+}
+
+// stormOn accepts evs on svc all at once.
+func stormOn(t *testing.T, svc *fulfilment.Service, evs []provider.Event) ([]fulfilment.AcceptResult, []error) {
+	t.Helper()
 	res, errs := make([]fulfilment.AcceptResult, len(evs)), make([]error, len(evs))
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i, ev := range evs {
 		wg.Go(func() {
 			<-start
-			res[i], errs[i] = b.svc.Accept(b.ctx, ev)
+			res[i], errs[i] = svc.Accept(context.Background(), ev)
 		})
 	}
 	close(start)

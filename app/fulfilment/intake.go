@@ -168,7 +168,7 @@ const createdReason = "payment event received"
 // recordOne records one event in a transaction of its own: a batch of one.
 func (s *Service) recordOne(ctx context.Context, ev provider.Event) (AcceptResult, error) {
 	c := &acceptCall{ev: ev}
-	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error { return s.recordBatchTx(ctx, tx, []*acceptCall{c}) })
+	err := s.cfg.Store.InPipelinedTx(ctx, func(tx pgx.Tx) error { return s.recordBatchTx(ctx, tx, []*acceptCall{c}) })
 	if err != nil {
 		return AcceptResult{}, fmt.Errorf("record event: %w", err)
 	}
@@ -357,7 +357,7 @@ func (s *Service) recordBatched(ctx context.Context, ev provider.Event) (AcceptR
 // writeBatch records a batch, setting each call's result.
 func (s *Service) writeBatch(ctx context.Context, batch []*acceptCall) {
 	if len(batch) > 1 {
-		err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error { return s.recordBatchTx(ctx, tx, batch) })
+		err := s.cfg.Store.InPipelinedTx(ctx, func(tx pgx.Tx) error { return s.recordBatchTx(ctx, tx, batch) })
 		if err == nil {
 			return
 		}
@@ -524,16 +524,6 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	if err != nil {
 		return err
 	}
-	created := map[int64][]db.Born{}
-	if len(creates) > 0 {
-		born, err := s.born(ctx, tx, creates, createdReason)
-		if err != nil {
-			return err
-		}
-		for _, b := range born {
-			created[b.EventPK] = append(created[b.EventPK], b)
-		}
-	}
 	// A reversal the policy takes back for: the payment's fulfilment is
 	// cancelled if it has not gone out, or taken back if it is done. A
 	// subscription's end is one once its purchase is known.
@@ -541,6 +531,22 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 	for i := range keys {
 		if stored[i].Inserted && events[i].Reverses != "" {
 			reversed = append(reversed, db.Payment{Provider: events[i].Provider, PaymentID: events[i].Reverses})
+		}
+	}
+	created := map[int64][]db.Born{}
+	if len(creates) > 0 {
+		if len(reversed) == 0 {
+			// Nothing is taken back after the fulfilments are made: the
+			// batch commits in their statement's round trip
+			// (db.InPipelinedTx). What follows it only reads its rows.
+			db.CommitWithNext(tx)
+		}
+		born, err := s.born(ctx, tx, creates, createdReason)
+		if err != nil {
+			return err
+		}
+		for _, b := range born {
+			created[b.EventPK] = append(created[b.EventPK], b)
 		}
 	}
 	var took tookBack

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
@@ -207,6 +208,48 @@ func TestIntakeBatches(t *testing.T) {
 		require.Equal(t, 98, b.db.Count(t, `SELECT count(*) FROM fulfilment`))
 		require.Equal(t, 98, b.db.Count(t, `SELECT count(*) FROM river_job j JOIN fulfilment f ON j.args ->> 'fulfilment_id' = f.id::text
 			WHERE j.kind = 'guardian_dispatch' AND j.queue = 'dispatch' AND j.state = 'available'`), "one dispatch job per stored payment")
+	})
+
+	// A batch of new payments is two round trips: BEGIN goes out with
+	// the events' statement, COMMIT with the fulfilments' (db.InPipelinedTx),
+	// and its jobs are in theirs. One with a reversal takes back after the
+	// fulfilments are made, and commits on its own.
+	t.Run("ABatchIsTwoRoundTrips", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		pool, writes := b.db.CountedPool(t, pgx.QueryExecModeCacheStatement)
+		cfg := b.cfg
+		cfg.Store = db.New(pool)
+		svc, err := fulfilment.New(cfg)
+		require.NoError(t, err)
+		accept := func(evs ...provider.Event) int64 {
+			n0 := writes.Load()
+			res, errs := stormOn(t, svc, evs)
+			for i := range evs {
+				require.NoError(t, errs[i])
+				require.Equal(t, fulfilment.NewEvent, res[i].Outcome)
+			}
+			return writes.Load() - n0
+		}
+		accept(providertest.Payment("evt_warm", "pi_warm")) // prepares the statements
+		require.EqualValues(t, 2, accept(providertest.Payment("evt_1", "pi_1")), "a batch of one")
+		var evs []provider.Event
+		for i := range 8 {
+			evs = append(evs, providertest.Payment(fmt.Sprintf("evt_many_%d", i), fmt.Sprintf("pi_many_%d", i)))
+		}
+		n := accept(evs...)
+		require.Equal(t, 10, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`), "a job for each")
+		require.Zero(t, n%2, "two round trips per batch: %d", n)
+		require.Less(t, n, int64(2*len(evs)), "deliveries were batched")
+		// New payments and a reversal in the same batches: what is taken
+		// back after the fulfilments are made is in their transaction.
+		evs = []provider.Event{reversal("evt_refund_1", "pi_1", fullRefund)}
+		for i := range 8 {
+			evs = append(evs, providertest.Payment(fmt.Sprintf("evt_more_%d", i), fmt.Sprintf("pi_more_%d", i)))
+		}
+		accept(evs...)
+		require.Equal(t, map[state.State]int{state.Cancelled: 1}, b.rows(t, "pi_1", state.Fulfil), "taken back")
+		require.Equal(t, 17, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE state = 'pending'`), "the warm-up's and sixteen new payments'")
 	})
 
 	t.Run("OneBatchOneDeliveryWithoutBatching", func(t *testing.T) {

@@ -7,8 +7,12 @@ import (
 	"os/user"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
@@ -161,4 +165,43 @@ func PostgresOwner(t testing.TB, who string) (uid, gid int, root bool) {
 	uid, _ = strconv.Atoi(u.Uid)
 	gid, _ = strconv.Atoi(u.Gid)
 	return uid, gid, true
+}
+
+// CountedPool is a pool of one connection to d in pgx's mode whose writes
+// on the wire are counted: pgx writes once per round trip (a statement, or
+// a batch with its Sync), so the count says how many a piece of work took.
+func (d *DB) CountedPool(t testing.TB, mode pgx.QueryExecMode) (*pgxpool.Pool, *atomic.Int64) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(d.URL)
+	if err != nil {
+		t.Fatalf("counted pool: %v", err)
+	}
+	cfg.MaxConns = 1
+	cfg.ConnConfig.DefaultQueryExecMode = mode
+	writes := new(atomic.Int64)
+	dial := cfg.ConnConfig.DialFunc
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countedConn{Conn: c, writes: writes}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("counted pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, writes
+}
+
+// countedConn counts a connection's writes.
+type countedConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countedConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
 }
