@@ -2,7 +2,9 @@ package jobs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,8 +22,8 @@ import (
 
 // TestDispatchBehindTransactionPooler runs intake, River and dispatch
 // through a real PgBouncer in transaction mode with a single server
-// connection, as GUARDIAN_DB_POOLER=transaction wires them: every payment
-// is fulfilled once, a leader is elected, and River leaves no LISTEN on
+// connection, as GUARDIAN_DB_POOLER=transaction wires them: every payment,
+// accepted all at once, is fulfilled once, a leader is elected, and River leaves no LISTEN on
 // the server session (a LISTEN there would be lent to whichever client
 // comes next, and its notifications to nobody).
 func TestDispatchBehindTransactionPooler(t *testing.T) {
@@ -38,12 +40,18 @@ func TestDispatchBehindTransactionPooler(t *testing.T) {
 	}})
 	st.Start(t)
 	const payments = 20
-	ids := make([]string, payments)
+	// All at once: intake's batches, each BEGIN and COMMIT pipelined with
+	// a statement, interleave on the one server connection.
+	ids, errs := make([]string, payments), make([]error, payments)
+	var wg sync.WaitGroup
 	for i := range ids {
-		res, err := st.Service.Accept(ctx, providertest.Payment(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i)))
-		require.NoError(t, err)
-		ids[i] = res.FulfilmentID
+		wg.Go(func() {
+			res, err := st.Service.Accept(ctx, providertest.Payment(fmt.Sprintf("evt_%d", i), fmt.Sprintf("pi_%d", i)))
+			ids[i], errs[i] = res.FulfilmentID, err
+		})
 	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
 	for i, id := range ids {
 		d.WaitState(t, id, state.Fulfilled)
 		require.Equal(t, 1, rec.CallsForPayment(fmt.Sprintf("pi_%d", i)), "payment %d", i)
