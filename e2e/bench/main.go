@@ -170,15 +170,17 @@ func main() {
 		return
 	}
 	if *only == "dispatch" {
-		var disp, bare, floor []float64
+		var disp, bare, floor, cpu, own, floorCPU []float64
 		for range *runs {
-			rate, b := dispatch(ctx, bin, dbURL, conn.URL, pool)
-			disp = append(disp, rate)
+			d := dispatch(ctx, bin, dbURL, conn.URL, pool)
+			disp, cpu, own = append(disp, d.perSecond), append(cpu, d.cpuMs), append(own, d.ownMs)
 			bare = append(bare, bareRiver(ctx, pool))
-			floor = append(floor, floorDispatch(ctx, pool, dbURL, b).perSecond)
+			f := floorDispatch(ctx, pool, dbURL, d.batches)
+			floor, floorCPU = append(floor, f.perSecond), append(floorCPU, f.cpuMs)
 		}
 		fmt.Printf("dispatch                  guardian %s  bare River %s  ratio %.2f  floor %s  ratio %.2f\n", summarize(disp), summarize(bare),
 			summarize(disp).median/summarize(bare).median, summarize(floor), summarize(disp).median/summarize(floor).median)
+		printDispatchCPU(cpu, own, floorCPU)
 		return
 	}
 
@@ -207,10 +209,13 @@ type figures struct {
 	hot, floorHot                          []float64
 	profile                                string
 	dupRedis, dupPG, redisCeil, disp, bare []float64
-	peak, half                             benchResult
-	rss                                    float64
-	nodesLine, actionsLine                 string
-	curve                                  []point
+	// dispCPU and dispOwnCPU are what each dispatched payment cost the
+	// worker and its Postgres, and the worker alone.
+	dispCPU, dispOwnCPU    []float64
+	peak, half             benchResult
+	rss                    float64
+	nodesLine, actionsLine string
+	curve                  []point
 }
 
 // measureAll runs every comparison of the full run in turn.
@@ -222,10 +227,11 @@ func measureAll(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.P
 	f.measureDuplicates(bin, dbURL, connURL)
 	drainGuardian(ctx, bin, dbURL, connURL, pool)
 	for range *runs {
-		rate, b := dispatch(ctx, bin, dbURL, connURL, pool)
-		f.disp, f.dispBatches = append(f.disp, rate), append(f.dispBatches, b)
+		d := dispatch(ctx, bin, dbURL, connURL, pool)
+		f.disp, f.dispBatches = append(f.disp, d.perSecond), append(f.dispBatches, d.batches)
+		f.dispCPU, f.dispOwnCPU = append(f.dispCPU, d.cpuMs), append(f.dispOwnCPU, d.ownMs)
 		f.bare = append(f.bare, bareRiver(ctx, pool))
-		f.floorDisp = append(f.floorDisp, floorDispatch(ctx, pool, dbURL, b))
+		f.floorDisp = append(f.floorDisp, floorDispatch(ctx, pool, dbURL, d.batches))
 	}
 	f.profile = profilePipeline(bin, dbURL, connURL)
 	f.nodesLine = compareNodes(bin, dbURL, connURL)
@@ -380,6 +386,11 @@ func (f *figures) print() {
 	fmt.Printf("batch sizes draining a backlog (the floor's): claim %.1f, outcome %.1f\n", s(claim).median, s(outcome).median)
 	fmt.Printf("dispatch                  guardian %s  bare River %s  ratio %.2f  floor %s  ratio %.2f  (target ≥ 1.0x bare River: %s)\n",
 		s(f.disp), s(f.bare), ratio(f.disp, f.bare), s(rates(f.floorDisp)), ratio(f.disp, rates(f.floorDisp)), verdict(ratio(f.disp, f.bare) >= 1))
+	var floorDispCPU []float64
+	for _, r := range f.floorDisp {
+		floorDispCPU = append(floorDispCPU, r.cpuMs)
+	}
+	printDispatchCPU(f.dispCPU, f.dispOwnCPU, floorDispCPU)
 	p99, pgP99, p50, pgP50 := s(f.p99s), s(f.pgP99s), s(f.p50s), s(f.pgP50s)
 	fmt.Printf("latency at half peak (%.0f/s) guardian p50 %.2f ms (min %.2f, max %.2f), p99 %.2f ms (min %.2f, max %.2f)  pgbench one tx per event p50 %.2f ms, p99 %.2f ms  (targets p99 < 10 ms: %s; p50 ≤ pgbench's: %s)\n",
 		f.half.PerSecond, p50.median, p50.min, p50.max, p99.median, p99.min, p99.max, pgP50.median, pgP99.median, verdict(p99.median < 10), verdict(p50.median <= pgP50.median))
@@ -389,6 +400,14 @@ func (f *figures) print() {
 	fmt.Println(f.nodesLine)
 	fmt.Println(f.actionsLine)
 	fmt.Println(f.profile)
+}
+
+// printDispatchCPU writes what each dispatched payment cost against the
+// floor's dispatch.
+func printDispatchCPU(cpu, own, floor []float64) {
+	c, fc := summarize(cpu), summarize(floor)
+	fmt.Printf("CPU per dispatched payment guardian and its Postgres %.3f ms (min %.3f, max %.3f; Guardian's process %.3f)  floor, Postgres %.3f ms  ratio %.2f\n",
+		c.median, c.min, c.max, summarize(own).median, fc.median, c.median/fc.median)
 }
 
 // verdict says whether a target was met.
@@ -564,9 +583,17 @@ func cleanRedis() {
 	_ = exec.Command("sh", "-c", fmt.Sprintf("redis-cli -h %s -p %s --scan --pattern 'bench:%d:*' | xargs -r redis-cli -h %s -p %s del > /dev/null", host, port, os.Getpid(), host, port)).Run()
 }
 
+// dispatchRun is one dispatch measurement: the rate, the CPU each
+// payment cost the worker and its Postgres from the moment it was ready
+// (ownMs: the worker's own process), and the batch sizes it had.
+type dispatchRun struct {
+	perSecond, cpuMs, ownMs float64
+	batches                 batches
+}
+
 // dispatch enqueues -jobs fulfilments with an intake-only process, then
 // times a worker process draining them through the HTTP connector.
-func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) (float64, batches) {
+func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) dispatchRun {
 	g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
 	var before int
 	check(pool.QueryRow(ctx, `SELECT count(*) FROM fulfilment WHERE state = 'fulfilled'`).Scan(&before))
@@ -578,19 +605,28 @@ func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 	check(json.Unmarshal(out, &r))
 	start := time.Now()
 	w := startGuardian(bin, dbURL, connURL, nil)
-	// The worker's own counter, not a count(*) over the table: polling the
-	// table every 20 ms would take CPU from the work measured, which bare
-	// River's in-process counter does not.
+	// The worker's own counter, read every quarter second, says when it is
+	// done, and the last outcome's time in the table when it was: polling
+	// either every few milliseconds would take CPU from the work measured
+	// (each scrape of /metrics reads /proc for the process collector, a
+	// tenth of the worker's CPU at 20 ms), which bare River's in-process
+	// counter does not.
 	client := &http.Client{Timeout: 5 * time.Second}
+	cpu0, pg0 := cpuOf(w.cmd.Process.Pid), postgresCPU()
+	n0, err := loadgen.ScrapeFulfilled(ctx, client, w.metrics)
+	check(err)
+	var n float64
 	for {
-		n, err := loadgen.ScrapeFulfilled(ctx, client, w.metrics)
+		n, err = loadgen.ScrapeFulfilled(ctx, client, w.metrics)
 		check(err)
 		if int(n) >= r.NewFulfilling {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(pollEvery)
 	}
-	elapsed := time.Since(start) - w.startup
+	elapsed := lastFulfilledAt(dbURL).Sub(start) - w.startup
+	own := cpuOf(w.cmd.Process.Pid) - cpu0
+	cpu := own + postgresCPU() - pg0
 	b := w.batchSizes(ctx)
 	w.stop()
 	var after int
@@ -598,7 +634,23 @@ func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 	if after-before < r.NewFulfilling {
 		log.Fatalf("dispatch: the worker counted %d fulfilled, the table holds %d new", r.NewFulfilling, after-before)
 	}
-	return float64(r.NewFulfilling) / elapsed.Seconds(), b
+	done := int(n - n0)
+	return dispatchRun{perSecond: float64(r.NewFulfilling) / elapsed.Seconds(), cpuMs: perPayment(cpu, done), ownMs: perPayment(own, done), batches: b}
+}
+
+// pollEvery is how often the bench asks a Guardian whether it is done.
+const pollEvery = 250 * time.Millisecond
+
+// lastFulfilledAt is when the latest fulfilment was recorded fulfilled,
+// by Postgres's clock, this machine's: the end of a run, read once after
+// it rather than found by polling.
+func lastFulfilledAt(dbURL string) time.Time {
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	check(err)
+	defer conn.Close(context.Background())
+	var at time.Time
+	check(conn.QueryRow(context.Background(), `SELECT max(updated_at) FROM fulfilment WHERE state = 'fulfilled'`).Scan(&at))
+	return at
 }
 
 type noopArgs struct{ N int }

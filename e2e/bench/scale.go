@@ -224,7 +224,7 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 			if i%2 == 1 {
 				intakeRun(baselineURL, &baseline, &p.baselineCost, nil)
 			}
-			rate, _ := dispatch(ctx, bin, dbURL, connURL, pool)
+			rate := dispatch(ctx, bin, dbURL, connURL, pool).perSecond
 			disp = append(disp, rate)
 		}
 		for i := range p.intakeCost {
