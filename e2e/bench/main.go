@@ -667,7 +667,20 @@ func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
 	return nil
 }
 
-// bareRiver works -jobs no-op jobs with the settings Guardian's dispatch uses.
+// dispatchWorkers is how many dispatches a Guardian of this run works at
+// once: its default, or what -env GUARDIAN_DISPATCH_WORKERS sets.
+func dispatchWorkers() int {
+	n := jobs.DefaultDispatchWorkers
+	for _, kv := range guardianEnv {
+		if v, ok := strings.CutPrefix(kv, "GUARDIAN_DISPATCH_WORKERS="); ok {
+			n, _ = strconv.Atoi(v)
+		}
+	}
+	return n
+}
+
+// bareRiver works -jobs no-op jobs with the settings Guardian's dispatch
+// uses: as many workers, River's fetch cooldown.
 func bareRiver(ctx context.Context, pool *pgxpool.Pool) float64 {
 	var done atomic.Int64
 	workers := river.NewWorkers()
@@ -682,7 +695,7 @@ func bareRiver(ctx context.Context, pool *pgxpool.Pool) float64 {
 	_, err = insert.InsertMany(ctx, params)
 	check(err)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger: logger, Workers: workers, Queues: map[string]river.QueueConfig{"bench": {MaxWorkers: 50}},
+		Logger: logger, Workers: workers, Queues: map[string]river.QueueConfig{"bench": {MaxWorkers: dispatchWorkers()}},
 		FetchCooldown: jobs.FetchCooldown, // Guardian's dispatch settings
 	})
 	check(err)
