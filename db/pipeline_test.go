@@ -61,6 +61,15 @@ func TestPipelinedTxSavesTwoRoundTrips(t *testing.T) {
 			n, seen = write(store.InTx, base+20)
 			require.EqualValues(t, 5, n, "InTx: BEGIN, three statements, COMMIT")
 			require.False(t, seen, "InTx commits after fn returns")
+			// One statement, sent with its BEGIN and its COMMIT.
+			n0 := writes.Load()
+			require.NoError(t, store.InPipelinedTx(ctx, func(tx pgx.Tx) error {
+				db.CommitWithNext(tx)
+				_, err := tx.Exec(ctx, `INSERT INTO piped VALUES ($1)`, base+30)
+				return err
+			}))
+			require.EqualValues(t, 1, writes.Load()-n0, "BEGIN, the statement and COMMIT in one round trip")
+			require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM piped WHERE id = $1`, base+30))
 		})
 	}
 }
