@@ -155,23 +155,19 @@ func (t *pipedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 
 // Commit commits the transaction, unless a statement's COMMIT already did
 // or nothing was sent: a transaction of no statements has nothing to end.
-func (t *pipedTx) Commit(ctx context.Context) error {
-	if t.ended || t.tx == nil {
-		t.ended = true
-		return nil
-	}
-	t.ended = true
-	return t.tx.Commit(ctx)
-}
+func (t *pipedTx) Commit(ctx context.Context) error { return t.end(ctx, pgx.Tx.Commit) }
 
 // Rollback rolls the transaction back, if it is still open.
-func (t *pipedTx) Rollback(ctx context.Context) error {
-	if t.ended || t.tx == nil {
-		t.ended = true
+func (t *pipedTx) Rollback(ctx context.Context) error { return t.end(ctx, pgx.Tx.Rollback) }
+
+// end ends pgx's transaction with how, if one was begun and is open.
+func (t *pipedTx) end(ctx context.Context, how func(pgx.Tx, context.Context) error) error {
+	open := !t.ended && t.tx != nil
+	t.ended = true
+	if !open {
 		return nil
 	}
-	t.ended = true
-	return t.tx.Rollback(ctx)
+	return how(t.tx, ctx)
 }
 
 // begun is pgx's transaction, begun alone if no statement began it: for
