@@ -137,3 +137,53 @@ func countedStore(t *testing.T, d *dbtest.DB, mode pgx.QueryExecMode) (*db.Store
 	pool, writes := d.CountedPool(t, mode)
 	return db.New(pool), writes
 }
+
+// TestPipelinedTxNests: what pgx offers on a transaction works on a
+// pipelined one, begun or not yet: a nested transaction is a savepoint,
+// whose rollback keeps what came before it, and a batch goes in the
+// transaction.
+func TestPipelinedTxNests(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `CREATE TABLE piped (id int PRIMARY KEY)`)
+	require.NoError(t, err)
+	store := db.New(d.Pool)
+	insert := func(tx pgx.Tx, id int) error {
+		_, err := tx.Exec(ctx, `INSERT INTO piped VALUES ($1)`, id)
+		return err
+	}
+	require.NoError(t, store.InPipelinedTx(ctx, func(tx pgx.Tx) error {
+		nested, err := tx.Begin(ctx) // before any statement: BEGIN goes alone
+		if err != nil {
+			return err
+		}
+		if err := insert(nested, 1); err != nil {
+			return err
+		}
+		if err := nested.Rollback(ctx); err != nil {
+			return err
+		}
+		if err := insert(tx, 2); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO piped VALUES (3)`)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		nested, err = tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := insert(nested, 4); err != nil {
+			return err
+		}
+		return nested.Commit(ctx)
+	}))
+	rows, err := d.Pool.Query(ctx, `SELECT id FROM piped ORDER BY id`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 3, 4}, ids, "the rolled-back savepoint's row alone is gone")
+}
