@@ -608,9 +608,9 @@ func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 	// The worker's own counter, read every quarter second, says when it is
 	// done, and the last outcome's time in the table when it was: polling
 	// either every few milliseconds would take CPU from the work measured
-	// (each scrape of /metrics reads /proc for the process collector, a
-	// tenth of the worker's CPU at 20 ms), which bare River's in-process
-	// counter does not.
+	// (each scrape of /metrics reads /proc for the process collector: an
+	// eighth of the worker's profile at 20 ms), which bare River's
+	// in-process counter does not.
 	client := &http.Client{Timeout: 5 * time.Second}
 	cpu0, pg0 := cpuOf(w.cmd.Process.Pid), postgresCPU()
 	n0, err := loadgen.ScrapeFulfilled(ctx, client, w.metrics)
@@ -673,7 +673,9 @@ func dispatchWorkers() int {
 	n := jobs.DefaultDispatchWorkers
 	for _, kv := range guardianEnv {
 		if v, ok := strings.CutPrefix(kv, "GUARDIAN_DISPATCH_WORKERS="); ok {
-			n, _ = strconv.Atoi(v)
+			var err error
+			n, err = strconv.Atoi(v)
+			check(err)
 		}
 	}
 	return n
