@@ -151,6 +151,13 @@ func hotShare(a, b updates) float64 {
 	return float64(b.hot-a.hot) / float64(b.all-a.all)
 }
 
+// floorSQL is a floor's pair of pgbench scripts: its intake and its
+// dispatch. The floor is Guardian's schema's (bareFloor); the narrow row's
+// (narrowFloor, moving.go) runs the same work on the schema it proposes.
+type floorSQL struct{ intake, dispatch string }
+
+var bareFloor = floorSQL{intake: "floor_intake.sql", dispatch: "floor_dispatch.sql"}
+
 // floorDone counts the floor's payments through to the end: jobs completed.
 func floorDone(ctx context.Context, pool *pgxpool.Pool) int {
 	var n int
@@ -165,57 +172,57 @@ func floorJobs(ctx context.Context, pool *pgxpool.Pool) int {
 	return n
 }
 
-// floorWhole runs intake and dispatch together for -d, in
+// whole runs intake and dispatch together for -d, in
 // proportion (a client's next transaction is an intake batch or a dispatch
 // batch, weighted so both move as many payments), and counts what reached
 // the end.
-func floorWhole(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
+func (f floorSQL) whole(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
 	bi, bd := size(b.intake), size(b.claim)
 	done0, jobs0, cpu0 := floorDone(ctx, pool), floorJobs(ctx, pool), postgresCPU()
 	secs, client := runPgbench(dbURL, wholeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, bd,
-		"floor_intake.sql@"+strconv.Itoa(bd), "floor_dispatch.sql@"+strconv.Itoa(bi))
+		f.intake+"@"+strconv.Itoa(bd), f.dispatch+"@"+strconv.Itoa(bi))
 	done := floorDone(ctx, pool) - done0
 	// The CPU of every payment the run took in, those it left waiting
 	// finished too: the whole of their work, and nothing else.
-	drainFloor(ctx, pool, dbURL, bd)
+	f.drain(ctx, pool, dbURL, bd)
 	return floorResult{perSecond: float64(done) / secs, cpuMs: perPayment(postgresCPU()-cpu0, floorJobs(ctx, pool)-jobs0), harnessMs: perPayment(client, done)}
 }
 
-// floorIntake runs the intake script alone for -d.
-func floorIntake(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
+// intakeAlone runs the intake script alone for -d.
+func (f floorSQL) intakeAlone(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
 	bi := size(b.intake)
 	jobs0, cpu0 := floorJobs(ctx, pool), postgresCPU()
-	secs, _ := runPgbench(dbURL, intakeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, 1, "floor_intake.sql")
+	secs, _ := runPgbench(dbURL, intakeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, 1, f.intake)
 	n := floorJobs(ctx, pool) - jobs0
 	cpu := postgresCPU() - cpu0
 	// Unmeasured: in large batches, so the next run starts on an empty
 	// queue soon (an intake-only run has no claims to size them by).
-	drainFloor(ctx, pool, dbURL, 100)
+	f.drain(ctx, pool, dbURL, 100)
 	return floorResult{perSecond: float64(n) / secs, cpuMs: perPayment(cpu, n)}
 }
 
-// floorDispatch takes in -jobs payments, then times the dispatch script
+// drainTimed takes in -jobs payments, then times the dispatch script
 // draining them: the floor of `dispatch`.
-func floorDispatch(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
+func (f floorSQL) drainTimed(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
 	bd := size(b.claim)
 	fill := *jobsN
 	for fill > 0 { // in batches of at most 1,000: one statement each
 		n := min(fill, 1000)
-		runPgbench(dbURL, 1, []string{"-t", "1"}, n, 1, "floor_intake.sql")
+		runPgbench(dbURL, 1, []string{"-t", "1"}, n, 1, f.intake)
 		fill -= n
 	}
 	analyze(dbURL)
 	done0, cpu0 := floorDone(ctx, pool), postgresCPU()
 	start := time.Now()
-	drainFloor(ctx, pool, dbURL, bd)
+	f.drain(ctx, pool, dbURL, bd)
 	elapsed := time.Since(start)
 	done := floorDone(ctx, pool) - done0
 	return floorResult{perSecond: float64(done) / elapsed.Seconds(), cpuMs: perPayment(postgresCPU()-cpu0, done)}
 }
 
-// drainFloor runs the dispatch script until no floor job is waiting, so
+// drain runs the dispatch script until no floor job is waiting, so
 // each measurement starts from an empty queue.
-func drainFloor(ctx context.Context, pool *pgxpool.Pool, dbURL string, bd int) {
+func (f floorSQL) drain(ctx context.Context, pool *pgxpool.Pool, dbURL string, bd int) {
 	for {
 		var waiting int
 		check(pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'floor_dispatch' AND state = 'available'`).Scan(&waiting))
@@ -226,7 +233,7 @@ func drainFloor(ctx context.Context, pool *pgxpool.Pool, dbURL string, bd int) {
 		// and ended, whose CPU the payments would carry.
 		clients := min(wholeClients(), (waiting+bd-1)/bd)
 		per := max(1, waiting/(bd*clients))
-		runPgbench(dbURL, clients, []string{"-t", strconv.Itoa(per)}, 1, bd, "floor_dispatch.sql")
+		runPgbench(dbURL, clients, []string{"-t", strconv.Itoa(per)}, 1, bd, f.dispatch)
 	}
 }
 

@@ -38,7 +38,7 @@ func indexCosts(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches
 	}
 	measure := func() floorResult {
 		analyze(dbURL)
-		return floorWhole(ctx, pool, dbURL, b)
+		return bareFloor.whole(ctx, pool, dbURL, b)
 	}
 	before := scans()
 	measure() // warm, and learn which indexes the floor reads

@@ -62,7 +62,7 @@ var (
 	duration    = flag.Duration("d", 5*time.Second, "length of each measured run")
 	runs        = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
-	only        = flag.String("only", "", "run one comparison only: intake (new events accepted with no dispatch running, and their CPU, against the floor's intake), pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), or scale (the cost as the tables grow to -sizes)")
+	only        = flag.String("only", "", "run one comparison only: intake (new events accepted with no dispatch running, and their CPU, against the floor's intake), pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), scale (the cost as the tables grow to -sizes), or moving (the floor on Guardian's schema against a narrow row for the state a dispatch moves, at -sizes, 0 and a million unless given)")
 	keep        = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
 	scaleDB     = flag.String("scale-db", "", "with -only scale: measure this database, kept by an earlier -keep run, filling it on from the payments it holds")
 	curvePath   = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
@@ -137,6 +137,10 @@ func main() {
 		runScale(ctx, bin, dbURL, conn.URL, pool)
 		return
 	}
+	if *only == "moving" {
+		fmt.Print(compareMoving(ctx))
+		return
+	}
 	if *only == "nodes" {
 		fmt.Println(compareNodes(bin, dbURL, conn.URL))
 		return
@@ -175,7 +179,7 @@ func main() {
 			d := dispatch(ctx, bin, dbURL, conn.URL, pool)
 			disp, cpu, own = append(disp, d.perSecond), append(cpu, d.cpuMs), append(own, d.ownMs)
 			bare = append(bare, bareRiver(ctx, pool))
-			f := floorDispatch(ctx, pool, dbURL, d.batches)
+			f := bareFloor.drainTimed(ctx, pool, dbURL, d.batches)
 			floor, floorCPU = append(floor, f.perSecond), append(floorCPU, f.cpuMs)
 		}
 		fmt.Printf("dispatch                  guardian %s  bare River %s  ratio %.2f  floor %s  ratio %.2f\n", summarize(disp), summarize(bare),
@@ -231,7 +235,7 @@ func measureAll(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.P
 		f.disp, f.dispBatches = append(f.disp, d.perSecond), append(f.dispBatches, d.batches)
 		f.dispCPU, f.dispOwnCPU = append(f.dispCPU, d.cpuMs), append(f.dispOwnCPU, d.ownMs)
 		f.bare = append(f.bare, bareRiver(ctx, pool))
-		f.floorDisp = append(f.floorDisp, floorDispatch(ctx, pool, dbURL, d.batches))
+		f.floorDisp = append(f.floorDisp, bareFloor.drainTimed(ctx, pool, dbURL, d.batches))
 	}
 	f.profile = profilePipeline(bin, dbURL, connURL)
 	f.nodesLine = compareNodes(bin, dbURL, connURL)
@@ -261,7 +265,7 @@ func (f *figures) measureIntake(bin, dbURL, connURL string, pool *pgxpool.Pool) 
 		f.rss = max(f.rss, g.peakRSS())
 		b := g.batchSizes(context.Background())
 		g.stop()
-		f.floorIntake = append(f.floorIntake, floorIntake(context.Background(), pool, dbURL, b))
+		f.floorIntake = append(f.floorIntake, bareFloor.intakeAlone(context.Background(), pool, dbURL, b))
 	}
 	drainGuardian(context.Background(), bin, dbURL, connURL, pool)
 }
@@ -307,7 +311,7 @@ func (f *figures) measurePipeline(bin, dbURL, connURL string, pool *pgxpool.Pool
 		f.batches = append(f.batches, b)
 		g.stop()
 		u1 := fulfilmentUpdates(context.Background(), pool)
-		f.floorWhole = append(f.floorWhole, floorWhole(context.Background(), pool, dbURL, b))
+		f.floorWhole = append(f.floorWhole, bareFloor.whole(context.Background(), pool, dbURL, b))
 		u2 := fulfilmentUpdates(context.Background(), pool)
 		f.hot, f.floorHot = append(f.hot, hotShare(u0, u1)), append(f.floorHot, hotShare(u1, u2))
 	}

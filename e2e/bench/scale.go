@@ -35,7 +35,7 @@ import (
 // payload retention (90 days) are pruned, as the maintenance round leaves
 // them, and River keeps the last day's finished jobs (its retention).
 var (
-	sizesFlag       = flag.String("sizes", "0,1000000,10000000", "payments in the database at each measurement, ascending (-only scale)")
+	sizesFlag       = flag.String("sizes", "0,1000000,10000000", "payments in the database at each measurement, ascending (-only scale and -only moving)")
 	checkpointFirst = flag.Bool("checkpoint", false, "with -only scale: run a CHECKPOINT before each intake run, on the filled database and on the baseline alike, to measure intake where it costs most (each first change of a page after a checkpoint logs the whole page)")
 )
 
@@ -120,6 +120,19 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 	}
 }
 
+// parseSizes reads -sizes: payment counts, ascending.
+func parseSizes(list string) []int {
+	var sizes []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || len(sizes) > 0 && n < sizes[len(sizes)-1] {
+			log.Fatalf("-sizes: want ascending payment counts, got %q", list)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes
+}
+
 // scalePoint is one size's measurements.
 type scalePoint struct {
 	payments                  int
@@ -166,14 +179,7 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 	warm := startGuardian(bin, baselineURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
 	bench(bin, warm, 0, 1, 0, false)
 	warm.stop()
-	var sizes []int
-	for _, f := range strings.Split(*sizesFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 0 || len(sizes) > 0 && n < sizes[len(sizes)-1] {
-			log.Fatalf("-sizes: want ascending payment counts, got %q", *sizesFlag)
-		}
-		sizes = append(sizes, n)
-	}
+	sizes := parseSizes(*sizesFlag)
 	// A database kept by an earlier run (-scale-db) says how far it was
 	// filled, so a size it already holds is measured, not filled again.
 	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_scale_filled (payments int NOT NULL)`)

@@ -1,0 +1,31 @@
+-- pgbench: the floor's intake on the narrow row's schema
+-- (narrow_schema.sql, `-only moving`): floor_intake.sql's statement, with
+-- each fulfilment's moving state born in a row of its own. :bi is set with
+-- -D bi=N.
+WITH ev AS (
+    INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, amount, currency)
+    SELECT 'floor', 'evt_' || u, 'payment_intent.succeeded', 'pi_' || u,
+        convert_to('{"id":"evt_' || u || '","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_' || u || '","object":"payment_intent","amount":4200,"currency":"eur","status":"succeeded"}}}', 'UTF8'),
+        4200, 'eur'
+    FROM (SELECT gen_random_uuid()::text AS u FROM generate_series(1, :bi)) g
+    ORDER BY u
+    ON CONFLICT (provider, event_id) DO NOTHING
+    RETURNING id, provider, payment_id
+), bought AS (
+    INSERT INTO purchase (provider, payment_id, actions, routes)
+    SELECT provider, payment_id, '{fulfil}', '' FROM ev
+    ON CONFLICT DO NOTHING
+), created AS (
+    INSERT INTO fulfilment (event_pk, provider, payment_id, action_name, idempotency_key)
+    SELECT id, provider, payment_id, 'fulfil', guardian_action_key(provider, payment_id, 'fulfil', 0) FROM ev
+    ORDER BY provider, payment_id
+    ON CONFLICT (provider, payment_id, action_name, action) WHERE state <> 'failed' DO NOTHING
+    RETURNING id
+), moving AS (
+    INSERT INTO fulfilment_move (id, action) SELECT id, 'fulfil' FROM created
+), logged AS (
+    INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
+    SELECT id, NULL, 'pending', 0, 'intake', 'payment event received' FROM created
+)
+INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at, tags, priority)
+SELECT jsonb_build_object('fulfilment_id', id), 'floor_dispatch', 25, 'floor', 'available', now(), '{}', 1 FROM created;
