@@ -242,8 +242,8 @@ func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, bir
 				LEFT JOIN purchase p ON p.provider = e.provider AND p.payment_id = e.payment_id
 				CROSS JOIN LATERAL unnest(coalesce(p.actions, '{fulfil}')) AS a(action_name)
 				CROSS JOIN LATERAL (SELECT EXISTS (
-					SELECT 1 FROM payment_reversal r WHERE r.provider = e.provider AND r.payment_id = e.payment_id
-					AND a.action_name = ANY(r.revokes)) AS reversed) rv
+					SELECT 1 FROM guardian_reversals_of(e.provider, e.payment_id) r
+					WHERE a.action_name = ANY(r.revokes)) AS reversed) rv
 			WHERE e.id = ANY($1) AND e.payment_id IS NOT NULL
 				AND (u.only_action = '' OR u.only_action = a.action_name)
 				-- An action already taken back is born as the domain says,

@@ -27,7 +27,12 @@ func TestLookupsUseIndexes(t *testing.T) {
 		SELECT 'stripe', 'evt_' || md5(g::text), 'checkout.session.completed', 'pi_' || md5(g::text), '\x7b7d'::bytea
 		FROM generate_series(1, 20000) g`)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key) SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0) FROM webhook_event`)
+	// Settled one a minute back, as a history is: the sweep's round reads
+	// the last seconds' of them.
+	_, err = tx.Exec(ctx, `
+		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key, updated_at)
+		SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0), at
+		FROM (SELECT *, now() - (row_number() OVER ()) * interval '1 minute' AS at FROM webhook_event) e`)
 	require.NoError(t, err)
 	// A long history of transitions, one a minute: the overview reads the
 	// last hour's.
@@ -324,4 +329,48 @@ func TestOverviewReadsFoldedOutcomes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, outcomes, "after it, from the minutes")
 	require.Less(t, rowsRead(t, tx)-before, 50, "rows read for an hour of 5,000 outcomes")
+}
+
+// TestTakeBackReadsItsOwnReversals: taking back one payment (intake's
+// reversal, a reconciliation), and the sweep's windowed round over a
+// payment settled in its window, read that payment's reversals, not every
+// reversal stored. The reversals are a view of two unions (a payment's own,
+// and its root's for a grant again, migration 00044); a lookup joined to it
+// as a semi join or a join could not pass the payment into it, and read
+// every reversal for each row it weighed.
+func TestTakeBackReadsItsOwnReversals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tx := refunds(t, `
+		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key, created_at, updated_at)
+		SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0), now() - interval '1 day', now() - interval '1 day'
+		FROM webhook_event;
+		-- One payment of two actions, one pending and one fulfilled, then
+		-- refunded; and one just fulfilled, not refunded.
+		WITH e AS (
+			INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
+			VALUES ('stripe', 'evt_x', 'checkout.session.completed', 'pi_x', '\x7b7d'), ('stripe', 'evt_y', 'checkout.session.completed', 'pi_y', '\x7b7d')
+			RETURNING id, payment_id
+		)
+		INSERT INTO fulfilment (event_pk, provider, payment_id, action_name, state, idempotency_key)
+		SELECT e.id, 'stripe', e.payment_id, a.name, a.state, guardian_action_key('stripe', e.payment_id, a.name, 0)
+		FROM e JOIN (VALUES ('pi_x', 'fulfil', 'pending'), ('pi_x', 'mail', 'fulfilled'), ('pi_y', 'fulfil', 'fulfilled')) a(payment, name, state) ON a.payment = e.payment_id;
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses, revokes)
+		VALUES ('stripe', 'evt_x_refund', 'charge.refunded', 'pi_x', '\x7b7d', 'refund', 'pi_x', '{fulfil,mail}')`)
+	payment := []db.Payment{{Provider: "stripe", PaymentID: "pi_x"}}
+
+	before := rowsRead(t, tx)
+	stopped, err := db.MoveReversedPending(ctx, tx, "test", payment, nil, state.Cancelled, "payment reversed before it went out: never sent")
+	require.NoError(t, err)
+	require.Len(t, stopped, 1, "the refunded payment's pending action")
+	revoking, err := db.CreateRevocations(ctx, tx, "test", "a revocation", payment)
+	require.NoError(t, err)
+	require.Len(t, revoking, 1, "the refunded payment's fulfilled action")
+	require.Less(t, rowsRead(t, tx)-before, 50, "rows read to take back one payment beside 5,000 reversals")
+
+	before = rowsRead(t, tx)
+	created, err := db.CreateRevocationsSettledSince(ctx, tx, "test", "a revocation", time.Now().Add(-10*time.Minute))
+	require.NoError(t, err)
+	require.Len(t, created, 0, "the payment settled in the window is not reversed; the refunded ones settled a day ago")
+	require.Less(t, rowsRead(t, tx)-before, 50, "rows read by the windowed catch-all over one unreversed payment beside 5,000 reversals")
 }

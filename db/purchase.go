@@ -117,7 +117,7 @@ type RoutedPurchase struct {
 func PurchasesRouted(ctx context.Context, q DBTX, since, until time.Time, after RoutedPurchase, limit int) ([]RoutedPurchase, error) {
 	rows, err := q.Query(ctx, `
 		SELECT p.provider, p.payment_id, p.actions, p.detail, p.routed_at,
-			EXISTS (SELECT 1 FROM payment_reversal r WHERE r.provider = p.provider AND r.payment_id = p.payment_id)
+			EXISTS (SELECT 1 FROM guardian_reversals_of(p.provider, p.payment_id))
 		FROM purchase p
 		WHERE p.routed_at >= $1 AND p.routed_at < $2 AND p.awaiting_items IS NULL
 		  AND (p.routed_at, p.provider, p.payment_id) > ($3, $4, $5)
@@ -147,7 +147,7 @@ func ApplyAction(ctx context.Context, q DBTX, p Payment, action, operator string
 		WITH added AS (
 			UPDATE purchase SET actions = array_append(actions, $3)
 			WHERE provider = $1 AND payment_id = $2 AND NOT $3 = ANY(actions) AND awaiting_items IS NULL
-			  AND NOT EXISTS (SELECT 1 FROM payment_reversal r WHERE r.provider = $1 AND r.payment_id = $2)
+			  AND NOT EXISTS (SELECT 1 FROM guardian_reversals_of($1, $2))
 			RETURNING provider, payment_id
 		), audited AS (
 			INSERT INTO action_applied (provider, payment_id, action_name, operator)
@@ -178,7 +178,7 @@ func PaidBeforeActions(ctx context.Context, q DBTX, since, until time.Time, afte
 				UNION ALL
 				SELECT f.action_name FROM fulfilment f
 				WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND f.state = 'failed') x(a)),
-			EXISTS (SELECT 1 FROM payment_reversal r WHERE r.provider = e.provider AND r.payment_id = e.payment_id)
+			EXISTS (SELECT 1 FROM guardian_reversals_of(e.provider, e.payment_id))
 		FROM webhook_event e
 		WHERE e.first_seen_at >= $1 AND e.first_seen_at < $2 AND e.id > $3 AND e.payment_id IS NOT NULL
 		  AND NOT EXISTS (SELECT 1 FROM purchase p WHERE p.provider = e.provider AND p.payment_id = e.payment_id)

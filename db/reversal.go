@@ -32,7 +32,7 @@ func paymentArrays(payments []Payment) (providers, ids []string) {
 // least one of its actions).
 func Reversed(ctx context.Context, q DBTX, p Payment) (bool, error) {
 	var reversed bool
-	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payment_reversal WHERE provider = $1 AND payment_id = $2)`, p.Provider, p.PaymentID).Scan(&reversed)
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM guardian_reversals_of($1, $2))`, p.Provider, p.PaymentID).Scan(&reversed)
 	return reversed, wrap("read reversal", err)
 }
 
@@ -49,12 +49,12 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 	rows, err := q.Query(ctx, `
 		WITH due AS (
 			SELECT f.id, f.attempt,
-				(SELECT r.event_id FROM payment_reversal r WHERE r.provider = f.provider AND r.payment_id = f.payment_id
-				 AND f.action_name = ANY(r.revokes) ORDER BY r.id LIMIT 1) AS reversed_by
+				(SELECT r.event_id FROM guardian_reversals_of(f.provider, f.payment_id) r
+				 WHERE f.action_name = ANY(r.revokes) ORDER BY r.id LIMIT 1) AS reversed_by
 			FROM fulfilment f
 			WHERE f.state = 'pending' AND f.action = 'fulfil'
 			  AND ($1::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($1::text[], $2::text[])))
-			  AND EXISTS (SELECT 1 FROM payment_reversal r WHERE r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY(r.revokes))
+			  AND EXISTS (SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY(r.revokes))
 			  AND ($6::text[] IS NULL OR f.action_name = ANY($6))
 			ORDER BY f.provider, f.payment_id
 			FOR UPDATE OF f
@@ -88,10 +88,23 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 // Every payment (nil) reads every reversing event: its cost grows with the
 // history of refunds. CreateRevocationsSettledSince is the bounded form.
 func CreateRevocations(ctx context.Context, q DBTX, actor, reason string, payments []Payment) ([]string, error) {
+	if payments == nil {
+		return createRevocations(ctx, q, actor, reason, everyReversal, `true`)
+	}
 	providers, ids := paymentArrays(payments)
-	return createRevocations(ctx, q, actor, reason,
-		`$3::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($3::text[], $4::text[]))`, providers, ids)
+	return createRevocations(ctx, q, actor, reason, eachOnesReversals,
+		`(f.provider, f.payment_id) IN (SELECT * FROM unnest($3::text[], $4::text[]))`, providers, ids)
 }
+
+// The reversals createRevocations joins to the fulfilled rows it weighs:
+// every reversal at once, read from the view, for a round over every
+// payment; each row's own, through guardian_reversals_of, for a few
+// payments (migration 00047: joined to the view, each read every
+// reversal).
+const (
+	everyReversal     = `JOIN payment_reversal r ON r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY(r.revokes)`
+	eachOnesReversals = `CROSS JOIN LATERAL guardian_reversals_of(f.provider, f.payment_id) r`
+)
 
 // CreateRevocationsSettledSince is CreateRevocations for the payments whose
 // fulfilment last moved (to fulfilled) at or after since: the ones a
@@ -99,7 +112,7 @@ func CreateRevocations(ctx context.Context, q DBTX, actor, reason string, paymen
 // those fulfilments through the (state, updated_at) index, so its cost is
 // the recent work's, whatever the history.
 func CreateRevocationsSettledSince(ctx context.Context, q DBTX, actor, reason string, since time.Time) ([]string, error) {
-	return createRevocations(ctx, q, actor, reason, `f.updated_at >= $3`, since)
+	return createRevocations(ctx, q, actor, reason, eachOnesReversals, `f.updated_at >= $3`, since)
 }
 
 // TxTime is the transaction's own clock: now(), which stamps every row the
@@ -111,13 +124,14 @@ func TxTime(ctx context.Context, q DBTX) (time.Time, error) {
 }
 
 // createRevocations is CreateRevocations over the fulfilments scope
-// selects ($3 on: its own parameters).
-func createRevocations(ctx context.Context, q DBTX, actor, reason, scope string, args ...any) ([]string, error) {
+// selects ($3 on: its own parameters), reading their reversals as
+// reversals says (everyReversal or eachOnesReversals).
+func createRevocations(ctx context.Context, q DBTX, actor, reason, reversals, scope string, args ...any) ([]string, error) {
 	rows, err := q.Query(ctx, `
 		WITH due AS (
 			SELECT DISTINCT ON (f.provider, f.payment_id, f.action_name) f.provider, f.payment_id, f.action_name, r.id AS event_pk
-			FROM fulfilment f JOIN payment_reversal r ON r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY(r.revokes)
-			WHERE f.action = 'fulfil' AND f.state = 'fulfilled' AND (`+scope+`)
+			FROM fulfilment f `+reversals+`
+			WHERE f.action = 'fulfil' AND f.state = 'fulfilled' AND f.action_name = ANY(r.revokes) AND (`+scope+`)
 			  -- Each half through its partial index: never a scan of the table.
 			  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
 				AND v.action_name = f.action_name AND v.action = 'revoke' AND v.state <> 'failed')

@@ -246,7 +246,7 @@ func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (ma
 			  -- An action taken back is never performed: its pending row is
 			  -- not claimed (db.MoveReversedPending stops it).
 			  AND (f.action = 'revoke' OR NOT EXISTS (
-				SELECT 1 FROM payment_reversal r WHERE r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY(r.revokes)))
+				SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY(r.revokes)))
 			RETURNING `+prefixed("f.", fulfilmentColumns)+`
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
