@@ -34,7 +34,7 @@ WITH u AS (SELECT unnest(string_to_array(:ids, ',')::uuid[]) AS id), moved AS (
     UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now(),
         deadline = now() + interval '30 seconds', claim_token = md5(f.id::text), claimant = 'floor', call_outcome = NULL
     FROM u WHERE f.id = u.id AND f.id = ANY (string_to_array(:ids, ',')::uuid[]) AND f.state = 'pending'
-      AND NOT EXISTS (SELECT 1 FROM payment_reversal r WHERE r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY (r.revokes))
+      AND NOT EXISTS (SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY (r.revokes))
     RETURNING f.id, f.event_pk, f.provider, f.payment_id, f.attempt, f.idempotency_key
 ), logged AS (
     INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)

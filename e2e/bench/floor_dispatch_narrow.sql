@@ -22,7 +22,7 @@ WITH u AS (SELECT unnest(string_to_array(:ids, ',')::uuid[]) AS id), moved AS (
         deadline = now() + interval '30 seconds', claim_token = md5(m.id::text), claimant = 'floor', call_outcome = NULL
     FROM u JOIN fulfilment f ON f.id = u.id
     WHERE m.id = u.id AND m.id = ANY (string_to_array(:ids, ',')::uuid[]) AND m.state = 'pending'
-      AND NOT EXISTS (SELECT 1 FROM payment_reversal r WHERE r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY (r.revokes))
+      AND NOT EXISTS (SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY (r.revokes))
     RETURNING m.id, f.event_pk, f.provider, f.payment_id, m.attempt, f.idempotency_key
 ), logged AS (
     INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
