@@ -653,7 +653,10 @@ func lastFulfilledAt(dbURL string) time.Time {
 	check(err)
 	defer conn.Close(context.Background())
 	var at time.Time
-	check(conn.QueryRow(context.Background(), `SELECT max(updated_at) FROM fulfilment WHERE state = 'fulfilled'`).Scan(&at))
+	// Up to now: a database filled by an older bench holds refunds dated
+	// a day after their payment, the newest in the future, which made a
+	// dispatch at a million payments look a day long.
+	check(conn.QueryRow(context.Background(), `SELECT max(updated_at) FROM fulfilment WHERE state = 'fulfilled' AND updated_at <= now()`).Scan(&at))
 	return at
 }
 

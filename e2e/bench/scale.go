@@ -72,9 +72,10 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 			        CASE WHEN at > now() - make_interval(secs => $1) THEN NULL ELSE at + make_interval(secs => $1) END
 			 FROM scale_payment, (VALUES ('p', 'payment_intent.succeeded'), ('c', 'checkout.session.completed')) v(k, t)
 			 ORDER BY g, k`, []any{scaleRetention.Seconds(), body}},
-			// One in a hundred refunded in full, a day later.
+			// One in a hundred refunded in full, a day later (the last day's
+			// payments now: nothing of the history is in the future).
 			{`INSERT INTO webhook_event (provider, event_id, event_type, payment_id, first_seen_at, last_seen_at, body, pruned_at, reversal, reverses, revokes)
-			 SELECT provider, 'evt_r' || substr(md5('r' || g), 1, 24), 'charge.refunded', pay, at + interval '1 day', at + interval '1 day',
+			 SELECT provider, 'evt_r' || substr(md5('r' || g), 1, 24), 'charge.refunded', pay, least(at + interval '1 day', now()), least(at + interval '1 day', now()),
 			        '', at + make_interval(secs => $1), 'refund', pay, '{fulfil}'
 			 FROM scale_payment WHERE g % 100 = 13`, []any{scaleRetention.Seconds()}},
 			// Each payment's fulfilment, the refunded ones' revocations, and
