@@ -152,8 +152,9 @@ func hotShare(a, b updates) float64 {
 }
 
 // floorSQL is a floor's pair of pgbench scripts: its intake and its
-// dispatch. The floor is Guardian's schema's (bareFloor); the narrow row's
-// (narrowFloor, moving.go) runs the same work on the schema it proposes.
+// dispatch, each a file of e2e/bench or an absolute path. The floor is
+// Guardian's schema's (bareFloor); the narrow row's (narrowFloor,
+// moving.go) is made from it for the schema it proposes.
 type floorSQL struct{ intake, dispatch string }
 
 var bareFloor = floorSQL{intake: "floor_intake.sql", dispatch: "floor_dispatch.sql"}
@@ -252,7 +253,10 @@ func runPgbench(dbURL string, clients int, args []string, bi, bd int, scripts ..
 	all := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-D", "bi=" + strconv.Itoa(bi), "-D", "bd=" + strconv.Itoa(bd)}
 	all = append(all, args...)
 	for _, s := range scripts {
-		all = append(all, "-f", filepath.Join(repoRoot(), "e2e", "bench", s))
+		if !filepath.IsAbs(s) { // a script of the repository's, not one made for the run
+			s = filepath.Join(repoRoot(), "e2e", "bench", s)
+		}
+		all = append(all, "-f", s)
 	}
 	cmd := exec.Command("pgbench", append(all, dbURL)...)
 	out, err := cmd.CombinedOutput()
