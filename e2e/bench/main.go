@@ -56,16 +56,17 @@ import (
 )
 
 var (
-	adminURL    = flag.String("db", cmp.Or(os.Getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "Postgres server URL (a database is created and dropped)")
-	redisURL    = flag.String("redis", cmp.Or(os.Getenv("TEST_REDIS_URL"), "redis://127.0.0.1:6379/0"), "Redis URL")
-	concurrency = flag.Int("c", 32, "concurrency for every comparison")
-	duration    = flag.Duration("d", 5*time.Second, "length of each measured run")
-	runs        = flag.Int("runs", 3, "repetitions of each throughput measurement")
-	jobsN       = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
-	only        = flag.String("only", "", "run one comparison only: intake (new events accepted with no dispatch running, and their CPU, against the floor's intake), pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), scale (the cost as the tables grow to -sizes), or moving (the floor on Guardian's schema against a narrow row for the state a dispatch moves, at -sizes, 0 and a million unless given)")
-	keep        = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
-	scaleDB     = flag.String("scale-db", "", "with -only scale: measure this database, kept by an earlier -keep run, filling it on from the payments it holds")
-	curvePath   = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
+	adminURL     = flag.String("db", cmp.Or(os.Getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "Postgres server URL (a database is created and dropped)")
+	redisURL     = flag.String("redis", cmp.Or(os.Getenv("TEST_REDIS_URL"), "redis://127.0.0.1:6379/0"), "Redis URL")
+	concurrency  = flag.Int("c", 32, "concurrency for every comparison")
+	duration     = flag.Duration("d", 5*time.Second, "length of each measured run")
+	runs         = flag.Int("runs", 3, "repetitions of each throughput measurement")
+	jobsN        = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
+	only         = flag.String("only", "", "run one comparison only: intake (new events accepted with no dispatch running, and their CPU, against the floor's intake), pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), scale (the cost as the tables grow to -sizes), or moving (the floor on Guardian's schema against a narrow row for the state a dispatch moves, at -sizes, 0 and a million unless given)")
+	keep         = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
+	scaleDB      = flag.String("scale-db", "", "with -only scale: measure this database, kept by an earlier -keep run, filling it on from the payments it holds; with -only dispatch: measure dispatch on it, adding only the runs' own payments and jobs")
+	dispatchProf = flag.String("dispatch-profile", "", "with -only dispatch: write the dispatching worker's CPU profile of each run's first seconds (-d) to this file, the run's number appended")
+	curvePath    = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
 )
 
 // extraEnv is -env KEY=VALUE, repeated: set on every Guardian the bench
@@ -108,8 +109,8 @@ func main() {
 
 	var dbURL string
 	if *scaleDB != "" {
-		if *only != "scale" {
-			log.Fatal("-scale-db needs -only scale")
+		if *only != "scale" && *only != "dispatch" {
+			log.Fatal("-scale-db needs -only scale or -only dispatch")
 		}
 		dbURL = *scaleDB
 		migrateDB(ctx, dbURL) // kept by an earlier version, perhaps
@@ -607,8 +608,25 @@ func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 	g.stop()
 	var r benchResult
 	check(json.Unmarshal(out, &r))
-	start := time.Now()
-	w := startGuardian(bin, dbURL, connURL, nil)
+	var pprof map[string]string
+	if *dispatchProf != "" {
+		pprof = map[string]string{"GUARDIAN_PPROF": "true"}
+	}
+	w := startGuardian(bin, dbURL, connURL, pprof)
+	profiled := make(chan error, 1)
+	if pprof != nil {
+		dispatchRuns++
+		path := fmt.Sprintf("%s.%d", *dispatchProf, dispatchRuns)
+		go func() {
+			body, err := httpGet(ctx, w.metrics+"/debug/pprof/profile?seconds="+strconv.Itoa(max(1, int(duration.Seconds()))))
+			if err == nil {
+				err = os.WriteFile(path, []byte(body), 0o600)
+			}
+			profiled <- err
+		}()
+	} else {
+		profiled <- nil
+	}
 	// The worker's own counter, read every quarter second, says when it is
 	// done, and the last outcome's time in the table when it was: polling
 	// either every few milliseconds would take CPU from the work measured
@@ -628,10 +646,13 @@ func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 		}
 		time.Sleep(pollEvery)
 	}
-	elapsed := lastFulfilledAt(dbURL).Sub(start) - w.startup
+	// From the worker's readiness: startGuardian's ANALYZE before it is
+	// the bench's, not the worker's (seconds at a million payments).
+	elapsed := lastFulfilledAt(dbURL).Sub(w.ready)
 	own := cpuOf(w.cmd.Process.Pid) - cpu0
 	cpu := own + postgresCPU() - pg0
 	b := w.batchSizes(ctx)
+	check(<-profiled)
 	w.stop()
 	var after int
 	check(pool.QueryRow(ctx, `SELECT count(*) FROM fulfilment WHERE state = 'fulfilled'`).Scan(&after))
@@ -641,6 +662,9 @@ func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 	done := int(n - n0)
 	return dispatchRun{perSecond: float64(r.NewFulfilling) / elapsed.Seconds(), cpuMs: perPayment(cpu, done), ownMs: perPayment(own, done), batches: b}
 }
+
+// dispatchRuns numbers the profiles -dispatch-profile writes.
+var dispatchRuns int
 
 // pollEvery is how often the bench asks a Guardian whether it is done.
 const pollEvery = 250 * time.Millisecond
@@ -724,8 +748,8 @@ type guardian struct {
 	bin     string
 	cmd     *exec.Cmd
 	url     string
-	metrics string // the operations listener
-	startup time.Duration
+	metrics string    // the operations listener
+	ready   time.Time // when the process first answered /readyz
 	// loadCPU is what the last load run's generator spent.
 	loadCPU time.Duration
 }
@@ -783,7 +807,7 @@ func startGuardian(bin, dbURL, connURL string, extra map[string]string) *guardia
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				g.startup = time.Since(start)
+				g.ready = time.Now()
 				return g
 			}
 		}
