@@ -333,8 +333,9 @@ func TestOverviewReadsFoldedOutcomes(t *testing.T) {
 
 // TestTakeBackReadsItsOwnReversals: taking back one payment (intake's
 // reversal, a reconciliation) reads that payment's reversals, not every
-// reversal stored; the sweep's windowed round over two payments settled in
-// its window reads every reversal once, not once for each. The reversals
+// reversal stored; so does the sweep's windowed round over the two
+// payments settled in its window, while a round over a burst reads every
+// reversal once, not once for each. The reversals
 // are a view of a union (a payment's own, and its root's for a grant
 // again, migration 00044); a statement joined to it as a semi join or a
 // join cannot pass the payment into it, and read every reversal for each
@@ -373,7 +374,19 @@ func TestTakeBackReadsItsOwnReversals(t *testing.T) {
 	created, err := db.CreateRevocationsSettledSince(ctx, tx, "test", "a revocation", time.Now().Add(-10*time.Minute))
 	require.NoError(t, err)
 	require.Len(t, created, 0, "the payment settled in the window is not reversed; the refunded ones settled a day ago")
-	require.Less(t, rowsRead(t, tx)-before, 5001+50, "rows read by the windowed catch-all over two payments beside 5,001 reversals")
+	require.Less(t, rowsRead(t, tx)-before, 50, "rows read by the windowed catch-all over two payments beside 5,001 reversals")
+
+	// A burst: 1,500 of the refunded payments settle in the window (their
+	// refunds came while they were in flight). The round reads every
+	// reversal once, and takes back each of them.
+	_, err = tx.Exec(ctx, `UPDATE fulfilment SET updated_at = now() WHERE id IN (
+		SELECT id FROM fulfilment WHERE payment_id LIKE 'pi_rf_%' ORDER BY payment_id LIMIT 1500)`)
+	require.NoError(t, err)
+	before = rowsRead(t, tx)
+	created, err = db.CreateRevocationsSettledSince(ctx, tx, "test", "a revocation", time.Now().Add(-10*time.Minute))
+	require.NoError(t, err)
+	require.Len(t, created, 1500, "each refunded payment settled in the window taken back")
+	require.Less(t, rowsRead(t, tx)-before, 20000, "rows read by the windowed catch-all over a burst of 1,500: not every reversal for each (7.5 million)")
 }
 
 // TestPruneReadsItsBatch: a round of the body pruner reads the batch it
