@@ -333,9 +333,9 @@ func TestOverviewReadsFoldedOutcomes(t *testing.T) {
 
 // TestTakeBackReadsItsOwnReversals: taking back one payment (intake's
 // reversal, a reconciliation) reads that payment's reversals, not every
-// reversal stored; so does the sweep's windowed round over the two
-// payments settled in its window, while a round over a burst reads every
-// reversal once, not once for each. The reversals
+// reversal stored; so do the sweep's rounds over a quiet database (the two
+// payments settled in its window, the one pending row), while a round
+// over a burst reads every reversal once, not once for each. The reversals
 // are a view of a union (a payment's own, and its root's for a grant
 // again, migration 00044); a statement joined to it as a semi join or a
 // join cannot pass the payment into it, and read every reversal for each
@@ -375,6 +375,36 @@ func TestTakeBackReadsItsOwnReversals(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, created, 0, "the payment settled in the window is not reversed; the refunded ones settled a day ago")
 	require.Less(t, rowsRead(t, tx)-before, 50, "rows read by the windowed catch-all over two payments beside 5,001 reversals")
+
+	// The sweep's round over every pending row: one refunded payment
+	// pending, then a burst of 1,500.
+	pendingRefunded := func(prefix string, n int) {
+		t.Helper()
+		_, err := tx.Exec(ctx, `
+			WITH e AS (
+				INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
+				SELECT 'stripe', 'evt_' || $1 || g, 'checkout.session.completed', 'pi_' || $1 || g, '\x7b7d' FROM generate_series(1, $2::int) g
+				RETURNING id, payment_id
+			), f AS (
+				INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key)
+				SELECT id, 'stripe', payment_id, 'pending', guardian_idempotency_key('stripe', payment_id, 0) FROM e
+			)
+			INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses, revokes)
+			SELECT 'stripe', 'evt_r_' || payment_id, 'charge.refunded', payment_id, '\x7b7d', 'refund', payment_id, '{fulfil}' FROM e`, prefix, n)
+		require.NoError(t, err)
+	}
+	pendingRefunded("one_", 1)
+	before = rowsRead(t, tx)
+	stopped, err = db.MoveReversedPending(ctx, tx, "test", nil, nil, state.Cancelled, "payment reversed before it went out: never sent")
+	require.NoError(t, err)
+	require.Len(t, stopped, 1, "the refunded payment's pending row")
+	require.Less(t, rowsRead(t, tx)-before, 50, "rows read by the round over every pending row, one of them, beside 5,002 reversals")
+	pendingRefunded("burst_", 1500)
+	before = rowsRead(t, tx)
+	stopped, err = db.MoveReversedPending(ctx, tx, "test", nil, nil, state.Cancelled, "payment reversed before it went out: never sent")
+	require.NoError(t, err)
+	require.Len(t, stopped, 1500, "each refunded payment's pending row")
+	require.Less(t, rowsRead(t, tx)-before, 20000, "rows read by the round over a burst of 1,500 pending: not every reversal for each")
 
 	// A burst: 1,500 of the refunded payments settle in the window (their
 	// refunds came while they were in flight). The round reads every

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,10 +48,17 @@ func Reversed(ctx context.Context, q DBTX, p Payment) (bool, error) {
 func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []Payment, actions []string, to state.State, reason string) ([]string, error) {
 	providers, ids := paymentArrays(payments)
 	// A few payments' rows each ask for their own reversals; a round over
-	// every payment's joins them all at once (reversalsRead).
+	// every payment's, when more than fewRows are pending, joins them all
+	// at once (reversalsRead).
 	reversed := `EXISTS (SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY(r.revokes))`
 	if payments == nil {
-		reversed = `EXISTS (SELECT 1 FROM payment_reversal r WHERE r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY(r.revokes))`
+		many, err := holdsMany(ctx, q, `f.state = 'pending' AND f.action = 'fulfil'`)
+		if err != nil {
+			return nil, wrap("move reversed pending", err)
+		}
+		if many {
+			reversed = `EXISTS (SELECT 1 FROM payment_reversal r WHERE r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY(r.revokes))`
+		}
 	}
 	rows, err := q.Query(ctx, `
 		WITH due AS (
@@ -115,8 +123,8 @@ func CreateRevocations(ctx context.Context, q DBTX, actor, reason string, paymen
 // hashed); but for each row when it weighs a few, which took 15,016 rows
 // to take back one payment beside 5,000 reversals (migration 00047,
 // db.TestTakeBackReadsItsOwnReversals). The function is inlined with the
-// payment as an index condition. The sweep's window chooses by how many
-// rows it holds (windowPerRow).
+// payment as an index condition. A sweep's round chooses by how many rows
+// it weighs (fewRows).
 const (
 	everyReversal     = `JOIN payment_reversal r ON r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY(r.revokes)`
 	eachOnesReversals = `CROSS JOIN LATERAL guardian_reversals_of(f.provider, f.payment_id) r`
@@ -127,26 +135,33 @@ const (
 // reversal may have missed while they were in flight or parked. It reads
 // those fulfilments through the (state, updated_at) index, and their
 // reversals as their number says (reversalsRead): each one's own for a
-// window of at most windowPerRow, so a quiet round costs what its window
-// holds whatever the history; every reversal once, hashed, for a burst.
+// window of at most fewRows, so a quiet round costs what its window holds
+// whatever the history; every reversal once, hashed, for a burst.
 func CreateRevocationsSettledSince(ctx context.Context, q DBTX, actor, reason string, since time.Time) ([]string, error) {
-	var settled int
-	if err := q.QueryRow(ctx, `SELECT count(*) FROM (SELECT FROM fulfilment f WHERE f.state = 'fulfilled' AND f.updated_at >= $1 LIMIT $2) w`,
-		since, windowPerRow+1).Scan(&settled); err != nil {
-		return nil, wrap("count the settled", err)
+	many, err := holdsMany(ctx, q, `f.state = 'fulfilled' AND f.action = 'fulfil' AND f.updated_at >= $1`, since)
+	if err != nil {
+		return nil, wrap("create revocations", err)
 	}
 	reversals := eachOnesReversals
-	if settled > windowPerRow {
+	if many {
 		reversals = everyReversal
 	}
 	return createRevocations(ctx, q, actor, reason, reversals, `f.updated_at >= $3`, since)
 }
 
-// windowPerRow is the most fulfilments settled in the sweep's window whose
-// reversals CreateRevocationsSettledSince asks for one by one: at a
-// million payments a row's own cost about 0.03 ms and every reversal read
-// once 50 ms, ten times that at ten million.
-const windowPerRow = 1000
+// fewRows is the most fulfilments a sweep's round asks one by one for
+// their own reversals; past it, it reads every reversal once, hashed
+// (reversalsRead). At a million payments a row's own cost about 0.03 ms,
+// every reversal read once 50 ms, ten times that at ten million.
+const fewRows = 1000
+
+// holdsMany reports whether more than fewRows fulfilments f meet where
+// (its own parameters from $1), counting no further.
+func holdsMany(ctx context.Context, q DBTX, where string, args ...any) (bool, error) {
+	var n int
+	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM (SELECT FROM fulfilment f WHERE %s LIMIT %d) w`, where, fewRows+1), args...).Scan(&n)
+	return n > fewRows, err
+}
 
 // TxTime is the transaction's own clock: now(), which stamps every row the
 // transaction moves (updated_at).
