@@ -138,6 +138,11 @@ func parseSizes(list string) []int {
 type scalePoint struct {
 	payments                  int
 	intake, dupPG, dispatched stats
+	// floorDispatched is the floor's dispatch drained on the same
+	// database after each of Guardian's: what the size costs the bare
+	// statements, Guardian apart. baseDispatched and baseFloorDispatched
+	// are both on the baseline, measured in turn with them.
+	floorDispatched, baseDispatched, baseFloorDispatched stats
 	// baseline is intake on a database that stays nearly empty, measured
 	// in turn with intake at this size: their ratio does not move with
 	// this machine's drift between sizes.
@@ -175,6 +180,9 @@ type tableSize struct {
 func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) {
 	baselineURL := createDB(ctx, "baseline")
 	defer dropDB(ctx, baselineURL)
+	basePool, err := pgxpool.New(ctx, baselineURL)
+	check(err)
+	defer basePool.Close()
 	// A new database's first run is slow (empty statistics, cold catalog
 	// caches): the baseline is warmed once before anything is measured.
 	warm := startGuardian(bin, baselineURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
@@ -183,7 +191,7 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 	sizes := parseSizes(*sizesFlag)
 	// A database kept by an earlier run (-scale-db) says how far it was
 	// filled, so a size it already holds is measured, not filled again.
-	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_scale_filled (payments int NOT NULL)`)
+	_, err = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_scale_filled (payments int NOT NULL)`)
 	check(err)
 	var filled int
 	check(pool.QueryRow(ctx, `SELECT coalesce(max(payments), 0) FROM bench_scale_filled`).Scan(&filled))
@@ -203,7 +211,7 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 			vacuum(ctx, pool)
 		}
 		p := scalePoint{payments: n}
-		var intake, baseline, dup, disp, p99 []float64
+		var intake, baseline, dup, disp, floorDisp, baseDisp, baseFloorDisp, p99 []float64
 		// intakeRun measures intake once on the database at url, with what
 		// the server spent on each delivery, then runs then, if any, on the
 		// same process.
@@ -231,14 +239,28 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 			if i%2 == 1 {
 				intakeRun(baselineURL, &baseline, &p.baselineCost, nil)
 			}
-			rate := dispatch(ctx, bin, dbURL, connURL, pool).perSecond
-			disp = append(disp, rate)
+			// Dispatch, Guardian's then the floor's, on this size and on
+			// the baseline, which goes first alternating as for intake.
+			dispatchOn := func(url string, p *pgxpool.Pool, rates, floors *[]float64) {
+				d := dispatch(ctx, bin, url, connURL, p)
+				*rates = append(*rates, d.perSecond)
+				*floors = append(*floors, bareFloor.drainTimed(ctx, p, url, d.batches).perSecond)
+			}
+			if i%2 == 1 {
+				dispatchOn(baselineURL, basePool, &baseDisp, &baseFloorDisp)
+			}
+			dispatchOn(dbURL, pool, &disp, &floorDisp)
+			if i%2 == 0 {
+				dispatchOn(baselineURL, basePool, &baseDisp, &baseFloorDisp)
+			}
 		}
 		for i := range p.intakeCost {
 			log.Printf("intake at %d payments, run %d: %.0f/s, %s", n, i+1, intake[i], p.intakeCost[i])
 			log.Printf("baseline beside it, run %d: %.0f/s, %s", i+1, baseline[i], p.baselineCost[i])
 		}
-		p.intake, p.baseline, p.dupPG, p.dispatched = summarize(intake), summarize(baseline), summarize(dup), summarize(disp)
+		p.intake, p.baseline, p.dupPG = summarize(intake), summarize(baseline), summarize(dup)
+		p.dispatched, p.floorDispatched = summarize(disp), summarize(floorDisp)
+		p.baseDispatched, p.baseFloorDispatched = summarize(baseDisp), summarize(baseFloorDisp)
 		if rate == 0 {
 			rate = p.intake.median / 2 // the same offered rate at every size
 		}
@@ -494,6 +516,11 @@ func printScale(points []scalePoint, rate float64) {
 	row(fmt.Sprintf("p99 at %.0f/s", rate), func(p scalePoint) float64 { return p.p99ms }, "ms")
 	row("duplicates, no Redis", func(p scalePoint) float64 { return p.dupPG.median }, "/s")
 	row("dispatch", func(p scalePoint) float64 { return p.dispatched.median }, "/s")
+	row("dispatch, baseline beside it", func(p scalePoint) float64 { return p.baseDispatched.median }, "/s")
+	row("dispatch against the baseline", func(p scalePoint) float64 { return p.dispatched.median / p.baseDispatched.median }, "x")
+	row("  the floor's dispatch", func(p scalePoint) float64 { return p.floorDispatched.median }, "/s")
+	row("  the floor's, on the baseline", func(p scalePoint) float64 { return p.baseFloorDispatched.median }, "/s")
+	row("  the floor's against its baseline", func(p scalePoint) float64 { return p.floorDispatched.median / p.baseFloorDispatched.median }, "x")
 	row("sweep's reversal catch-all, a round", func(p scalePoint) float64 { return p.takeBack.median }, "ms")
 	row("sweep's reversal catch-all, hourly", func(p scalePoint) float64 { return p.takeBackFull.median }, "ms")
 	row("pending left by the intake runs", func(p scalePoint) float64 { return float64(p.backlog) }, "")
@@ -519,7 +546,8 @@ func printScale(points []scalePoint, rate float64) {
 		return "NOT met"
 	}
 	ratio := last.intake.median / last.baseline.median
-	fmt.Printf("at %d payments: intake %.2fx the baseline measured in turn with it, %.2fx the first size's (target ≥ 0.8: %s); slowest page %s, median %.1f ms, slowest of 20 %.1f ms; slowest single answer %s, %.1f ms (target < 100 ms: %s)\n",
-		last.payments, ratio, last.intake.median/base.intake.median, verdict(ratio >= 0.8),
+	disp, floorDisp := last.dispatched.median/last.baseDispatched.median, last.floorDispatched.median/last.baseFloorDispatched.median
+	fmt.Printf("at %d payments: intake %.2fx the baseline measured in turn with it, %.2fx the first size's (target ≥ 0.8: %s); dispatch %.2fx the baseline measured in turn with it (target ≥ 0.8: %s), the floor's %.2fx its own; slowest page %s, median %.1f ms, slowest of 20 %.1f ms; slowest single answer %s, %.1f ms (target < 100 ms: %s)\n",
+		last.payments, ratio, last.intake.median/base.intake.median, verdict(ratio >= 0.8), disp, verdict(disp >= 0.8), floorDisp,
 		slowest.name, slowest.median, slowest.slowest, slowestOnce.name, slowestOnce.slowest, verdict(slowestOnce.slowest < 100))
 }
