@@ -68,7 +68,7 @@ func PruneEventBodiesIn(ctx context.Context, tx pgx.Tx, before time.Time, limit 
 		return 0, false, err
 	}
 	rows, err := tx.Query(ctx, `
-		SELECT e.id, e.first_seen_at < $2 AS old, e.pruned_at IS NULL AS whole
+		SELECT e.id, e.first_seen_at < $2 AS old
 		FROM webhook_event e WHERE e.id > $1 ORDER BY e.id LIMIT $3`, cursor, before, limit)
 	if err != nil {
 		return 0, false, err
@@ -77,8 +77,8 @@ func PruneEventBodiesIn(ctx context.Context, tx pgx.Tx, before time.Time, limit 
 	walked, last := 0, cursor
 	for rows.Next() {
 		var id int64
-		var old, whole bool
-		if err := rows.Scan(&id, &old, &whole); err != nil {
+		var old bool
+		if err := rows.Scan(&id, &old); err != nil {
 			return 0, false, err
 		}
 		if !old {
@@ -86,9 +86,7 @@ func PruneEventBodiesIn(ctx context.Context, tx pgx.Tx, before time.Time, limit 
 			break
 		}
 		walked, last = walked+1, id
-		if whole {
-			ids = append(ids, id)
-		}
+		ids = append(ids, id)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

@@ -48,11 +48,11 @@ func Reversed(ctx context.Context, q DBTX, p Payment) (bool, error) {
 func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []Payment, actions []string, to state.State, reason string) ([]string, error) {
 	providers, ids := paymentArrays(payments)
 	// A few payments' rows each ask for their own reversals; a round over
-	// every payment's, when more than fewRows are pending, joins them all
-	// at once (reversalsRead).
+	// every payment's, when more than fewRows of the actions are pending,
+	// joins them all at once (reversalsRead).
 	reversed := `EXISTS (SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY(r.revokes))`
 	if payments == nil {
-		many, err := holdsMany(ctx, q, `f.state = 'pending' AND f.action = 'fulfil'`)
+		many, err := holdsMany(ctx, q, `f.state = 'pending' AND f.action = 'fulfil' AND ($1::text[] IS NULL OR f.action_name = ANY($1))`, actions)
 		if err != nil {
 			return nil, wrap("move reversed pending", err)
 		}

@@ -240,17 +240,17 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 				intakeRun(baselineURL, &baseline, &p.baselineCost, nil)
 			}
 			// Dispatch, Guardian's then the floor's, on this size and on
-			// the baseline, which goes first alternating as for intake.
+			// the baseline, which goes first as it does for intake.
 			dispatchOn := func(url string, p *pgxpool.Pool, rates, floors *[]float64) {
 				d := dispatch(ctx, bin, url, connURL, p)
 				*rates = append(*rates, d.perSecond)
 				*floors = append(*floors, bareFloor.drainTimed(ctx, p, url, d.batches).perSecond)
 			}
-			if i%2 == 1 {
+			if i%2 == 0 {
 				dispatchOn(baselineURL, basePool, &baseDisp, &baseFloorDisp)
 			}
 			dispatchOn(dbURL, pool, &disp, &floorDisp)
-			if i%2 == 0 {
+			if i%2 == 1 {
 				dispatchOn(baselineURL, basePool, &baseDisp, &baseFloorDisp)
 			}
 		}
