@@ -6,6 +6,7 @@ package batch
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -14,8 +15,9 @@ import (
 // Gatherer batches concurrent submissions for one writer function. There
 // is no timer. A writer starts as soon as an item arrives and fewer than
 // MaxWriters are writing, so under no load an item is a batch of one and
-// waits for nothing; under load, items gather while the writers' work runs,
-// and one commit (or one round trip) serves many.
+// waits only for the scheduler to find nothing else to run; under load,
+// items gather while the writers' work runs, and one commit (or one round
+// trip) serves many.
 type Gatherer[T any] struct {
 	// MaxBatch caps a batch; MaxWriters caps the writers running at once.
 	MaxBatch   int
@@ -60,6 +62,7 @@ func (g *Gatherer[T]) Submit(item T) <-chan struct{} {
 
 // run writes batches off the queue until it is empty.
 func (g *Gatherer[T]) run() {
+	g.gather()
 	for {
 		g.mu.Lock()
 		if len(g.queue) == 0 {
@@ -90,4 +93,33 @@ func (g *Gatherer[T]) run() {
 			close(q.done)
 		}
 	}
+}
+
+// maxYields bounds how long a new writer lets a burst gather.
+const maxYields = 8
+
+// gather lets the goroutines ready to run queue their items before a new
+// writer takes its first batch. Submit starts the writer on the submitter's
+// own core, next in line, so without this a burst (River starts a fetch's
+// dispatches together, and each claims) is written as its first item
+// alone and then the rest, one statement's wait later. It yields to the
+// scheduler while the queue grows, maxYields times at most; a lone item
+// waits for one yield.
+func (g *Gatherer[T]) gather() {
+	n := g.queued()
+	for range maxYields {
+		runtime.Gosched()
+		m := g.queued()
+		if m == n {
+			return
+		}
+		n = m
+	}
+}
+
+// queued is how many items wait for a writer.
+func (g *Gatherer[T]) queued() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.queue)
 }

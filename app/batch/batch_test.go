@@ -2,6 +2,7 @@ package batch_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -81,6 +82,38 @@ func TestGatherer(t *testing.T) {
 		})
 		if told != batches.Load() || observedItems != 100 {
 			t.Errorf("Observe was told %d batches of %d items; %d batches of 100 were written", told, observedItems, batches.Load())
+		}
+	})
+	t.Run("ABurstIsNotSplitAfterItsFirstItem", func(t *testing.T) {
+		t.Parallel()
+		// River starts a fetch's dispatches together and each claims at
+		// once: the writer that the first claim starts must not take it
+		// alone and leave the rest a statement's wait behind it.
+		const bursts, size = 20, 50
+		var firsts []int
+		for range bursts {
+			var mu sync.Mutex
+			var sizes []int
+			g := &batch.Gatherer[*item]{MaxBatch: 256, MaxWriters: 2, Write: func(_ context.Context, b []*item) {
+				mu.Lock()
+				sizes = append(sizes, len(b))
+				mu.Unlock()
+			}}
+			gate := make(chan struct{})
+			var wg sync.WaitGroup
+			for range size {
+				wg.Go(func() {
+					<-gate
+					<-g.Submit(&item{})
+				})
+			}
+			close(gate)
+			wg.Wait()
+			firsts = append(firsts, max(sizes[0], sizes[min(1, len(sizes)-1)]))
+		}
+		slices.Sort(firsts)
+		if median := firsts[bursts/2]; median < size/5 {
+			t.Errorf("the larger of a burst's first two batches held a median of %d of its %d items (all: %v): the burst was split", median, size, firsts)
 		}
 	})
 }
