@@ -15,9 +15,8 @@ import (
 // Gatherer batches concurrent submissions for one writer function. There
 // is no timer. A writer starts as soon as an item arrives and fewer than
 // MaxWriters are writing, so under no load an item is a batch of one and
-// waits only for the scheduler to find nothing else to run; under load,
-// items gather while the writers' work runs, and one commit (or one round
-// trip) serves many.
+// waits for one yield to the scheduler; under load, items gather while the
+// writers' work runs, and one commit (or one round trip) serves many.
 type Gatherer[T any] struct {
 	// MaxBatch caps a batch; MaxWriters caps the writers running at once.
 	MaxBatch   int

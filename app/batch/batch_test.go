@@ -84,6 +84,7 @@ func TestGatherer(t *testing.T) {
 			t.Errorf("Observe was told %d batches of %d items; %d batches of 100 were written", told, observedItems, batches.Load())
 		}
 	})
+
 	t.Run("ABurstIsNotSplitAfterItsFirstItem", func(t *testing.T) {
 		t.Parallel()
 		// River starts a fetch's dispatches together and each claims at
