@@ -393,18 +393,20 @@ func TestTakeBackReadsItsOwnReversals(t *testing.T) {
 			SELECT 'stripe', 'evt_r_' || payment_id, 'charge.refunded', payment_id, '\x7b7d', 'refund', payment_id, '{fulfil}' FROM e`, prefix, n)
 		require.NoError(t, err)
 	}
+	// stopsEvery runs the round and holds it to cancelling the n pending
+	// rows, reading fewer than most rows.
+	stopsEvery := func(n, most int, read string) {
+		t.Helper()
+		before := rowsRead(t, tx)
+		stopped, err := db.MoveReversedPending(ctx, tx, "test", nil, nil, state.Cancelled, "payment reversed before it went out: never sent")
+		require.NoError(t, err)
+		require.Len(t, stopped, n, "each refunded payment's pending row")
+		require.Less(t, rowsRead(t, tx)-before, most, read)
+	}
 	pendingRefunded("one_", 1)
-	before = rowsRead(t, tx)
-	stopped, err = db.MoveReversedPending(ctx, tx, "test", nil, nil, state.Cancelled, "payment reversed before it went out: never sent")
-	require.NoError(t, err)
-	require.Len(t, stopped, 1, "the refunded payment's pending row")
-	require.Less(t, rowsRead(t, tx)-before, 50, "rows read by the round over every pending row, one of them, beside 5,002 reversals")
+	stopsEvery(1, 50, "rows read by the round over every pending row, one of them, beside 5,002 reversals")
 	pendingRefunded("burst_", 1500)
-	before = rowsRead(t, tx)
-	stopped, err = db.MoveReversedPending(ctx, tx, "test", nil, nil, state.Cancelled, "payment reversed before it went out: never sent")
-	require.NoError(t, err)
-	require.Len(t, stopped, 1500, "each refunded payment's pending row")
-	require.Less(t, rowsRead(t, tx)-before, 20000, "rows read by the round over a burst of 1,500 pending: not every reversal for each")
+	stopsEvery(1500, 20000, "rows read by the round over a burst of 1,500 pending: not every reversal for each")
 
 	// A burst: 1,500 of the refunded payments settle in the window (their
 	// refunds came while they were in flight). The round reads every

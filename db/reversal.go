@@ -52,7 +52,7 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 	// joins them all at once (reversalsRead).
 	reversed := `EXISTS (SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY(r.revokes))`
 	if payments == nil {
-		many, err := holdsMany(ctx, q, `f.state = 'pending' AND f.action = 'fulfil' AND ($1::text[] IS NULL OR f.action_name = ANY($1))`, actions)
+		many, err := holdsMany(ctx, q, pendingFulfils+` AND ($1::text[] IS NULL OR f.action_name = ANY($1))`, actions)
 		if err != nil {
 			return nil, wrap("move reversed pending", err)
 		}
@@ -66,7 +66,7 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 				(SELECT r.event_id FROM guardian_reversals_of(f.provider, f.payment_id) r
 				 WHERE f.action_name = ANY(r.revokes) ORDER BY r.id LIMIT 1) AS reversed_by
 			FROM fulfilment f
-			WHERE f.state = 'pending' AND f.action = 'fulfil'
+			WHERE `+pendingFulfils+`
 			  AND ($1::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($1::text[], $2::text[])))
 			  AND `+reversed+`
 			  AND ($6::text[] IS NULL OR f.action_name = ANY($6))
@@ -138,7 +138,7 @@ const (
 // window of at most fewRows, so a quiet round costs what its window holds
 // whatever the history; every reversal once, hashed, for a burst.
 func CreateRevocationsSettledSince(ctx context.Context, q DBTX, actor, reason string, since time.Time) ([]string, error) {
-	many, err := holdsMany(ctx, q, `f.state = 'fulfilled' AND f.action = 'fulfil' AND f.updated_at >= $1`, since)
+	many, err := holdsMany(ctx, q, fulfilledFulfils+` AND f.updated_at >= $1`, since)
 	if err != nil {
 		return nil, wrap("create revocations", err)
 	}
@@ -148,6 +148,13 @@ func CreateRevocationsSettledSince(ctx context.Context, q DBTX, actor, reason st
 	}
 	return createRevocations(ctx, q, actor, reason, reversals, `f.updated_at >= $3`, since)
 }
+
+// The rows each take-back round weighs, in its statement and in the count
+// that chooses how it reads their reversals (holdsMany).
+const (
+	pendingFulfils   = `f.state = 'pending' AND f.action = 'fulfil'`
+	fulfilledFulfils = `f.action = 'fulfil' AND f.state = 'fulfilled'`
+)
 
 // fewRows is the most fulfilments a sweep's round asks one by one for
 // their own reversals; past it, it reads every reversal once, hashed
@@ -179,7 +186,7 @@ func createRevocations(ctx context.Context, q DBTX, actor, reason, reversals, sc
 		WITH due AS (
 			SELECT DISTINCT ON (f.provider, f.payment_id, f.action_name) f.provider, f.payment_id, f.action_name, r.id AS event_pk
 			FROM fulfilment f `+reversals+`
-			WHERE f.action = 'fulfil' AND f.state = 'fulfilled' AND f.action_name = ANY(r.revokes) AND (`+scope+`)
+			WHERE `+fulfilledFulfils+` AND f.action_name = ANY(r.revokes) AND (`+scope+`)
 			  -- Each half through its partial index: never a scan of the table.
 			  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
 				AND v.action_name = f.action_name AND v.action = 'revoke' AND v.state <> 'failed')

@@ -241,10 +241,10 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 			}
 			// Dispatch, Guardian's then the floor's, on this size and on
 			// the baseline, which goes first as it does for intake.
-			dispatchOn := func(url string, p *pgxpool.Pool, rates, floors *[]float64) {
-				d := dispatch(ctx, bin, url, connURL, p)
+			dispatchOn := func(url string, on *pgxpool.Pool, rates, floors *[]float64) {
+				d := dispatch(ctx, bin, url, connURL, on)
 				*rates = append(*rates, d.perSecond)
-				*floors = append(*floors, bareFloor.drainTimed(ctx, p, url, d.batches).perSecond)
+				*floors = append(*floors, bareFloor.drainTimed(ctx, on, url, d.batches).perSecond)
 			}
 			if i%2 == 0 {
 				dispatchOn(baselineURL, basePool, &baseDisp, &baseFloorDisp)
