@@ -12,7 +12,10 @@
 //   - p50 and p99 intake latency at half the peak rate against pgbench's
 //     one commit per event at that rate, resident memory at peak, three
 //     processes sharing one database against one, and Guardian's own CPU
-//     profile over a pipeline run.
+//     profile over a pipeline run;
+//   - three processes against one when Guardian is the limit: each held
+//     to a CPU quota on one core, Postgres (a cluster of the bench's own)
+//     alone on the other (split.go; root, for the cgroups).
 //
 // Each throughput is measured several times; the report gives min, median
 // and max. It needs the local Postgres and Redis, pgbench and
@@ -62,7 +65,7 @@ var (
 	duration     = flag.Duration("d", 5*time.Second, "length of each measured run")
 	runs         = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN        = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
-	only         = flag.String("only", "", "run one comparison only: intake (new events accepted with no dispatch running, and their CPU, against the floor's intake), pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), scale (the cost as the tables grow to -sizes), or moving (the floor on Guardian's schema against a narrow row for the state a dispatch moves, at -sizes, 0 and a million unless given)")
+	only         = flag.String("only", "", "run one comparison only: intake (new events accepted with no dispatch running, and their CPU, against the floor's intake), pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), split (three processes against one, each held to a CPU quota on one core while Postgres, a cluster of the bench's own, has the other: what a process adds when Guardian is the limit; needs root for the cgroups), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), scale (the cost as the tables grow to -sizes), or moving (the floor on Guardian's schema against a narrow row for the state a dispatch moves, at -sizes, 0 and a million unless given)")
 	keep         = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
 	scaleDB      = flag.String("scale-db", "", "with -only scale: measure this database, kept by an earlier -keep run, filling it on from the payments it holds; with -only dispatch: measure dispatch on it, adding only the runs' own payments and jobs")
 	dispatchProf = flag.String("dispatch-profile", "", "with -only dispatch: write the dispatching worker's CPU profile of each run's first seconds (-d) to this file, the run's number appended")
@@ -146,6 +149,10 @@ func main() {
 		fmt.Println(compareNodes(bin, dbURL, conn.URL))
 		return
 	}
+	if *only == "split" {
+		fmt.Println(compareSplit(ctx, bin, conn.URL))
+		return
+	}
 	if *only == "intake" {
 		f := &figures{}
 		f.measureIntake(bin, dbURL, conn.URL, pool)
@@ -220,7 +227,10 @@ type figures struct {
 	peak, half             benchResult
 	rss                    float64
 	nodesLine, actionsLine string
-	curve                  []point
+	// splitLines: processes held to a CPU quota, Postgres on a core of
+	// its own (split.go).
+	splitLines string
+	curve      []point
 }
 
 // measureAll runs every comparison of the full run in turn.
@@ -241,6 +251,7 @@ func measureAll(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.P
 	f.profile = profilePipeline(bin, dbURL, connURL)
 	f.nodesLine = compareNodes(bin, dbURL, connURL)
 	f.actionsLine = compareActions(ctx, bin, connURL)
+	f.splitLines = compareSplit(ctx, bin, connURL)
 	f.curve = measureCurve(bin, dbURL, connURL)
 	return f
 }
@@ -403,6 +414,7 @@ func (f *figures) print() {
 	fmt.Printf("duplicates, Redis vs none with %s  without %s  ratio %.2f\n", s(f.dupRedis), s(f.dupPG), ratio(f.dupRedis, f.dupPG))
 	fmt.Printf("peak resident memory      %.0f MiB  (target < 150 MiB: %s)\n", f.rss, verdict(f.rss < 150))
 	fmt.Println(f.nodesLine)
+	fmt.Println(f.splitLines)
 	fmt.Println(f.actionsLine)
 	fmt.Println(f.profile)
 }

@@ -24,18 +24,34 @@ type nodesResult struct {
 	// cpuMs is the CPU each fulfilled payment cost the processes and
 	// Postgres together, in milliseconds.
 	cpuMs float64
+	// payments is how many the load had fulfilled.
+	payments int
+}
+
+// nodesHooks let a caller place the processes nodes starts and measure
+// alongside it. Any may be nil.
+type nodesHooks struct {
+	// started is called with each process's index and pid once it is ready.
+	started func(i, pid int)
+	// begin is called as the load starts, end once every payment is
+	// fulfilled: the window nodes measures.
+	begin, end func()
 }
 
 // nodes runs n whole-pipeline processes (intake and dispatch) on one
 // database, with extra in their environment, each behind its own provider
-// sending a share of -c concurrent new events for -d, and waits for every
-// fulfilling event they accepted to be fulfilled, counted by the
-// processes' own metrics summed, the last at its time in the table.
-func nodes(bin, dbURL, connURL string, n int, extra map[string]string) nodesResult {
+// sending a share of -c concurrent new events for -d (after a second of
+// the same, unmeasured), and waits for every fulfilling event they
+// accepted to be fulfilled, counted by the processes' own metrics summed,
+// the last at its time in the table.
+func nodes(bin, dbURL, connURL string, n int, extra map[string]string, hooks nodesHooks) nodesResult {
 	ctx := context.Background()
 	gs := make([]*guardian, n)
 	for i := range gs {
 		gs[i] = startGuardian(bin, dbURL, connURL, extra)
+		if hooks.started != nil {
+			hooks.started(i, gs[i].cmd.Process.Pid)
+		}
 	}
 	defer func() {
 		for _, g := range gs {
@@ -59,37 +75,56 @@ func nodes(bin, dbURL, connURL string, n int, extra map[string]string) nodesResu
 		}
 		return total
 	}
-	before, cpu0 := fulfilled(), cpu()
-	results := make([]benchResult, n)
+	// drive loads every process with its share of -c new events for d,
+	// and waits until each fulfilling event they accepted is fulfilled.
+	drive := func(d time.Duration) (accepted float64, want int) {
+		before := fulfilled()
+		results := make([]benchResult, n)
+		var wg sync.WaitGroup
+		for i, g := range gs {
+			// The same total concurrency however many processes share it.
+			c := *concurrency / n
+			if i < *concurrency%n {
+				c++
+			}
+			wg.Go(func() {
+				out, err := g.load("--concurrency", strconv.Itoa(max(c, 1)), "--duration", d.String(),
+					"--duplicates", "0", "--fulfilling", "1", "--wait-fulfil", "0")
+				check(err)
+				check(json.Unmarshal(out, &results[i]))
+			})
+		}
+		wg.Wait()
+		for _, res := range results {
+			accepted += res.PerSecond
+			want += res.NewFulfilling
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for fulfilled()-before < float64(want) {
+			if time.Now().After(deadline) {
+				log.Fatalf("nodes: %d processes fulfilled %.0f of %d in 2 minutes", n, fulfilled()-before, want)
+			}
+			time.Sleep(pollEvery) // each poll scrapes every process: seldom
+		}
+		return accepted, want
+	}
+	// A second of load first, unmeasured: a new process's connections
+	// plan each statement several times before Postgres keeps a generic
+	// plan, and three processes have three times the connections.
+	drive(time.Second)
+
+	cpu0 := cpu()
+	if hooks.begin != nil {
+		hooks.begin()
+	}
 	start := time.Now()
-	var wg sync.WaitGroup
-	for i, g := range gs {
-		// The same total concurrency however many processes share it.
-		c := *concurrency / n
-		if i < *concurrency%n {
-			c++
-		}
-		wg.Go(func() {
-			out, err := g.load("--concurrency", strconv.Itoa(max(c, 1)), "--duration", duration.String(),
-				"--duplicates", "0", "--fulfilling", "1", "--wait-fulfil", "0")
-			check(err)
-			check(json.Unmarshal(out, &results[i]))
-		})
-	}
-	wg.Wait()
 	var r nodesResult
-	want := 0
-	for _, res := range results {
-		r.accepted += res.PerSecond
-		want += res.NewFulfilling
+	var want int
+	r.accepted, want = drive(*duration)
+	if hooks.end != nil {
+		hooks.end()
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for fulfilled()-before < float64(want) {
-		if time.Now().After(deadline) {
-			log.Fatalf("nodes: %d processes fulfilled %.0f of %d in 2 minutes", n, fulfilled()-before, want)
-		}
-		time.Sleep(pollEvery) // each poll scrapes every process: seldom
-	}
+	r.payments = want
 	r.cpuMs = float64((cpu() - cpu0).Microseconds()) / 1000 / float64(want)
 	r.fulfilled = float64(want) / lastFulfilledAt(dbURL).Sub(start).Seconds()
 	return r
@@ -106,9 +141,9 @@ func compareNodes(bin, dbURL, connURL string) string {
 	}
 	var one, three, threeOne series
 	for range *runs {
-		add(&one, nodes(bin, dbURL, connURL, 1, nil))
-		add(&three, nodes(bin, dbURL, connURL, 3, nil))
-		add(&threeOne, nodes(bin, dbURL, connURL, 3, map[string]string{"GUARDIAN_BATCH_WRITERS": "1"}))
+		add(&one, nodes(bin, dbURL, connURL, 1, nil, nodesHooks{}))
+		add(&three, nodes(bin, dbURL, connURL, 3, nil, nodesHooks{}))
+		add(&threeOne, nodes(bin, dbURL, connURL, 3, map[string]string{"GUARDIAN_BATCH_WRITERS": "1"}, nodesHooks{}))
 	}
 	s := summarize
 	line := func(name string, x series) string {
