@@ -777,18 +777,22 @@ var (
 	benchAdminToken     = "bench-admin-" + rand.Text()
 )
 
-// warm sends g a second of new events, unmeasured, and with fulfil waits
-// until they are fulfilled: a new process's connections plan each
-// statement several times before Postgres keeps a generic plan (3 ms a
-// plan for the fulfilments' statement on the development VM), which a
-// run of a few seconds would count as the payments' cost and a
-// long-running deployment pays once per connection.
+// warmUp is the load each measured process gets first, unmeasured: a new
+// process's connections plan each statement several times before
+// Postgres keeps a generic plan (3 ms a plan for the fulfilments'
+// statement in a cold process on the development VM), which a run of a
+// few seconds would count as the payments' cost and a long-running
+// deployment pays once per connection.
+const warmUp = time.Second
+
+// warm sends g warmUp of new events and, with fulfil, waits until they
+// are fulfilled.
 func (g *guardian) warm(fulfil bool) {
 	wait := "0"
 	if fulfil {
 		wait = "120s"
 	}
-	_, err := g.load("--concurrency", strconv.Itoa(*concurrency), "--duration", "1s", "--duplicates", "0", "--fulfilling", "1", "--wait-fulfil", wait)
+	_, err := g.load("--concurrency", strconv.Itoa(*concurrency), "--duration", warmUp.String(), "--duplicates", "0", "--fulfilling", "1", "--wait-fulfil", wait)
 	check(err)
 }
 

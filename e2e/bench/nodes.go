@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,7 +41,7 @@ type nodesHooks struct {
 
 // nodes runs n whole-pipeline processes (intake and dispatch) on one
 // database, with extra in their environment, each behind its own provider
-// sending a share of -c concurrent new events for -d (after a second of
+// sending a share of -c concurrent new events for -d (after warmUp of
 // the same, unmeasured), and waits for every fulfilling event they
 // accepted to be fulfilled, counted by the processes' own metrics summed,
 // the last at its time in the table.
@@ -108,10 +109,9 @@ func nodes(bin, dbURL, connURL string, n int, extra map[string]string, hooks nod
 		}
 		return accepted, want
 	}
-	// A second of load first, unmeasured: a new process's connections
-	// plan each statement several times before Postgres keeps a generic
-	// plan, and three processes have three times the connections.
-	drive(time.Second)
+	// Unmeasured first (warmUp), and three processes have three times
+	// the connections to warm.
+	drive(warmUp)
 
 	cpu0 := cpu()
 	if hooks.begin != nil {
@@ -130,27 +130,50 @@ func nodes(bin, dbURL, connURL string, n int, extra map[string]string, hooks nod
 	return r
 }
 
-// compareNodes measures one process, three with the default batch
-// writers each, and three with one writer each (three transactions at
-// once in all, near one process's default), alternating, -runs times each,
-// and returns the report's lines: each three against the one.
+// fleet is one way of running the pipeline that the node comparisons
+// measure: how many processes, and what their environment adds.
+type fleet struct {
+	name  string
+	n     int
+	extra map[string]string
+}
+
+// fleets are the node comparisons' three: one process, three with the
+// default batch writers each, and three with one writer each (three
+// transactions at once in all, near one process's default). The first is
+// what the others are held against.
+func fleets() []fleet {
+	return []fleet{
+		{"one", 1, nil},
+		{fmt.Sprintf("three, %d writers each", batchWriters()), 3, nil},
+		{"three, 1 writer each", 3, map[string]string{"GUARDIAN_BATCH_WRITERS": "1"}},
+	}
+}
+
+// nodeSeries is a fleet's runs.
+type nodeSeries struct{ accepted, fulfilled, cpuMs []float64 }
+
+func (s *nodeSeries) add(r nodesResult) {
+	s.accepted, s.fulfilled, s.cpuMs = append(s.accepted, r.accepted), append(s.fulfilled, r.fulfilled), append(s.cpuMs, r.cpuMs)
+}
+
+// compareNodes measures each of the fleets, alternating, -runs times
+// each, and returns the report's lines: each three against the one.
 func compareNodes(bin, dbURL, connURL string) string {
-	type series struct{ accepted, fulfilled, cpuMs []float64 }
-	add := func(s *series, r nodesResult) {
-		s.accepted, s.fulfilled, s.cpuMs = append(s.accepted, r.accepted), append(s.fulfilled, r.fulfilled), append(s.cpuMs, r.cpuMs)
-	}
-	var one, three, threeOne series
+	fs := fleets()
+	series := make([]nodeSeries, len(fs))
 	for range *runs {
-		add(&one, nodes(bin, dbURL, connURL, 1, nil, nodesHooks{}))
-		add(&three, nodes(bin, dbURL, connURL, 3, nil, nodesHooks{}))
-		add(&threeOne, nodes(bin, dbURL, connURL, 3, map[string]string{"GUARDIAN_BATCH_WRITERS": "1"}, nodesHooks{}))
+		for i, f := range fs {
+			series[i].add(nodes(bin, dbURL, connURL, f.n, f.extra, nodesHooks{}))
+		}
 	}
-	s := summarize
-	line := func(name string, x series) string {
-		return fmt.Sprintf("%-25s accepted %s vs %s  ratio %.2f;  fulfilled end to end %s vs %s  ratio %.2f;  CPU per payment %.2f vs %.2f ms",
-			name, s(x.accepted), s(one.accepted), s(x.accepted).median/s(one.accepted).median,
-			s(x.fulfilled), s(one.fulfilled), s(x.fulfilled).median/s(one.fulfilled).median, s(x.cpuMs).median, s(one.cpuMs).median)
+	s, one := summarize, series[0]
+	lines := []string{fmt.Sprintf("processes on one database, against one (%d cores, -c %d in all):", runtime.NumCPU(), *concurrency)}
+	for i, f := range fs[1:] {
+		x := series[i+1]
+		lines = append(lines, fmt.Sprintf("%-25s accepted %s vs %s  ratio %.2f;  fulfilled end to end %s vs %s  ratio %.2f;  CPU per payment %.2f vs %.2f ms",
+			"  "+f.name, s(x.accepted), s(one.accepted), s(x.accepted).median/s(one.accepted).median,
+			s(x.fulfilled), s(one.fulfilled), s(x.fulfilled).median/s(one.fulfilled).median, s(x.cpuMs).median, s(one.cpuMs).median))
 	}
-	return fmt.Sprintf("processes on one database, against one (%d cores, -c %d in all):\n", runtime.NumCPU(), *concurrency) +
-		line(fmt.Sprintf("  three, %d writers each", batchWriters()), three) + "\n" + line("  three, 1 writer each", threeOne)
+	return strings.Join(lines, "\n")
 }

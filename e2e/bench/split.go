@@ -273,8 +273,8 @@ type splitRun struct {
 	pgMs float64
 }
 
-// compareSplit measures, for each share of -node-cpu, one quota-held
-// process against three, alternating, -runs times each, on a cluster of
+// compareSplit measures, for each share of -node-cpu, the fleets of
+// quota-held processes, alternating, -runs times each, on a cluster of
 // its own pinned to core 0, and returns the report's lines.
 func compareSplit(ctx context.Context, bin, connURL string) string {
 	head := fmt.Sprintf("processes on one database, Postgres alone on core 0 and each Guardian process held to a share of core 1 (-node-cpu), -c %d in all:", *concurrency)
@@ -307,8 +307,8 @@ func compareSplit(ctx context.Context, bin, connURL string) string {
 	return strings.Join(lines, "\n")
 }
 
-// splitAt measures one process against three, each held to share of a
-// core, and returns the report's lines for it.
+// splitAt measures the fleets, each process held to share of a core, and
+// returns the report's lines for it.
 func splitAt(bin, dbURL, connURL string, share float64, pgCore int) []string {
 	run := func(n int, extra map[string]string) splitRun {
 		groups := make([]*cpuGroup, n)
@@ -352,22 +352,20 @@ func splitAt(bin, dbURL, connURL string, share float64, pgCore int) []string {
 		return r
 	}
 
-	type series struct{ accepted, fulfilled, cpuMs, held, pgBusy, pgMs []float64 }
-	add := func(s *series, r splitRun) {
-		s.accepted, s.fulfilled, s.cpuMs = append(s.accepted, r.accepted), append(s.fulfilled, r.fulfilled), append(s.cpuMs, r.cpuMs)
-		s.held, s.pgBusy, s.pgMs = append(s.held, r.held), append(s.pgBusy, r.pgBusy), append(s.pgMs, r.pgMs)
+	type series struct {
+		nodeSeries
+		held, pgBusy, pgMs []float64
 	}
-	var one, three, threeOne series
+	fs := fleets()
+	ss := make([]series, len(fs))
 	for range *runs {
-		add(&one, run(1, nil))
-		add(&three, run(3, nil))
-		add(&threeOne, run(3, map[string]string{"GUARDIAN_BATCH_WRITERS": "1"}))
+		for i, f := range fs {
+			r := run(f.n, f.extra)
+			ss[i].add(r.nodesResult)
+			ss[i].held, ss[i].pgBusy, ss[i].pgMs = append(ss[i].held, r.held), append(ss[i].pgBusy, r.pgBusy), append(ss[i].pgMs, r.pgMs)
+		}
 	}
-	s := summarize
-	line := func(name string, x series) string {
-		return fmt.Sprintf("    %-19s fulfilled end to end %s  accepted %s  quota spent in %3.0f%% of periods  Postgres's core busy %3.0f%%  CPU per payment %.2f ms (Postgres %.2f)",
-			name, s(x.fulfilled), s(x.accepted), 100*s(x.held).median, 100*s(x.pgBusy).median, s(x.cpuMs).median, s(x.pgMs).median)
-	}
+	s, one := summarize, ss[0]
 	// A process is held by its quota when it spent it in most periods;
 	// Postgres is the limit when its core is near full.
 	limit := func(x series) string {
@@ -380,14 +378,17 @@ func splitAt(bin, dbURL, connURL string, share float64, pgCore int) []string {
 			return "neither alone"
 		}
 	}
-	against := func(name string, x series) string {
+	lines := []string{fmt.Sprintf("  each held to %.2f of a core:", share)}
+	for i, f := range fs {
+		x := ss[i]
+		lines = append(lines, fmt.Sprintf("    %-21s fulfilled end to end %s  accepted %s  quota spent in %3.0f%% of periods  Postgres's core busy %3.0f%%  CPU per payment %.2f ms (Postgres %.2f)",
+			f.name, s(x.fulfilled), s(x.accepted), 100*s(x.held).median, 100*s(x.pgBusy).median, s(x.cpuMs).median, s(x.pgMs).median))
+	}
+	for i, f := range fs[1:] {
+		x := ss[i+1]
 		ratio := s(x.fulfilled).median / s(one.fulfilled).median
-		return fmt.Sprintf("    %s against one: fulfilled end to end %.2fx, accepted %.2fx: each process after the first adds %.2f of the first's rate (the limit: of one, %s; of three, %s)",
-			name, ratio, s(x.accepted).median/s(one.accepted).median, (ratio-1)/2, limit(one), limit(x))
+		lines = append(lines, fmt.Sprintf("    %s against one: fulfilled end to end %.2fx, accepted %.2fx: each process after the first adds %.2f of the first's rate (the limit: of one, %s; of three, %s)",
+			f.name, ratio, s(x.accepted).median/s(one.accepted).median, (ratio-1)/2, limit(one), limit(x)))
 	}
-	return []string{
-		fmt.Sprintf("  each held to %.2f of a core:", share),
-		line("one", one), line(fmt.Sprintf("three, %d writers each", batchWriters()), three), line("three, 1 writer each", threeOne),
-		against("three", three), against("three of 1 writer", threeOne),
-	}
+	return lines
 }
