@@ -110,8 +110,9 @@ func nodes(bin, dbURL, connURL string, n int, extra map[string]string, hooks nod
 		return accepted, want
 	}
 	// Unmeasured first (warmUp), and three processes have three times
-	// the connections to warm.
+	// the connections to warm; then the statistics, as g.warm.
 	drive(warmUp)
+	analyze(dbURL)
 
 	cpu0 := cpu()
 	if hooks.begin != nil {
