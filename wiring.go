@@ -140,7 +140,8 @@ func (a *App) build(ctx context.Context) error {
 }
 
 // buildSchema opens the migrator and, unless told not to, migrates; it
-// says when the server's settings can lose a commit it acknowledged.
+// says when the server's settings can lose a commit it acknowledged, and
+// when nothing keeps the planner's statistics.
 func (a *App) buildSchema(ctx context.Context) error {
 	var err error
 	if a.migrator, err = goose.NewMigrator(a.pool); err != nil {
@@ -157,6 +158,13 @@ func (a *App) buildSchema(ctx context.Context) error {
 	}
 	if lossy {
 		a.logger.Error("database setting can lose acknowledged deliveries", "problem", why)
+	}
+	stale, why, err := db.StatisticsGoStale(ctx, a.pool)
+	if err != nil {
+		return err
+	}
+	if stale {
+		a.logger.Warn("database setting leaves the planner's statistics stale", "problem", why)
 	}
 	return nil
 }

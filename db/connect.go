@@ -180,3 +180,39 @@ func CommitsCanBeLost(ctx context.Context, q DBTX) (bool, string, error) {
 	}
 	return false, "", nil
 }
+
+// StatisticsGoStale reports whether nothing refreshes the planner's
+// statistics of the tables a payment writes, and why: with autovacuum off
+// for the server or for one of them, each connection keeps the plans it
+// made on the tables' first rows, its own statements' and the foreign
+// keys' checks (a sequential scan for each check, read three times a
+// payment as the table grows), until someone runs ANALYZE.
+func StatisticsGoStale(ctx context.Context, q DBTX) (bool, string, error) {
+	var server string
+	var tables []string
+	err := q.QueryRow(ctx, `
+		SELECT current_setting('autovacuum'),
+			coalesce(array_agg(c.relname::text ORDER BY c.relname) FILTER (WHERE c.reloptions @> '{autovacuum_enabled=false}'), '{}')
+		FROM pg_class c
+		WHERE c.relnamespace = current_schema()::regnamespace
+			AND c.relname IN ('webhook_event', 'purchase', 'fulfilment', 'fulfilment_transition', 'river_job')`).Scan(&server, &tables)
+	if err != nil {
+		return false, "", wrap("read autovacuum", err)
+	}
+	why := staleStatistics(server, tables)
+	return why != "", why, nil
+}
+
+// staleStatistics says why the statistics go stale, given the server's
+// autovacuum setting and the tables a payment writes that turn it off;
+// "" when nothing stops autovacuum.
+func staleStatistics(server string, tablesOff []string) string {
+	const fix = "Guardian's connections keep plans made on the tables' first rows (a sequential scan for each foreign key's check as they grow); turn it on, or run ANALYZE once a new database holds a few thousand payments and regularly after (docs/deployment.md, \"Sizing\")"
+	switch {
+	case server == "off":
+		return "autovacuum is off: " + fix
+	case len(tablesOff) > 0:
+		return "autovacuum is off for " + strings.Join(tablesOff, ", ") + ": " + fix
+	}
+	return ""
+}
