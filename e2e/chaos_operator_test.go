@@ -32,18 +32,29 @@ type operator struct {
 
 	resolved, cancelled, replayed, reopened, conflicts, rechecked, retried atomic.Int64
 
-	// noRetry ends retries once the deliveries are done, and retrying is
-	// held through each retry call, so the check that follows knows every
-	// fulfilment there will be.
-	noRetry  atomic.Bool
-	retrying sync.Mutex
+	// settling ends what makes a settled row live again (a retry of a
+	// failed one, a replay or a reopen of a cancelled one) once the
+	// deliveries are done, and reviving is held through each, so the check
+	// that follows, which waits until no row is live, knows it stays so.
+	settling atomic.Bool
+	reviving sync.Mutex
 }
 
-// stopRetrying ends retries and waits out one in flight.
-func (o *operator) stopRetrying() {
-	o.noRetry.Store(true)
-	o.retrying.Lock()
-	defer o.retrying.Unlock()
+// revive does what makes settled rows live again, unless the check has
+// begun.
+func (o *operator) revive(do func()) {
+	o.reviving.Lock()
+	defer o.reviving.Unlock()
+	if !o.settling.Load() {
+		do()
+	}
+}
+
+// stopReviving ends revivals and waits out one in flight.
+func (o *operator) stopReviving() {
+	o.settling.Store(true)
+	o.reviving.Lock()
+	defer o.reviving.Unlock()
 }
 
 func (o *operator) api(method, path string, body, out any) int {
@@ -108,16 +119,18 @@ func (o *operator) round() {
 				continue
 			}
 			o.cancelled.Add(1)
-			// People replay a cancelled payment's event to "try again".
-			if rand.IntN(3) > 0 {
-				o.api(http.MethodPost, "/api/v1/events/stripe/"+url.PathEscape(d.Event.EventID)+"/replay", web.ReplayRequest{}, nil)
-				o.replayed.Add(1)
-			}
-			// And sometimes the cancel was wrong.
-			if rand.IntN(4) == 0 && o.api(http.MethodPost, "/api/v1/fulfilments/"+f.ID+"/reopen", web.ReopenRequest{Attempt: seen,
-				Reason: "customer changed their mind", Evidence: "ticket"}, nil) == http.StatusOK {
-				o.reopened.Add(1)
-			}
+			o.revive(func() {
+				// People replay a cancelled payment's event to "try again".
+				if rand.IntN(3) > 0 {
+					o.api(http.MethodPost, "/api/v1/events/stripe/"+url.PathEscape(d.Event.EventID)+"/replay", web.ReplayRequest{}, nil)
+					o.replayed.Add(1)
+				}
+				// And sometimes the cancel was wrong.
+				if rand.IntN(4) == 0 && o.api(http.MethodPost, "/api/v1/fulfilments/"+f.ID+"/reopen", web.ReopenRequest{Attempt: seen,
+					Reason: "customer changed their mind", Evidence: "ticket"}, nil) == http.StatusOK {
+					o.reopened.Add(1)
+				}
+			})
 		}
 	}
 }
@@ -138,23 +151,23 @@ func (o *operator) bulk() {
 			o.rechecked.Add(int64(len(a.Results)))
 		}
 	}
-	o.retrying.Lock()
-	defer o.retrying.Unlock()
-	var failed web.FulfilmentList
-	if !o.noRetry.Load() && rand.IntN(2) == 0 && o.api(http.MethodGet, "/api/v1/fulfilments?state=failed&limit=100", nil, &failed) == http.StatusOK && len(failed.Fulfilments) > 0 {
-		ids := make([]string, len(failed.Fulfilments))
-		for i, f := range failed.Fulfilments {
-			ids[i] = f.ID
-		}
-		var a web.BulkAnswer
-		if o.api(http.MethodPost, "/api/v1/fulfilments/retry", web.BulkRequest{IDs: ids}, &a) == http.StatusOK {
-			for _, r := range a.Results {
-				if r.Result == "retried" {
-					o.retried.Add(1)
+	o.revive(func() {
+		var failed web.FulfilmentList
+		if rand.IntN(2) == 0 && o.api(http.MethodGet, "/api/v1/fulfilments?state=failed&limit=100", nil, &failed) == http.StatusOK && len(failed.Fulfilments) > 0 {
+			ids := make([]string, len(failed.Fulfilments))
+			for i, f := range failed.Fulfilments {
+				ids[i] = f.ID
+			}
+			var a web.BulkAnswer
+			if o.api(http.MethodPost, "/api/v1/fulfilments/retry", web.BulkRequest{IDs: ids}, &a) == http.StatusOK {
+				for _, r := range a.Results {
+					if r.Result == "retried" {
+						o.retried.Add(1)
+					}
 				}
 			}
 		}
-	}
+	})
 }
 
 // TestChaosOperatorsAndAHostileReceiver: two processes, a receiver behind a
@@ -187,7 +200,9 @@ func TestChaosOperatorsAndAHostileReceiver(t *testing.T) {
 	h.deliver(payments, 3, 16, 90*time.Second)
 	in.finish()
 	for _, o := range ops {
-		o.stopRetrying() // a retry makes a new fulfilment: none may start once the check has counted
+		// A retry, a replay or a reopen makes a settled row live again:
+		// none may start once the check has waited for none to be live.
+		o.stopReviving()
 	}
 	r := h.check(payments) // the operators keep working the queue until it is empty
 	close(stop)

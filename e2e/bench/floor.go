@@ -288,6 +288,7 @@ func (r floorResult) String() string {
 func profilePipeline(bin, dbURL, connURL string) string {
 	g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_PPROF": "true"})
 	defer g.stop()
+	g.warm(true) // the steady state, as the pipeline's figures are
 	path := filepath.Join(filepath.Dir(bin), "cpu.pprof")
 	secs := max(1, int(duration.Seconds())-1)
 	got := make(chan error, 1)

@@ -110,6 +110,18 @@ func main() {
 	build.Stderr = os.Stderr
 	check(build.Run())
 
+	conn := fakeConnector()
+	defer conn.Close()
+	// These two make databases of their own: no scratch database here.
+	if *only == "split" {
+		fmt.Println(compareSplit(ctx, bin, conn.URL))
+		return
+	}
+	if *only == "moving" {
+		fmt.Print(compareMoving(ctx))
+		return
+	}
+
 	var dbURL string
 	if *scaleDB != "" {
 		if *only != "scale" && *only != "dispatch" {
@@ -126,8 +138,6 @@ func main() {
 	check(err)
 	defer pool.Close()
 
-	conn := fakeConnector()
-	defer conn.Close()
 	log.Printf("machine: %d CPUs; concurrency %d; %d runs of %s each\n", runtime.NumCPU(), *concurrency, *runs, *duration)
 	if *only == "flood" {
 		printFlood(measureFlood(bin, dbURL, conn.URL))
@@ -141,16 +151,8 @@ func main() {
 		runScale(ctx, bin, dbURL, conn.URL, pool)
 		return
 	}
-	if *only == "moving" {
-		fmt.Print(compareMoving(ctx))
-		return
-	}
 	if *only == "nodes" {
 		fmt.Println(compareNodes(bin, dbURL, conn.URL))
-		return
-	}
-	if *only == "split" {
-		fmt.Println(compareSplit(ctx, bin, conn.URL))
 		return
 	}
 	if *only == "intake" {
