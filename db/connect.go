@@ -208,11 +208,15 @@ func StatisticsGoStale(ctx context.Context, q DBTX) (bool, string, error) {
 // "" when nothing stops autovacuum.
 func staleStatistics(server string, tablesOff []string) string {
 	const fix = "Guardian's connections keep plans made on the tables' first rows (a sequential scan for each foreign key's check as they grow); turn it on, or run ANALYZE once a new database holds a few thousand payments and regularly after (docs/deployment.md, \"Sizing\")"
+	tables := strings.Join(tablesOff, ", ")
 	switch {
+	case server == "off" && tables != "":
+		// Named too, since turning the server's on leaves these off.
+		return "autovacuum is off, and by their own setting for " + tables + ": " + fix
 	case server == "off":
 		return "autovacuum is off: " + fix
-	case len(tablesOff) > 0:
-		return "autovacuum is off for " + strings.Join(tablesOff, ", ") + ": " + fix
+	case tables != "":
+		return "autovacuum is off for " + tables + ": " + fix
 	}
 	return ""
 }
