@@ -291,20 +291,26 @@ func profilePipeline(bin, dbURL, connURL string) string {
 	g.warm(true) // the steady state, as the pipeline's figures are
 	path := filepath.Join(filepath.Dir(bin), "cpu.pprof")
 	secs := max(1, int(duration.Seconds())-1)
-	got := make(chan error, 1)
-	go func() {
-		body, err := httpGet(context.Background(), g.metrics+"/debug/pprof/profile?seconds="+strconv.Itoa(secs))
+	allocPath := filepath.Join(filepath.Dir(bin), "allocs.pprof")
+	got := make(chan error, 2)
+	take := func(profile, path string) { // both over the same seconds of the run
+		body, err := httpGet(context.Background(), g.metrics+"/debug/pprof/"+profile+"?seconds="+strconv.Itoa(secs))
 		if err == nil {
 			err = os.WriteFile(path, []byte(body), 0o600)
 		}
 		got <- err
-	}()
+	}
+	go take("profile", path)
+	go take("allocs", allocPath)
 	r := bench(bin, g, 0, 1, 0, true)
 	check(<-got)
+	check(<-got)
 	if keep := os.Getenv("BENCH_PROFILE"); keep != "" { // to read further: go tool pprof <binary> <file>
-		b, err := os.ReadFile(path)
-		check(err)
-		check(os.WriteFile(keep, b, 0o600))
+		for from, to := range map[string]string{path: keep, allocPath: keep + ".allocs"} {
+			b, err := os.ReadFile(from)
+			check(err)
+			check(os.WriteFile(to, b, 0o600))
+		}
 	}
 	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=15", bin, path).CombinedOutput()
 	if err != nil {
@@ -327,6 +333,31 @@ func profilePipeline(bin, dbURL, connURL string) string {
 		// The profile covers secs of the run's -d: scale the payments alike.
 		perPayment = fmt.Sprintf(", %.3f ms of Guardian's CPU per payment", ms/(r.Fulfilled*float64(secs)/duration.Seconds()))
 	}
-	return fmt.Sprintf("Guardian's CPU profile over %d s of one pipeline run (%.0f payments fulfilled%s), top by own time:\n%s",
-		secs, r.Fulfilled, perPayment, strings.Join(lines, "\n"))
+	payments := r.Fulfilled * float64(secs) / duration.Seconds()
+	return fmt.Sprintf("Guardian's CPU profile over %d s of one pipeline run (%.0f payments fulfilled%s), top by own time:\n%s\n%s",
+		secs, r.Fulfilled, perPayment, strings.Join(lines, "\n"), allocations(bin, allocPath, payments))
+}
+
+// allocations reads the allocation profile taken beside the CPU's: the
+// bytes Guardian allocated per payment, which its garbage collector and
+// malloc then cost, and where they were allocated.
+func allocations(bin, path string, payments float64) string {
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=12", "-sample_index=alloc_space", bin, path).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("allocations: %v: %s", err, out)
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasPrefix(l, "File:") || strings.HasPrefix(l, "Build ID:") || strings.HasPrefix(l, "Type:") || strings.HasPrefix(l, "Time:") || strings.HasPrefix(l, "Duration:") {
+			continue
+		}
+		lines = append(lines, "  "+l)
+	}
+	perPayment := ""
+	if total := regexp.MustCompile(`of ([0-9.]+)([kMG]?B) total`).FindStringSubmatch(string(out)); total != nil && payments > 0 {
+		n, _ := strconv.ParseFloat(total[1], 64)
+		n *= map[string]float64{"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[total[2]]
+		perPayment = fmt.Sprintf(", %.1f kB per payment", n/payments/1e3)
+	}
+	return fmt.Sprintf("Guardian's allocations over the same seconds%s, top by own bytes:\n%s", perPayment, strings.Join(lines, "\n"))
 }
