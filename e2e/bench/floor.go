@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -312,52 +313,45 @@ func profilePipeline(bin, dbURL, connURL string) string {
 			check(os.WriteFile(to, b, 0o600))
 		}
 	}
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=15", bin, path).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("profile: %v: %s", err, out)
-	}
-	var lines []string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if strings.HasPrefix(l, "File:") || strings.HasPrefix(l, "Build ID:") || strings.HasPrefix(l, "Type:") || strings.HasPrefix(l, "Time:") {
-			continue
-		}
-		lines = append(lines, "  "+l)
-	}
-	total := regexp.MustCompile(`of ([0-9.]+)(ms|s) total`).FindStringSubmatch(string(out))
-	perPayment := ""
-	if total != nil && r.Fulfilled > 0 {
-		ms, _ := strconv.ParseFloat(total[1], 64)
-		if total[2] == "s" {
-			ms *= 1000
-		}
-		// The profile covers secs of the run's -d: scale the payments alike.
-		perPayment = fmt.Sprintf(", %.3f ms of Guardian's CPU per payment", ms/(r.Fulfilled*float64(secs)/duration.Seconds()))
-	}
+	// The profiles cover secs of the run's -d: scale the payments alike.
 	payments := r.Fulfilled * float64(secs) / duration.Seconds()
-	return fmt.Sprintf("Guardian's CPU profile over %d s of one pipeline run (%.0f payments fulfilled%s), top by own time:\n%s\n%s",
-		secs, r.Fulfilled, perPayment, strings.Join(lines, "\n"), allocations(bin, allocPath, payments))
+	cpu, ms, err := pprofTop(bin, path, 15, map[string]float64{"ms": 1, "s": 1000})
+	if err != nil {
+		return "profile: " + err.Error()
+	}
+	allocs, bytes, err := pprofTop(bin, allocPath, 12, map[string]float64{"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}, "-sample_index=alloc_space")
+	if err != nil {
+		return "allocations: " + err.Error()
+	}
+	perPayment, allocPerPayment := "", ""
+	if payments > 0 {
+		perPayment = fmt.Sprintf(", %.3f ms of Guardian's CPU per payment", ms/payments)
+		// What its garbage collector and malloc then cost, and where.
+		allocPerPayment = fmt.Sprintf(", %.1f kB per payment", bytes/payments/1e3)
+	}
+	return fmt.Sprintf("Guardian's CPU profile over %d s of one pipeline run (%.0f payments fulfilled%s), top by own time:\n%s\n"+
+		"Guardian's allocations over the same seconds%s, top by own bytes:\n%s",
+		secs, r.Fulfilled, perPayment, cpu, allocPerPayment, allocs)
 }
 
-// allocations reads the allocation profile taken beside the CPU's: the
-// bytes Guardian allocated per payment, which its garbage collector and
-// malloc then cost, and where they were allocated.
-func allocations(bin, path string, payments float64) string {
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=12", "-sample_index=alloc_space", bin, path).CombinedOutput()
+// pprofTop runs pprof's top over a profile: its entries (without the
+// profile's header) and its total, in the smallest of units.
+func pprofTop(bin, path string, nodes int, units map[string]float64, args ...string) (string, float64, error) {
+	args = append([]string{"tool", "pprof", "-top", "-nodecount=" + strconv.Itoa(nodes)}, args...)
+	out, err := exec.Command("go", append(args, bin, path)...).CombinedOutput()
 	if err != nil {
-		return fmt.Sprintf("allocations: %v: %s", err, out)
+		return "", 0, fmt.Errorf("%v: %s", err, out)
 	}
 	var lines []string
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if strings.HasPrefix(l, "File:") || strings.HasPrefix(l, "Build ID:") || strings.HasPrefix(l, "Type:") || strings.HasPrefix(l, "Time:") || strings.HasPrefix(l, "Duration:") {
-			continue
+		if !slices.ContainsFunc([]string{"File:", "Build ID:", "Type:", "Time:", "Duration:"}, func(p string) bool { return strings.HasPrefix(l, p) }) {
+			lines = append(lines, "  "+l)
 		}
-		lines = append(lines, "  "+l)
 	}
-	perPayment := ""
-	if total := regexp.MustCompile(`of ([0-9.]+)([kMG]?B) total`).FindStringSubmatch(string(out)); total != nil && payments > 0 {
-		n, _ := strconv.ParseFloat(total[1], 64)
-		n *= map[string]float64{"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[total[2]]
-		perPayment = fmt.Sprintf(", %.1f kB per payment", n/payments/1e3)
+	var total float64
+	if m := regexp.MustCompile(`of ([0-9.]+)([a-zA-Z]*) total`).FindStringSubmatch(string(out)); m != nil {
+		total, _ = strconv.ParseFloat(m[1], 64)
+		total *= units[m[2]]
 	}
-	return fmt.Sprintf("Guardian's allocations over the same seconds%s, top by own bytes:\n%s", perPayment, strings.Join(lines, "\n"))
+	return strings.Join(lines, "\n"), total, nil
 }
