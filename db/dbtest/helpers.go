@@ -3,10 +3,6 @@ package dbtest
 import (
 	"context"
 	"net"
-	"os"
-	"os/user"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +12,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/db/dbtest/pgserver"
 )
 
 // Count returns the single integer query answers on d, such as
@@ -109,14 +106,6 @@ func (d *DB) backdate(t testing.TB, stmt, id string, at time.Time) {
 	}
 }
 
-// handedOut are the ports FreePort has returned in this process: the
-// kernel may offer a port again once its probe closes, before the server
-// it was meant for has bound it.
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
 // OtherConns counts the server's connections to the database but the
 // test's own pool: what the processes or the pooler under test hold.
 // Polled under load, it returns the error rather than failing the test.
@@ -132,39 +121,23 @@ func (d *DB) OtherConns(ctx context.Context) (int, error) {
 // call and that it has not returned before, for a server a test starts.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if !handedOut.ports[port] {
-			handedOut.ports[port] = true
-			return port
-		}
+	port, err := pgserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
 	}
+	return port
 }
 
 // PostgresOwner says, when the test runs as root, which uid and gid the
-// servers it starts run as: Postgres and PgBouncer refuse root, so their
-// files belong to the postgres user and they run as it. root is false for
-// any other user, who runs them as itself. who names them in the failure
-// when there is no postgres user.
+// servers it starts run as (pgserver.Owner). who names them in the
+// failure when there is no postgres user.
 func PostgresOwner(t testing.TB, who string) (uid, gid int, root bool) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		return 0, 0, false
-	}
-	u, err := user.Lookup("postgres")
+	uid, gid, root, err := pgserver.Owner()
 	if err != nil {
-		t.Fatalf("running as root, %s run as the postgres user, and there is none: %v", who, err)
+		t.Fatalf("%s: %v", who, err)
 	}
-	uid, _ = strconv.Atoi(u.Uid)
-	gid, _ = strconv.Atoi(u.Gid)
-	return uid, gid, true
+	return uid, gid, root
 }
 
 // CountedPool is a pool of one connection to d in pgx's mode whose writes

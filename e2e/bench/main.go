@@ -54,6 +54,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/guardian-pay/guardian/app/loadgen"
+	"github.com/guardian-pay/guardian/db/dbtest/pgserver"
 	"github.com/guardian-pay/guardian/goose"
 	"github.com/guardian-pay/guardian/jobs"
 )
@@ -874,23 +875,12 @@ func startGuardian(bin, dbURL, connURL string, extra map[string]string) *guardia
 	}
 }
 
-// given holds the addresses freePort has returned: a closed probe's port
-// may be offered again at once, and a process's two listeners must differ.
-var given = map[string]bool{}
-
 // freePort returns a loopback address nothing listens on now, never one it
-// returned before. The bench starts processes from one goroutine.
+// returned before (pgserver.FreePort): a process's two listeners differ.
 func freePort() string {
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		check(err)
-		addr := ln.Addr().String()
-		check(ln.Close())
-		if !given[addr] {
-			given[addr] = true
-			return addr
-		}
-	}
+	port, err := pgserver.FreePort()
+	check(err)
+	return "127.0.0.1:" + strconv.Itoa(port)
 }
 
 // peakRSS is the process's high-water resident set, in MiB.

@@ -9,7 +9,6 @@ import (
 	"log"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/guardian-pay/guardian/db/dbtest/pgserver"
 )
 
 // -only split: what a process adds when Guardian, not Postgres, is the
@@ -180,50 +181,31 @@ func coreBusy(core int) time.Duration {
 
 // cluster is a Postgres server of the bench's own, made with initdb.
 type cluster struct {
-	dir   string
-	port  int
-	bin   string
-	runAs []string
+	dir  string
+	port int
+	bin  *pgserver.Binaries
 }
 
 // startCluster makes a Postgres server pinned to core, configured as
 // this machine's shared one is (fsync and synchronous commit on,
 // autovacuum off) with room for three processes' pools.
 func startCluster(core int) *cluster {
-	out, err := exec.Command("pg_config", "--bindir").Output()
+	bin, err := pgserver.Find("initdb", "pg_ctl")
 	if err != nil {
-		log.Fatalf("-only split needs PostgreSQL's server binaries and pg_config: apt-get install -y postgresql postgresql-server-dev-all (%v)", err)
+		log.Fatalf("-only split: %v", err)
 	}
 	root, err := os.MkdirTemp("", "guardian-split-")
 	check(err)
-	c := &cluster{dir: filepath.Join(root, "data"), bin: strings.TrimSpace(string(out))}
-	if os.Geteuid() == 0 { // Postgres refuses to run as root
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			log.Fatalf("-only split: running as root, Postgres must run as the postgres user, and there is none: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		check(os.Chown(root, uid, gid))
-		c.runAs = []string{"runuser", "-u", "postgres", "--"}
-	}
-	c.port, err = strconv.Atoi(freePort()[len("127.0.0.1:"):])
+	check(bin.Own(root))
+	c := &cluster{dir: filepath.Join(root, "data"), bin: bin}
+	c.port, err = pgserver.FreePort()
 	check(err)
 	c.reap(root)
-	c.must("initdb", "-D", c.dir, "--auth=trust", "--username=postgres", "--no-sync", "--no-instructions")
-	conf := fmt.Sprintf("\n# guardian bench -only split\nlisten_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\n"+
-		"max_connections = 200\nautovacuum = off\nlogging_collector = off\n", c.port, root)
-	f, err := os.OpenFile(filepath.Join(c.dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	check(err)
-	_, err = f.WriteString(conf)
-	check(err)
-	check(f.Close())
+	c.must(bin.Init(c.dir))
+	c.must(pgserver.Configure(c.dir, "guardian bench -only split", pgserver.Loopback(c.port, root),
+		map[string]string{"max_connections": "200", "autovacuum": "off"}))
 	// The postmaster and every backend it forks inherit the affinity.
-	cmd := append([]string{"taskset", "-c", strconv.Itoa(core)}, c.runAs...)
-	cmd = append(cmd, filepath.Join(c.bin, "pg_ctl"), "-D", c.dir, "-l", filepath.Join(root, "log"), "-w", "-t", "60", "start")
-	if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
-		log.Fatalf("split: starting the cluster: %v\n%s", err, out)
-	}
+	c.must(bin.Start([]string{"taskset", "-c", strconv.Itoa(core)}, c.dir, filepath.Join(root, "log")))
 	return c
 }
 
@@ -233,7 +215,7 @@ func startCluster(core int) *cluster {
 // cluster and its directory.
 func (c *cluster) reap(root string) {
 	groups := filepath.Join(cpuGroupRoot, fmt.Sprintf("guardian_bench_%d_", os.Getpid()))
-	stop := strings.Join(append(append([]string{}, c.runAs...), filepath.Join(c.bin, "pg_ctl"), "-D", c.dir, "-m", "immediate", "stop"), " ")
+	stop := strings.Join(c.bin.Command(nil, "pg_ctl", "-D", c.dir, "-m", "immediate", "stop"), " ")
 	script := `while kill -0 "$1" 2>/dev/null; do sleep 1; done
 for g in "$2"*; do [ -d "$g" ] || continue; kill -9 $(cat "$g/cgroup.procs") 2>/dev/null; sleep 1; rmdir "$g"; done
 [ -d "$3" ] && ` + stop + ` >/dev/null 2>&1; rm -rf "$4"`
@@ -243,19 +225,16 @@ for g in "$2"*; do [ -d "$g" ] || continue; kill -9 $(cat "$g/cgroup.procs") 2>/
 	go func() { _ = w.Wait() }()
 }
 
-func (c *cluster) must(tool string, args ...string) {
-	cmd := append(append(append([]string{}, c.runAs...), filepath.Join(c.bin, tool)), args...)
-	if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
-		log.Fatalf("split: %s: %v\n%s", tool, err, out)
+func (c *cluster) must(err error) {
+	if err != nil {
+		log.Fatalf("split: %v", err)
 	}
 }
 
-func (c *cluster) url(database string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, database)
-}
+func (c *cluster) url(database string) string { return pgserver.URL(c.port, database) }
 
 func (c *cluster) stop() {
-	c.must("pg_ctl", "-D", c.dir, "-m", "fast", "-w", "stop")
+	c.must(c.bin.Stop(c.dir, "fast"))
 	_ = os.RemoveAll(filepath.Dir(c.dir))
 }
 

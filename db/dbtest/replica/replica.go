@@ -16,16 +16,15 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/guardian-pay/guardian/db/dbtest"
+	"github.com/guardian-pay/guardian/db/dbtest/pgserver"
 )
 
 // Replication is how the primary commits with respect to its standby.
@@ -58,11 +57,7 @@ type Server struct {
 type Pair struct {
 	Primary, Standby *Server
 	t                testing.TB
-	bin              string
-	// runAs runs the binaries as postgres when the test is root; owner
-	// is then postgres's uid and gid, for files written here.
-	runAs []string
-	owner *[2]int
+	bin              *pgserver.Binaries
 }
 
 // Start makes a primary, takes a base backup of it into a standby that
@@ -70,56 +65,46 @@ type Pair struct {
 // under Sync, is the synchronous standby).
 func Start(t testing.TB, mode Replication) *Pair {
 	t.Helper()
-	out, err := exec.Command("pg_config", "--bindir").Output()
+	bin, err := pgserver.Find("initdb", "pg_ctl", "pg_basebackup")
 	if err != nil {
-		t.Fatalf("failover tests need PostgreSQL's server binaries (initdb, pg_ctl, pg_basebackup) and pg_config: "+
-			"apt-get install -y postgresql postgresql-server-dev-all (pg_config: %v)", err)
+		t.Fatalf("failover tests: %v", err)
 	}
-	p := &Pair{t: t, bin: strings.TrimSpace(string(out))}
-	for _, tool := range []string{"initdb", "pg_ctl", "pg_basebackup"} {
-		if _, err := os.Stat(filepath.Join(p.bin, tool)); err != nil {
-			t.Fatalf("failover tests need %s in %s: apt-get install -y postgresql", tool, p.bin)
-		}
-	}
+	p := &Pair{t: t, bin: bin}
 	root, err := os.MkdirTemp("", "guardian-replica-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	if uid, gid, asPostgres := dbtest.PostgresOwner(t, "the servers"); asPostgres {
-		p.owner = &[2]int{uid, gid}
-		p.runAs = []string{"runuser", "-u", "postgres", "--"}
-		p.own(root)
-	}
+	p.own(root)
 	p.Primary = &Server{Name: "primary", Dir: filepath.Join(root, "primary"), Port: dbtest.FreePort(t), pair: p}
 	p.Standby = &Server{Name: "standby", Dir: filepath.Join(root, "standby"), Port: dbtest.FreePort(t), pair: p}
 	t.Cleanup(func() {
 		for _, s := range []*Server{p.Standby, p.Primary} {
-			_ = p.run("pg_ctl", "-D", s.Dir, "-m", "immediate", "stop")
+			_ = p.bin.Stop(s.Dir, "immediate")
 		}
 	})
 
-	p.must("initdb", "-D", p.Primary.Dir, "--auth=trust", "--username=postgres", "--no-sync", "--no-instructions")
+	p.must(p.bin.Init(p.Primary.Dir))
 	sync := ""
 	if mode == Sync {
 		sync = standbyName
 	}
 	p.Primary.configure(map[string]string{
-		"synchronous_standby_names": quote(sync),
+		"synchronous_standby_names": pgserver.Quote(sync),
 		// A paused or slow standby must not make the primary recycle WAL
 		// it still needs.
 		"wal_keep_size": "'256MB'",
 	})
 	p.Primary.start()
-	p.must("pg_basebackup", "--host=127.0.0.1", "--port="+strconv.Itoa(p.Primary.Port), "--username=postgres",
-		"--pgdata="+p.Standby.Dir, "--wal-method=stream", "--checkpoint=fast", "--no-sync")
+	p.must(p.bin.Run(nil, "pg_basebackup", "--host=127.0.0.1", "--port="+strconv.Itoa(p.Primary.Port), "--username=postgres",
+		"--pgdata="+p.Standby.Dir, "--wal-method=stream", "--checkpoint=fast", "--no-sync"))
 	signal := filepath.Join(p.Standby.Dir, "standby.signal")
 	if err := os.WriteFile(signal, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p.own(signal)
 	p.Standby.configure(map[string]string{
-		"primary_conninfo": quote(fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=%s", p.Primary.Port, standbyName)),
+		"primary_conninfo": pgserver.Quote(fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=%s", p.Primary.Port, standbyName)),
 		// Promoted, it has no standby of its own: naming one would make
 		// every commit wait for a server that never comes.
 		"synchronous_standby_names": "''",
@@ -142,20 +127,20 @@ func (p *Pair) URL(database string) string {
 
 // URL connects to database on this server alone.
 func (s *Server) URL(database string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable&connect_timeout=2", s.Port, database)
+	return pgserver.URL(s.Port, database) + "&connect_timeout=2"
 }
 
 // Crash stops the server at once, as a power cut or kill -9 would: no
 // checkpoint, no goodbye to its clients or its standby.
 func (s *Server) Crash() {
 	s.pair.t.Helper()
-	s.pair.must("pg_ctl", "-D", s.Dir, "-m", "immediate", "-w", "stop")
+	s.pair.must(s.pair.bin.Stop(s.Dir, "immediate"))
 }
 
 // Promote makes the standby a primary and waits until it accepts writes.
 func (s *Server) Promote() {
 	s.pair.t.Helper()
-	s.pair.must("pg_ctl", "-D", s.Dir, "-w", "-t", "60", "promote")
+	s.pair.must(s.pair.bin.Run(nil, "pg_ctl", "-D", s.Dir, "-w", "-t", "60", "promote"))
 }
 
 // Stop shuts the server down cleanly. A standby stopped while an Async
@@ -163,7 +148,7 @@ func (s *Server) Promote() {
 // is lost: started again after that, it has nothing to receive it from.
 func (s *Server) Stop() {
 	s.pair.t.Helper()
-	s.pair.must("pg_ctl", "-D", s.Dir, "-m", "fast", "-w", "stop")
+	s.pair.must(s.pair.bin.Stop(s.Dir, "fast"))
 }
 
 // Start starts a stopped server again.
@@ -228,37 +213,17 @@ func (p *Pair) waitStreaming(mode Replication) {
 // crash processes, never the machine, so the page cache survives).
 func (s *Server) configure(extra map[string]string) {
 	s.pair.t.Helper()
-	settings := map[string]string{
-		"listen_addresses":        "'127.0.0.1'",
-		"port":                    strconv.Itoa(s.Port),
-		"unix_socket_directories": quote(s.Dir),
-		"max_connections":         "100",
-		"shared_buffers":          "'32MB'",
-		"fsync":                   "off",
-		"full_page_writes":        "off",
-		"logging_collector":       "off",
-	}
-	for k, v := range extra {
-		settings[k] = v
-	}
-	var b strings.Builder
-	b.WriteString("\n# guardian replica test\n")
-	for k, v := range settings {
-		fmt.Fprintf(&b, "%s = %s\n", k, v)
-	}
-	f, err := os.OpenFile(filepath.Join(s.Dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		s.pair.t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(b.String()); err != nil {
-		s.pair.t.Fatal(err)
-	}
+	s.pair.must(pgserver.Configure(s.Dir, "guardian replica test", pgserver.Loopback(s.Port, s.Dir), map[string]string{
+		"max_connections":  "100",
+		"shared_buffers":   "'32MB'",
+		"fsync":            "off",
+		"full_page_writes": "off",
+	}, extra))
 }
 
 func (s *Server) start() {
 	s.pair.t.Helper()
-	s.pair.must("pg_ctl", "-D", s.Dir, "-l", s.logFile(), "-w", "-t", "60", "start")
+	s.pair.must(s.pair.bin.Start(nil, s.Dir, s.logFile()))
 }
 
 func (s *Server) logFile() string { return s.Dir + ".log" }
@@ -271,29 +236,15 @@ func (s *Server) log() string {
 // own gives a path made here to the user the servers run as.
 func (p *Pair) own(path string) {
 	p.t.Helper()
-	if p.owner == nil {
-		return
-	}
-	if err := os.Chown(path, p.owner[0], p.owner[1]); err != nil {
+	if err := p.bin.Own(path); err != nil {
 		p.t.Fatal(err)
 	}
 }
 
-// run runs one of the server binaries.
-func (p *Pair) run(tool string, args ...string) error {
-	cmdline := append(append(append([]string{}, p.runAs...), filepath.Join(p.bin, tool)), args...)
-	cmd := exec.Command(cmdline[0], cmdline[1:]...)
-	cmd.Dir = os.TempDir()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %s: %v\n%s", tool, strings.Join(args, " "), err, out)
-	}
-	return nil
-}
-
-func (p *Pair) must(tool string, args ...string) {
+// must fails the test on err, a server tool's, with the servers' logs.
+func (p *Pair) must(err error) {
 	p.t.Helper()
-	if err := p.run(tool, args...); err != nil {
+	if err != nil {
 		logs := ""
 		for _, s := range []*Server{p.Primary, p.Standby} {
 			if s != nil {
@@ -303,5 +254,3 @@ func (p *Pair) must(tool string, args ...string) {
 		p.t.Fatalf("%v%s", err, logs)
 	}
 }
-
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
