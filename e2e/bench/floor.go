@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/loadgen"
 )
 
 // The floor is what a payment must cost Postgres on Guardian's path: the
@@ -283,9 +284,14 @@ func (r floorResult) String() string {
 }
 
 // profilePipeline runs the whole pipeline once more with pprof on, takes
-// Guardian's CPU profile while the load runs, and returns pprof's top
-// entries by own time with the CPU each payment cost in the profile. A run
-// of its own: the profiler's cost stays out of the measured ones.
+// Guardian's CPU and allocation profiles while the load runs, and returns
+// pprof's top entries with what each payment cost in them. A run of its
+// own: the profiler's cost stays out of the measured ones. The payments
+// are those fulfilled inside the profiles' window (Guardian's counter at
+// its ends), not the run's: a run's fulfilments go on after its load
+// stops, and the window does not cover them. Beside the profile's CPU, the
+// process's own from /proc over the same window says how much of it the
+// profile holds.
 func profilePipeline(bin, dbURL, connURL string) string {
 	g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_PPROF": "true"})
 	defer g.stop()
@@ -293,17 +299,32 @@ func profilePipeline(bin, dbURL, connURL string) string {
 	path := filepath.Join(filepath.Dir(bin), "cpu.pprof")
 	secs := max(1, int(duration.Seconds())-1)
 	allocPath := filepath.Join(filepath.Dir(bin), "allocs.pprof")
+	ctx := context.Background()
+	client := &http.Client{Timeout: time.Duration(secs)*time.Second + 30*time.Second}
+	fulfilled := func() float64 {
+		n, err := loadgen.ScrapeFulfilled(ctx, client, g.metrics)
+		check(err)
+		return n
+	}
+	// The window: from before the profiles start to after the CPU
+	// profile's answer, which comes once its seconds are over.
+	n0, cpu0 := fulfilled(), cpuOf(g.cmd.Process.Pid)
+	var n1 float64
+	var cpu1 time.Duration
 	got := make(chan error, 2)
 	take := func(profile, path string) { // both over the same seconds of the run
-		body, err := httpGet(context.Background(), g.metrics+"/debug/pprof/"+profile+"?seconds="+strconv.Itoa(secs))
+		body, err := httpGet(ctx, g.metrics+"/debug/pprof/"+profile+"?seconds="+strconv.Itoa(secs))
 		if err == nil {
 			err = os.WriteFile(path, []byte(body), 0o600)
+		}
+		if profile == "profile" {
+			n1, cpu1 = fulfilled(), cpuOf(g.cmd.Process.Pid)
 		}
 		got <- err
 	}
 	go take("profile", path)
 	go take("allocs", allocPath)
-	r := bench(bin, g, 0, 1, 0, true)
+	bench(bin, g, 0, 1, 0, true)
 	check(<-got)
 	check(<-got)
 	if keep := os.Getenv("BENCH_PROFILE"); keep != "" { // to read further: go tool pprof <binary> <file>
@@ -313,8 +334,7 @@ func profilePipeline(bin, dbURL, connURL string) string {
 			check(os.WriteFile(to, b, 0o600))
 		}
 	}
-	// The profiles cover secs of the run's -d: scale the payments alike.
-	payments := r.Fulfilled * float64(secs) / duration.Seconds()
+	payments := n1 - n0
 	cpu, ms, err := pprofTop(bin, path, 15, map[string]float64{"ms": 1, "s": 1000})
 	if err != nil {
 		return "profile: " + err.Error()
@@ -323,15 +343,15 @@ func profilePipeline(bin, dbURL, connURL string) string {
 	if err != nil {
 		return "allocations: " + err.Error()
 	}
-	perPayment, allocPerPayment := "", ""
+	cpuLine, allocLine := "", ""
 	if payments > 0 {
-		perPayment = fmt.Sprintf(", %.3f ms of Guardian's CPU per payment", ms/payments)
+		cpuLine = fmt.Sprintf(", %.3f ms of Guardian's CPU per payment in the profile, %.3f ms by /proc", ms/payments, perPayment(cpu1-cpu0, int(payments)))
 		// What its garbage collector and malloc then cost, and where.
-		allocPerPayment = fmt.Sprintf(", %.1f kB per payment", bytes/payments/1e3)
+		allocLine = fmt.Sprintf(", %.1f kB per payment", bytes/payments/1e3)
 	}
-	return fmt.Sprintf("Guardian's CPU profile over %d s of one pipeline run (%.0f payments fulfilled%s), top by own time:\n%s\n"+
+	return fmt.Sprintf("Guardian's CPU profile over %d s of one pipeline run (%.0f payments fulfilled in them%s), top by own time:\n%s\n"+
 		"Guardian's allocations over the same seconds%s, top by own bytes:\n%s",
-		secs, r.Fulfilled, perPayment, cpu, allocPerPayment, allocs)
+		secs, payments, cpuLine, cpu, allocLine, allocs)
 }
 
 // pprofTop runs pprof's top over a profile: its entries (without the
