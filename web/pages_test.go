@@ -440,12 +440,17 @@ func TestDashboardSearchesByPrefix(t *testing.T) {
 func TestDashboardBulkRecheck(t *testing.T) {
 	t.Parallel()
 	looker := &lookupAnswers{answers: map[string]connector.Answer{}}
-	b := setup(t, setupOpts{answer: unknownFirst(), fulfilment: func(c *fulfilment.Config) {
-		// The reconciler's own round runs at start, before any row is
-		// parked, and then a minute later: the re-check is alone.
+	b := setup(t, setupOpts{answer: unknownFirst(), reconcileInterval: time.Hour, fulfilment: func(c *fulfilment.Config) {
 		c.ReconcileGrace, c.ReconcileBackoff = time.Minute, time.Hour
 		c.Looker = looker
 	}})
+	// The reconciler's own round runs once at start and then an hour
+	// later: once it has run, and before any row is parked, the re-check
+	// is alone. (On a loaded machine the start can come late; a round
+	// that ran after the rows were backdated would settle them first.)
+	require.Eventually(t, func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_reconcile' AND state = 'completed'`) == 1
+	}, 30*time.Second, 10*time.Millisecond, "the reconciler's start-up round")
 	done, notDone := b.parked(t, "evt_1", "pi_1"), b.parked(t, "evt_2", "pi_2")
 	looker.set(map[string]connector.Answer{b.db.Fulfilment(t, done).Key: connector.Performed, b.db.Fulfilment(t, notDone).Key: connector.NotPerformed})
 	op := newBrowser(t, b)

@@ -99,6 +99,8 @@ type setupOpts struct {
 	logs io.Writer
 	// sweepInterval, when set, is how often the leader sweeps.
 	sweepInterval time.Duration
+	// reconcileInterval, when set, is how often the leader reconciles.
+	reconcileInterval time.Duration
 	// fulfilment, when set, adjusts the domain's configuration.
 	fulfilment func(*fulfilment.Config)
 	// shopifyShops is GUARDIAN_SHOPIFY_SHOPS.
@@ -156,7 +158,10 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 		if opts.fulfilment != nil {
 			opts.fulfilment(c)
 		}
-	}, Jobs: func(c *jobs.Config) { c.SweepInterval = cmp.Or(opts.sweepInterval, c.SweepInterval) }})
+	}, Jobs: func(c *jobs.Config) {
+		c.SweepInterval = cmp.Or(opts.sweepInterval, c.SweepInterval)
+		c.ReconcileInterval = cmp.Or(opts.reconcileInterval, c.ReconcileInterval)
+	}})
 	st.Start(t)
 	service, client := st.Service, st.Client
 	vars := maps.Clone(opts.vars)
