@@ -1,5 +1,5 @@
 // Package faultproxy is a TCP proxy for tests that need a dependency to
-// vanish and come back: it forwards connections to a target and can reset
+// vanish and come back: it forwards connections to a target and can refuse
 // new ones and cut live ones on demand, on the same address throughout.
 package faultproxy
 
@@ -25,13 +25,8 @@ type Proxy struct {
 	mu       sync.Mutex
 	addr     string
 	listener net.Listener
-	// down is set between Down and Up: the listener stays bound, so no
-	// other socket can take the port meanwhile, and each connection it
-	// accepts is reset at once.
-	down   bool
-	closed bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	conns    map[net.Conn]struct{}
+	wg       sync.WaitGroup
 }
 
 // New starts a proxy on a free loopback port in front of target.
@@ -59,25 +54,9 @@ func (p *Proxy) serve(ln net.Listener) {
 			if err != nil {
 				return
 			}
-			p.mu.Lock()
-			down := p.down
-			p.mu.Unlock()
-			if down {
-				reset(c)
-				continue
-			}
 			go p.forward(c)
 		}
 	}()
-}
-
-// reset closes c with a TCP reset rather than an orderly close, as a peer
-// that died does.
-func reset(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	_ = c.Close()
 }
 
 func (p *Proxy) forward(client net.Conn) {
@@ -87,9 +66,9 @@ func (p *Proxy) forward(client net.Conn) {
 		return
 	}
 	p.mu.Lock()
-	if p.down || p.closed { // taken down while dialling
+	if p.listener == nil { // cut while dialling
 		p.mu.Unlock()
-		reset(client)
+		_ = client.Close()
 		_ = upstream.Close()
 		return
 	}
@@ -144,20 +123,25 @@ func (p *Proxy) forward(client net.Conn) {
 	p.mu.Unlock()
 }
 
-// Down resets every live connection and each new one as it is accepted,
-// as a dependency that died does, until Up. The port stays bound
-// throughout: were it let go, any socket on the machine could take it as
-// its own (an outgoing connection's ephemeral port, say) and Up would find
-// it in use, leaving the dependency down for good.
+// Down stops accepting (new connections are refused) and resets every live
+// connection, as a dependency that dies does.
 func (p *Proxy) Down() {
 	p.mu.Lock()
-	p.down = true
+	ln := p.listener
+	p.listener = nil
 	conns := p.conns
 	p.conns = map[net.Conn]struct{}{}
 	p.mu.Unlock()
-	for c := range conns {
-		reset(c)
+	if ln != nil {
+		_ = ln.Close()
 	}
+	for c := range conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
+	}
+	p.wg.Wait()
 }
 
 // SetLatency delays every chunk forwarded in either direction by d (0 turns
@@ -173,7 +157,10 @@ func (p *Proxy) Cut() {
 	p.conns = map[net.Conn]struct{}{}
 	p.mu.Unlock()
 	for c := range conns {
-		reset(c)
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
 	}
 }
 
@@ -187,35 +174,20 @@ func (p *Proxy) CutAfter(pattern []byte, n int) {
 	p.cutAfter.Store(int64(n))
 }
 
-// Up forwards new connections again, on the same address.
+// Up accepts connections again on the same address.
 func (p *Proxy) Up() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	switch {
-	case p.closed:
-		return errors.New("faultproxy: closed")
-	case !p.down:
+	if p.listener != nil {
 		return errors.New("faultproxy: already up")
 	}
-	p.down = false
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return err
+	}
+	p.serve(ln)
 	return nil
 }
 
-// Close takes the proxy down for good and lets its port go.
-func (p *Proxy) Close() {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return
-	}
-	p.closed, p.down = true, true
-	ln := p.listener
-	conns := p.conns
-	p.conns = map[net.Conn]struct{}{}
-	p.mu.Unlock()
-	_ = ln.Close()
-	for c := range conns {
-		reset(c)
-	}
-	p.wg.Wait()
-}
+// Close takes the proxy down for good.
+func (p *Proxy) Close() { p.Down() }
