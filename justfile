@@ -27,12 +27,15 @@ racy := "./app/fulfilment ./app/filter ./app/batch ./app/tokens ./app/lock ./job
 
 # Every suite: unit, storage, integration and black-box, against real Postgres
 # and Redis (the packages in `racy` under the race detector), the protocol's
-# model in spin, the receiver kits in other languages (`just kits`), in three
-# lanes side by side (.ci/test), then a smoke of every other verb (`just
-# smoke`). Installs Chromium, spin and the kits' dependencies first when they
-# are missing (.ci/deps).
-test: deps
-    .ci/test {{racy}}
+# model in spin, the receiver kits in other languages (`just kits`), then a
+# smoke of every other verb (`just smoke`). Installs Chromium, spin and the
+# kits' dependencies first when they are missing (.ci/deps).
+test: deps model
+    go vet ./...
+    go test -count=1 -timeout 10m $(go list ./... | grep -v -x -F "$(go list {{racy}})")
+    go test -race -count=1 -timeout 10m {{racy}}
+    just kits
+    just smoke
 
 # The receiver kits in other languages, each with its ecosystem's runner
 # against the local Postgres, and Guardian's conformance run against each
