@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/provider"
@@ -346,11 +347,18 @@ func FuzzStandardVerify(f *testing.F) {
 }
 
 func FuzzParseStrict(f *testing.F) {
-	for _, s := range []string{checkoutCompleted, intentSucceeded, `{"a":1,"a":2}`, `[1,{"b":[]}]`} {
+	for _, s := range []string{checkoutCompleted, intentSucceeded, `{"a":1,"a":2}`, `[1,{"b":[]}]`, `{"a":{"\u0062":1,"b":2}}`, "{\"a\":\"\xff\"}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		v, err := provider.ParseStrict(data)
+		// Refused exactly when jsontext, strict by default (names unique
+		// after unescaping, UTF-8 valid), refuses it, or it nests too deep.
+		if valid := jsontext.Value(data).IsValid(); err == nil && !valid {
+			t.Fatalf("accepted %q, which jsontext refuses", data)
+		} else if err != nil && valid && !strings.Contains(err.Error(), "nesting deeper") {
+			t.Fatalf("refused %q (%v), which jsontext accepts", data, err)
+		}
 		if err != nil {
 			return
 		}

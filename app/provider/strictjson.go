@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -36,10 +37,18 @@ func hasNUL(ss ...string) bool {
 // values for them: what Guardian reads must be what every downstream reader
 // reads. Objects come back as map[string]any, arrays as []any, numbers as
 // json.Number; names match exactly (encoding/json's case-insensitive field
-// matching does not apply). The tokenizer is jsontext, which checks names
-// and UTF-8 as it reads, without the allocations of encoding/json's Token.
+// matching does not apply). The tokenizer is jsontext, which checks the
+// grammar and UTF-8 as it reads, without the allocations of encoding/json's
+// Token; it reads the body in place (a bytes.Buffer is not copied), and its
+// decoders are reused. Names are checked here, against the object being
+// built, so jsontext does not keep a second set of them.
 func parseStrict(data []byte) (any, error) {
-	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	dec := decoders.Get().(*jsontext.Decoder)
+	defer func() {
+		dec.Reset(noBody) // let go of data
+		decoders.Put(dec)
+	}()
+	dec.Reset(bytes.NewBuffer(data), jsontext.AllowDuplicateNames(true))
 	v, err := parseValue(dec)
 	if err != nil {
 		return nil, err
@@ -49,6 +58,13 @@ func parseStrict(data []byte) (any, error) {
 	}
 	return v, nil
 }
+
+// decoders holds jsontext decoders between bodies: a new one costs about
+// a tenth of a small body's parse.
+var decoders = sync.Pool{New: func() any { return jsontext.NewDecoder(noBody) }}
+
+// noBody is what an idle decoder reads: nothing.
+var noBody = new(bytes.Buffer)
 
 // parseObject is parseStrict for a body that must be a JSON object.
 func parseObject(data []byte) (map[string]any, error) {
@@ -80,7 +96,7 @@ func parseValue(dec *jsontext.Decoder) (any, error) {
 				return nil, invalid(err)
 			}
 			key := name.String()
-			if _, dup := m[key]; dup { // jsontext refuses it first; kept as the rule's statement
+			if _, dup := m[key]; dup { // key is unescaped: "a" and "\u0061" collide
 				return nil, fmt.Errorf("duplicate key %q", truncate(key, 40))
 			}
 			if m[key], err = parseValue(dec); err != nil {
