@@ -810,12 +810,12 @@ const warmUp = time.Second
 // three checks a payment), and which runs paid that depended on which
 // connections planned first (docs/performance.md, "Plans made on empty
 // tables").
-func (g *guardian) warm(fulfil bool) {
+func (g *guardian) warm(fulfil bool, args ...string) {
 	wait := "0"
 	if fulfil {
 		wait = "120s"
 	}
-	_, err := g.load("--concurrency", strconv.Itoa(*concurrency), "--duration", warmUp.String(), "--duplicates", "0", "--fulfilling", "1", "--wait-fulfil", wait)
+	_, err := g.load(append([]string{"--concurrency", strconv.Itoa(*concurrency), "--duration", warmUp.String(), "--duplicates", "0", "--fulfilling", "1", "--wait-fulfil", wait}, args...)...)
 	check(err)
 	analyze(g.dbURL)
 }
