@@ -25,15 +25,21 @@ demo:
 # receiver kit): `just test` runs them under the race detector.
 racy := "./app/fulfilment ./app/filter ./app/batch ./app/tokens ./app/lock ./jobs ./receiver"
 
+# How many tests of one package `just test` runs at once (see test).
+parallel := "4"
+
 # Every suite: unit, storage, integration and black-box, against real Postgres
 # and Redis (the packages in `racy` under the race detector), the protocol's
 # model in spin, the receiver kits in other languages (`just kits`), then a
 # smoke of every other verb (`just smoke`). Installs Chromium, spin and the
-# kits' dependencies first when they are missing (.ci/deps).
+# kits' dependencies first when they are missing (.ci/deps). Four tests of a
+# package at once, not Go's one per core: most of a test's time here is
+# waiting (a kill's restart, a lease, a receiver held past its timeout), and
+# at two the machine stood mostly idle through e2e (README, "Tests").
 test: deps model
     go vet ./...
-    go test -count=1 -timeout 10m $(go list ./... | grep -v -x -F "$(go list {{racy}})")
-    go test -race -count=1 -timeout 10m {{racy}}
+    go test -count=1 -timeout 10m -parallel {{parallel}} $(go list ./... | grep -v -x -F "$(go list {{racy}})")
+    go test -race -count=1 -timeout 10m -parallel {{parallel}} {{racy}}
     just kits
     just smoke
 
