@@ -23,7 +23,9 @@
 # and maybe a second suspension and its end, by the provider's times,
 # through every order (FIXSTIME, FIXSONCE, FIXSLINK).
 #
-# Needs spin and a C compiler (`apt-get install -y spin`); .ci/run installs it.
+# The checks run as many at a time as there are cores, each printing one
+# line, in order. Needs spin and a C compiler (`apt-get install -y spin`);
+# .ci/run installs it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 command -v spin >/dev/null || { echo "spin is not installed: apt-get install -y spin" >&2; exit 1; }
@@ -63,40 +65,79 @@ run() {
 # fivefold (45 s for safety alone) and finds nothing more.
 KEYED="KEYED=1 MAXOPS=1"
 
+# A search is one thread: the checks run as many at a time as there are
+# cores, each in a directory of its own.
+lanes=$(nproc 2>/dev/null || echo 1)
+tasks=0
+# task COMMAND ARGS...: runs the command in the background, in a copy of
+# the models, keeping its output and exit status.
+task() {
+	while [ "$(jobs -rp | wc -l)" -ge "$lanes" ]; do wait -n || true; done
+	local dir="$work/task$tasks"
+	mkdir "$dir"
+	cp "$work"/*.pml "$dir"/
+	(
+		cd "$dir"
+		set +e
+		(
+			set -e
+			"$@"
+		)
+		echo $? >"$dir.rc"
+	) >"$dir.out" 2>&1 &
+	tasks=$((tasks + 1))
+}
+# finish: waits for every task, prints their output in order, and fails
+# when any did.
+finish() {
+	wait
+	local i status=0
+	for ((i = 0; i < tasks; i++)); do
+		cat "$work/task$i.out"
+		[ "$(cat "$work/task$i.rc" 2>/dev/null)" = 0 ] || status=1
+	done
+	return $status
+}
+# check LABEL DEPTH MODEL ARGS...: build MODEL with ARGS and search it
+# with pan's flags (-mDEPTH and PAN's); OPT as build takes it.
+check() {
+	local label=$1 depth=$2 model=$3; shift 3
+	build "$model" "$@"
+	# shellcheck disable=SC2086 # PAN is flags
+	run "$label" "-m$depth" ${PAN:-}
+}
+
 case ${1:-} in
 "")
-	OPT=-O2 build guardian.pml -DSAFETY -DNOCLAIM $KEYED
-	run "dispatch, keyed receiver, restore: safety" -m400000
-	OPT=-O2 build guardian.pml -DSAFETY -DNOCLAIM KEYED=0
-	run "dispatch, keyless receiver: safety" -m400000
-	OPT=-O2 build guardian.pml -DNFAIR=4 $KEYED RESTORE=0
-	run "dispatch: liveness (weak fairness)" -a -f -m400000
-	build filter.pml -DSAFETY
-	run "filter: no 2xx for an event not in Postgres" -m100000
-	build reversal.pml -DSAFETY -DNOCLAIM
-	run "reversal: taken back once, only if done" -m100000
-	build actions.pml -DSAFETY -DNOCLAIM KEYED=0
-	run "two actions, keyless receiver" -m100000
-	build actions.pml -DSAFETY -DNOCLAIM KEYED=1
-	run "two actions, one keyed receiver for both" -m100000
-	build subscription.pml -DSAFETY -DNOCLAIM
-	run "subscription: no access outlives its end" -m100000
-	build standing.pml -DSAFETY -DNOCLAIM
-	run "standing: the latest word decides what is held" -m100000
+	# shellcheck disable=SC2086 # KEYED is two rules
+	{
+		OPT=-O2 task check "dispatch, keyed receiver, restore: safety" 400000 guardian.pml -DSAFETY -DNOCLAIM $KEYED
+		OPT=-O2 task check "dispatch, keyless receiver: safety" 400000 guardian.pml -DSAFETY -DNOCLAIM KEYED=0
+		OPT=-O2 PAN="-a -f" task check "dispatch: liveness (weak fairness)" 400000 guardian.pml -DNFAIR=4 $KEYED RESTORE=0
+	}
+	task check "filter: no 2xx for an event not in Postgres" 100000 filter.pml -DSAFETY
+	task check "reversal: taken back once, only if done" 100000 reversal.pml -DSAFETY -DNOCLAIM
+	task check "two actions, keyless receiver" 100000 actions.pml -DSAFETY -DNOCLAIM KEYED=0
+	task check "two actions, one keyed receiver for both" 100000 actions.pml -DSAFETY -DNOCLAIM KEYED=1
+	task check "subscription: no access outlives its end" 100000 subscription.pml -DSAFETY -DNOCLAIM
+	task check "standing: the latest word decides what is held" 100000 standing.pml -DSAFETY -DNOCLAIM
+	finish
 	;;
 holes)
-	status=0
 	# hole MODEL DEPTH LABEL ARGS...: with the rules ARGS set, spin must find
-	# a violation in MODEL
+	# a violation in MODEL (each runs as a task)
 	hole() {
+		local model=$1 depth=$2 label=$3; shift 3
+		task hole1 "$model" "$depth" "$label" "$@"
+	}
+	hole1() {
 		local model=$1 depth=$2 label=$3; shift 3
 		build "$model" -DSAFETY "$@"
 		if run "$label" "-m$depth" >/dev/null; then
-			echo "$label: spin found nothing, but the rule is there to close a hole" >&2
-			status=1
-		else
-			echo "$label: violation found, as it must be"
+			echo "$label: spin found nothing, but the rule is there to close a hole"
+			return 1
 		fi
+		echo "$label: violation found, as it must be"
 	}
 	for fix in FIX1 FIX2 FIX3 FIX4 FIXC FIX5; do
 		hole guardian.pml 400000 "dispatch (keyless receiver) without $fix" -DNOCLAIM KEYED=0 $fix=0
@@ -121,7 +162,7 @@ holes)
 	for fix in FIX7=0 MARKFIRST=1; do
 		hole filter.pml 100000 "filter with $fix" $fix
 	done
-	exit $status
+	finish
 	;;
 trail)
 	shift
