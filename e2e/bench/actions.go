@@ -55,7 +55,7 @@ func compareActions(ctx context.Context, bin, connURL string) string {
 	defer os.RemoveAll(dir)
 	file := filepath.Join(dir, "routes.yaml")
 	check(os.WriteFile(file, []byte(fmt.Sprintf(benchActions, connURL)), 0o600))
-	three := map[string]string{"GUARDIAN_ACTIONS_FILE": file, "GUARDIAN_CONNECTOR_URL": "", "BENCH_RECEIVER_SECRET": benchConnSecret}
+	threeEnv := map[string]string{"GUARDIAN_ACTIONS_FILE": file, "GUARDIAN_CONNECTOR_URL": "", "BENCH_RECEIVER_SECRET": benchConnSecret}
 	with := func(base map[string]string, k, v string) map[string]string {
 		out := map[string]string{k: v}
 		for bk, bv := range base {
@@ -68,7 +68,7 @@ func compareActions(ctx context.Context, bin, connURL string) string {
 		actions             int
 		intake, purchs, cpu []float64
 	}
-	one, three3 := &config{env: nil, actions: 1}, &config{env: three, actions: 3}
+	one, three := &config{env: nil, actions: 1}, &config{env: threeEnv, actions: 3}
 	// Each measurement on a database of its own: an intake-only run leaves
 	// its payments pending, and a whole-pipeline run after it would count
 	// their fulfilments as its own.
@@ -78,7 +78,7 @@ func compareActions(ctx context.Context, bin, connURL string) string {
 		return g, func() { g.stop(); dropDB(ctx, db) }
 	}
 	for run := range *runs {
-		for _, c := range []*config{one, three3} {
+		for _, c := range []*config{one, three} {
 			g, done := fresh(c, run, "i", with(c.env, "GUARDIAN_WORKERS", "false"))
 			g.warm(false)
 			c.intake = append(c.intake, bench(bin, g, 0, 1, 0, false).PerSecond)
@@ -89,9 +89,9 @@ func compareActions(ctx context.Context, bin, connURL string) string {
 			done()
 		}
 	}
-	rate := summarize(three3.purchs).median / 2
+	rate := summarize(three.purchs).median / 2
 	for run := range *runs {
-		for _, c := range []*config{one, three3} {
+		for _, c := range []*config{one, three} {
 			g, done := fresh(c, run, "c", c.env)
 			g.warm(true, "--actions", strconv.Itoa(c.actions))
 			cpu0, pg0 := cpuOf(g.cmd.Process.Pid), postgresCPU()
@@ -103,15 +103,15 @@ func compareActions(ctx context.Context, bin, connURL string) string {
 			done()
 		}
 	}
-	i1, i3, f1, f3 := summarize(one.intake), summarize(three3.intake), summarize(one.purchs), summarize(three3.purchs)
+	i1, i3, f1, f3 := summarize(one.intake), summarize(three.intake), summarize(one.purchs), summarize(three.purchs)
 	var b strings.Builder
 	fmt.Fprintf(&b, "intake, one action       %s  three actions %s  ratio %.2f\n", i1, i3, i3.median/i1.median)
 	fmt.Fprintf(&b, "purchases fulfilled/s    one action %s  three actions %s  ratio %.2f\n", f1, f3, f3.median/f1.median)
-	if len(one.cpu) == 0 || len(three3.cpu) == 0 {
+	if len(one.cpu) == 0 || len(three.cpu) == 0 {
 		b.WriteString("CPU per purchase fulfilled: a run fulfilled nothing  (three cost less than three times one: NOT met)")
 		return b.String()
 	}
-	c1, c3 := summarize(one.cpu), summarize(three3.cpu)
+	c1, c3 := summarize(one.cpu), summarize(three.cpu)
 	verdict := "met"
 	if c3.median >= 3*c1.median {
 		verdict = "NOT met"
