@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -39,16 +38,11 @@ func hasNUL(ss ...string) bool {
 // json.Number; names match exactly (encoding/json's case-insensitive field
 // matching does not apply). The tokenizer is jsontext, which checks the
 // grammar and UTF-8 as it reads, without the allocations of encoding/json's
-// Token; it reads the body in place (a bytes.Buffer is not copied), and its
-// decoders are reused. Names are checked here, against the object being
-// built, so jsontext does not keep a second set of them.
+// Token, and reads the body in place (a bytes.Buffer is not copied). Names
+// are checked here, against the object being built, so jsontext does not
+// keep a second set of them.
 func parseStrict(data []byte) (any, error) {
-	dec := decoders.Get().(*jsontext.Decoder)
-	defer func() {
-		dec.Reset(noBody) // let go of data
-		decoders.Put(dec)
-	}()
-	dec.Reset(bytes.NewBuffer(data), jsontext.AllowDuplicateNames(true))
+	dec := jsontext.NewDecoder(bytes.NewBuffer(data), jsontext.AllowDuplicateNames(true))
 	v, err := parseValue(dec)
 	if err != nil {
 		return nil, err
@@ -58,13 +52,6 @@ func parseStrict(data []byte) (any, error) {
 	}
 	return v, nil
 }
-
-// decoders holds jsontext decoders between bodies: a new one costs about
-// a tenth of a small body's parse.
-var decoders = sync.Pool{New: func() any { return jsontext.NewDecoder(noBody) }}
-
-// noBody is what an idle decoder reads: nothing.
-var noBody = new(bytes.Buffer)
 
 // parseObject is parseStrict for a body that must be a JSON object.
 func parseObject(data []byte) (map[string]any, error) {
