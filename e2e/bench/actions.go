@@ -85,7 +85,7 @@ func compareActions(ctx context.Context, bin, connURL string) string {
 			done()
 			g, done = fresh(c, run, "e", c.env)
 			g.warm(true, "--actions", strconv.Itoa(c.actions))
-			c.purchs = append(c.purchs, benchActionsRun(bin, g, c.actions, 0).FulfilPerSecond/float64(c.actions))
+			c.purchs = append(c.purchs, benchActionsRun(g, c.actions, 0).FulfilPerSecond/float64(c.actions))
 			done()
 		}
 	}
@@ -95,7 +95,7 @@ func compareActions(ctx context.Context, bin, connURL string) string {
 			g, done := fresh(c, run, "c", c.env)
 			g.warm(true, "--actions", strconv.Itoa(c.actions))
 			cpu0, pg0 := cpuOf(g.cmd.Process.Pid), postgresCPU()
-			r := benchActionsRun(bin, g, c.actions, rate)
+			r := benchActionsRun(g, c.actions, rate)
 			cpu := cpuOf(g.cmd.Process.Pid) - cpu0 + postgresCPU() - pg0
 			if purchases := r.Fulfilled / float64(c.actions); purchases > 0 {
 				c.cpu = append(c.cpu, float64(cpu.Microseconds())/1000/purchases)
@@ -124,7 +124,7 @@ func compareActions(ctx context.Context, bin, connURL string) string {
 // benchActionsRun is the whole pipeline's run, waiting for each purchase's
 // actions, every one of them, at rate purchases per second (0: as fast as
 // they are answered).
-func benchActionsRun(bin string, g *guardian, actions int, rate float64) benchResult {
+func benchActionsRun(g *guardian, actions int, rate float64) benchResult {
 	out, err := g.load("--concurrency", strconv.Itoa(*concurrency), "--duration", duration.String(),
 		"--duplicates", "0", "--fulfilling", "1", "--wait-fulfil", "120s", "--actions", strconv.Itoa(actions),
 		"--rate", strconv.FormatFloat(rate, 'f', 0, 64))
