@@ -23,9 +23,7 @@
 # and maybe a second suspension and its end, by the provider's times,
 # through every order (FIXSTIME, FIXSONCE, FIXSLINK).
 #
-# The checks run as many at a time as there are cores, each printing one
-# line, in order. Needs spin and a C compiler (`apt-get install -y spin`);
-# .ci/run installs it.
+# Needs spin and a C compiler (`apt-get install -y spin`); .ci/run installs it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 command -v spin >/dev/null || { echo "spin is not installed: apt-get install -y spin" >&2; exit 1; }
@@ -66,7 +64,7 @@ run() {
 KEYED="KEYED=1 MAXOPS=1"
 
 # A search is one thread: the checks run as many at a time as there are
-# cores, each in a directory of its own.
+# cores, each in a directory of its own, and print their lines in order.
 lanes=$(nproc 2>/dev/null || echo 1)
 tasks=0
 # task COMMAND ARGS...: runs the command in the background, in a copy of
@@ -125,12 +123,8 @@ case ${1:-} in
 	;;
 holes)
 	# hole MODEL DEPTH LABEL ARGS...: with the rules ARGS set, spin must find
-	# a violation in MODEL (each runs as a task)
+	# a violation in MODEL
 	hole() {
-		local model=$1 depth=$2 label=$3; shift 3
-		task hole1 "$model" "$depth" "$label" "$@"
-	}
-	hole1() {
 		local model=$1 depth=$2 label=$3; shift 3
 		build "$model" -DSAFETY "$@"
 		if run "$label" "-m$depth" >/dev/null; then
@@ -140,27 +134,27 @@ holes)
 		echo "$label: violation found, as it must be"
 	}
 	for fix in FIX1 FIX2 FIX3 FIX4 FIXC FIX5; do
-		hole guardian.pml 400000 "dispatch (keyless receiver) without $fix" -DNOCLAIM KEYED=0 $fix=0
+		task hole guardian.pml 400000 "dispatch (keyless receiver) without $fix" -DNOCLAIM KEYED=0 $fix=0
 	done
 	for fix in FIXKEY FIX409 FIXSIGNED; do
 		# shellcheck disable=SC2086 # KEYED is two rules
-		hole guardian.pml 400000 "dispatch (keyed receiver) without $fix" -DNOCLAIM $KEYED $fix=0
+		task hole guardian.pml 400000 "dispatch (keyed receiver) without $fix" -DNOCLAIM $KEYED $fix=0
 	done
 	for fix in FIXRCLAIM FIXRDONE FIXRONCE FIXRCANCEL FIXRASK; do
-		hole reversal.pml 100000 "reversal without $fix" -DNOCLAIM $fix=0
+		task hole reversal.pml 100000 "reversal without $fix" -DNOCLAIM $fix=0
 	done
 	for fix in "KEYED=0 FIXIDX=0" "KEYED=0 FIXPER=0" "KEYED=0 FIXONCE=0" "KEYED=1 FIXAKEY=0"; do
 		# shellcheck disable=SC2086 # two rules on purpose
-		hole actions.pml 100000 "two actions with $fix" -DNOCLAIM $fix
+		task hole actions.pml 100000 "two actions with $fix" -DNOCLAIM $fix
 	done
 	for fix in FIXSBEFORE FIXSLOCK; do
-		hole subscription.pml 100000 "subscription without $fix" -DNOCLAIM $fix=0
+		task hole subscription.pml 100000 "subscription without $fix" -DNOCLAIM $fix=0
 	done
 	for fix in FIXSTIME FIXSONCE FIXSLINK; do
-		hole standing.pml 100000 "standing without $fix" -DNOCLAIM $fix=0
+		task hole standing.pml 100000 "standing without $fix" -DNOCLAIM $fix=0
 	done
 	for fix in FIX7=0 MARKFIRST=1; do
-		hole filter.pml 100000 "filter with $fix" $fix
+		task hole filter.pml 100000 "filter with $fix" $fix
 	done
 	finish
 	;;
