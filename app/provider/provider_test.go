@@ -262,6 +262,8 @@ func TestParseStrict(t *testing.T) {
 		{strings.Repeat("[", 65) + strings.Repeat("]", 65), false},
 		{``, false},
 		{`{"a":1,"\u0061":2}`, false},
+		{`{"a":null,"a":1}`, false}, // a name held by null is still held
+		{`{"a":{},"b":[{"a":1}],"a":{}}`, false},
 		{"{\"a\":\"\xff\"}", false},
 		{`{"a":"\u00e9","n":-1.5e3,"t":true,"f":false,"z":null,"s":[]}`, true},
 		{`{"a":1,}`, false},
