@@ -82,6 +82,7 @@ type chaosHarness struct {
 	faultTimes [][2]time.Time
 	// what the provider saw
 	acked     sync.Map // event id -> chaosDelivery
+	ackedN    atomic.Int64 // deliveries answered 2xx, copies included
 	unpaid    sync.Map // payment id -> true: a purchase whose payment failed
 	fulfils   sync.Map // event id -> true: the event that pays for its purchase
 	reversed  sync.Map // payment id -> true: a purchase refunded or charged back, which the policy takes back
@@ -475,6 +476,7 @@ func (h *chaosHarness) deliverFrom(first, payments, copies, concurrency int, giv
 						resp.Body.Close()
 						if resp.StatusCode/100 == 2 {
 							h.acked.Store(d.id, d)
+							h.ackedN.Add(1)
 							h.reversalKnown(d.id)
 							break
 						}
@@ -572,6 +574,34 @@ func (in *injector) finish() {
 }
 
 func every(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
+
+// afterAcked is a pause of at least least that lasts until n more
+// deliveries have been acknowledged since the last fault began: faults paced
+// by the provider's progress, so a machine that delivers slowly (two
+// cores shared with every other suite) meets no more faults per delivery
+// than a fast one. Paced by the clock alone, a fault that slows delivery
+// leaves more time for more faults: the Postgres outages of one such run
+// held its deliveries past two minutes. Once delivered is closed it pauses
+// until the injector is stopped.
+func (h *chaosHarness) afterAcked(n int64, least time.Duration, delivered <-chan struct{}) func() time.Duration {
+	var from int64
+	return func() time.Duration {
+		wake := time.After(least)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for waited := false; !waited || h.ackedN.Load()-from < n; {
+			select {
+			case <-delivered:
+				return time.Hour
+			case <-wake:
+				waited = true
+			case <-tick.C:
+			}
+		}
+		from = h.ackedN.Load()
+		return 0
+	}
+}
 
 // afterSent is a pause that lasts until the provider has sent n requests,
 // so a single fault lands mid-load however fast this machine delivers.
@@ -923,7 +953,11 @@ func TestChaosPostgresFaults(t *testing.T) {
 	payments := pick(120, 800)
 	var outages []time.Duration
 	ctx := context.Background()
-	in := h.inject(0, every(300*time.Millisecond), func(i int) {
+	// A fault every 25 acknowledged deliveries, 100 ms apart at least:
+	// about 35 faults and 4 outages across the run's 880 deliveries,
+	// however fast the machine.
+	delivered := make(chan struct{})
+	in := h.inject(0, h.afterAcked(25, 100*time.Millisecond, delivered), func(i int) {
 		switch {
 		case i%10 == 2:
 			start := time.Now()
@@ -941,6 +975,7 @@ func TestChaosPostgresFaults(t *testing.T) {
 		}
 	})
 	h.deliver(payments, 3, 16, 120*time.Second)
+	close(delivered)
 	in.finish()
 	r := h.check(payments)
 	windows, unexplained := h.fivexxWindows(3 * time.Second)
