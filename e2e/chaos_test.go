@@ -82,7 +82,6 @@ type chaosHarness struct {
 	faultTimes [][2]time.Time
 	// what the provider saw
 	acked     sync.Map // event id -> chaosDelivery
-	ackedN    atomic.Int64 // deliveries answered 2xx, copies included
 	unpaid    sync.Map // payment id -> true: a purchase whose payment failed
 	fulfils   sync.Map // event id -> true: the event that pays for its purchase
 	reversed  sync.Map // payment id -> true: a purchase refunded or charged back, which the policy takes back
@@ -100,6 +99,7 @@ type chaosHarness struct {
 	fivexxIDs  sync.Map // event id -> true: answered 5xx at least once
 	transport  atomic.Int64
 	sent       atomic.Int64
+	ackedN     atomic.Int64 // deliveries answered 2xx, copies included
 }
 
 type chaosOpts struct {
