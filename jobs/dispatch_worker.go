@@ -46,6 +46,13 @@ func (w *DispatchWorker) Timeout(*river.Job[DispatchArgs]) time.Duration {
 	return w.service.ConnectorTimeout() + fulfilment.RecordMargin
 }
 
+// NextRetry waits backoff after the job's attempt: a fulfilment whose
+// call was not sent or not delivered, or whose database failed, is tried
+// again within MaxBackoff of the failure, however many came before.
+func (w *DispatchWorker) NextRetry(job *river.Job[DispatchArgs]) time.Time {
+	return time.Now().Add(backoff(job.Attempt))
+}
+
 // Work dispatches the job's fulfilment once.
 func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs]) (err error) {
 	id := job.Args.FulfilmentID

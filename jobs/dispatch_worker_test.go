@@ -121,5 +121,20 @@ func TestConnectorOutcomes(t *testing.T) {
 		ts := b.db.Transitions(t, id)
 		require.Contains(t, string(ts[2].Evidence), `"outcome": "not_sent"`)
 		b.waitJobs(t, `kind = 'guardian_dispatch' AND state = 'retryable' AND errors IS NOT NULL`, 1)
+
+		// However often it failed before, the next attempt comes within
+		// MaxBackoff: River's own backoff would wait 21^4 s (more than two
+		// days) after a 21st failure. The job is made one that failed 20
+		// times, by its attempt and its errors (River counts either).
+		_, err = b.db.Pool.Exec(b.ctx, `UPDATE river_job SET attempt = 20, state = 'available', scheduled_at = now(),
+			errors = array_fill(errors[1], ARRAY[20])
+			WHERE kind = 'guardian_dispatch' AND state = 'retryable'`)
+		require.NoError(t, err)
+		b.waitJobs(t, `kind = 'guardian_dispatch' AND state = 'retryable' AND attempt = 21`, 1)
+		var wait time.Duration
+		require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT scheduled_at - attempted_at FROM river_job
+			WHERE kind = 'guardian_dispatch' AND attempt = 21`).Scan(&wait))
+		require.LessOrEqual(t, wait, jobs.MaxBackoff+time.Second)
+		require.GreaterOrEqual(t, wait, jobs.MaxBackoff*9/10-time.Second)
 	})
 }

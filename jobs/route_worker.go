@@ -20,7 +20,7 @@ type RouteArgs struct {
 // Kind names the job in River.
 func (RouteArgs) Kind() string { return "guardian_route" }
 
-// routeAttempts bounds a routing job's tries: with routeBackoff's cap, a
+// routeAttempts bounds a routing job's tries: with backoff's cap, a
 // purchase whose items cannot be fetched is tried for about eight hours,
 // then the sweep gives it a new job (fulfilment.Service.RequeueAwaiting).
 const routeAttempts = 100
@@ -31,15 +31,8 @@ func (RouteArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueRoute, MaxAttempts: routeAttempts, UniqueOpts: river.UniqueOpts{ByArgs: true}}
 }
 
-// routeBackoff is the wait before a failed fetch is tried again: growing
-// with the attempt, at most five minutes, so a provider's API that comes
-// back is noticed soon.
-func routeBackoff(attempt int) time.Duration {
-	return min(time.Duration(attempt*attempt)*time.Second, 5*time.Minute)
-}
-
 // RouteWorker runs fulfilment.Service.RouteAwaiting for one job. A fetch
-// that fails is retried by River (routeBackoff); the purchase stays
+// that fails is retried by River (backoff); the purchase stays
 // awaiting, with its last error, for operators.
 type RouteWorker struct {
 	river.WorkerDefaults[RouteArgs]
@@ -51,9 +44,9 @@ type RouteWorker struct {
 // Timeout bounds a fetch and the routing's transaction.
 func (w *RouteWorker) Timeout(*river.Job[RouteArgs]) time.Duration { return fulfilment.RouteTimeout }
 
-// NextRetry waits routeBackoff after the job's attempt.
+// NextRetry waits backoff after the job's attempt.
 func (w *RouteWorker) NextRetry(job *river.Job[RouteArgs]) time.Time {
-	return time.Now().Add(routeBackoff(job.Attempt))
+	return time.Now().Add(backoff(job.Attempt))
 }
 
 // Work routes the job's purchase, if it still awaits its items.

@@ -1,0 +1,23 @@
+package jobs
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// MaxBackoff is the longest a failed dispatch or routing job waits before
+// its next attempt.
+const MaxBackoff = 5 * time.Minute
+
+// backoff is the wait before a failed job's next attempt: the attempt
+// squared, in seconds, at most MaxBackoff, less up to a tenth so that jobs
+// that failed together do not all come back together. A receiver or a
+// provider's API that comes back is tried again within five minutes,
+// however long it was away: River's own backoff (the attempt to the fourth
+// power) waits 68 minutes after the eighth failure, so a payment whose
+// receiver was down for an hour would wait about another hour once it was
+// back.
+func backoff(attempt int) time.Duration {
+	d := min(time.Duration(attempt)*time.Duration(attempt)*time.Second, MaxBackoff)
+	return d - rand.N(d/10+1)
+}
