@@ -795,6 +795,12 @@ func (h *chaosHarness) checkAction(r *report, a chaosAction, paid map[string]boo
 		if !a.takesBack {
 			return true
 		}
+		if _, known := h.ackedAt.Load(p); !known {
+			// The provider gave up on its reversal before an answer
+			// (Postgres away past the run's give-up): Guardian never
+			// heard of it, so nothing is owed back.
+			return true
+		}
 		declined := count(`SELECT count(*) FROM fulfilment WHERE payment_id = $1 AND action_name = $2 AND action = 'revoke' AND state = 'failed'`, p, a.name)
 		// A parked fulfilment or revocation an operator cancelled is their
 		// final word: only a fulfilment settled done is taken back, and a
