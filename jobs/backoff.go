@@ -9,6 +9,13 @@ import (
 // its next attempt.
 const MaxBackoff = 5 * time.Minute
 
+// maxAttempts bounds a dispatch or routing job's tries: with backoff's
+// cap, about seven hours of them. Then River discards the job and the
+// sweep gives its fulfilment or purchase a new one, so the tries never end;
+// each job's errors, kept on its row, stay bounded. At River's default of
+// 25, a job would be discarded and replaced every hour of a long outage.
+const maxAttempts = 100
+
 // backoff is the wait before a failed job's next attempt: the attempt
 // squared, in seconds, at most MaxBackoff, less up to a tenth so that jobs
 // that failed together do not all come back together. A receiver or a

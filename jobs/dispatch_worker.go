@@ -23,9 +23,9 @@ type DispatchArgs struct {
 // Kind names the job in River.
 func (DispatchArgs) Kind() string { return "guardian_dispatch" }
 
-// InsertOpts puts dispatches on their own queue.
+// InsertOpts puts dispatches on their own queue, tried maxAttempts times.
 func (DispatchArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: QueueDispatch}
+	return river.InsertOpts{Queue: QueueDispatch, MaxAttempts: maxAttempts}
 }
 
 // DispatchWorker runs fulfilment.Service.Dispatch for one job. It decides

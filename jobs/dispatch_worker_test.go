@@ -121,6 +121,9 @@ func TestConnectorOutcomes(t *testing.T) {
 		ts := b.db.Transitions(t, id)
 		require.Contains(t, string(ts[2].Evidence), `"outcome": "not_sent"`)
 		b.waitJobs(t, `kind = 'guardian_dispatch' AND state = 'retryable' AND errors IS NOT NULL`, 1)
+		// A hundred tries before the sweep gives the row a new job, not
+		// River's 25 (one an hour of a long outage, at MaxBackoff).
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch' AND max_attempts = 100`))
 
 		// However often it failed before, the next attempt comes within
 		// MaxBackoff: River's own backoff would wait 21^4 s (more than two

@@ -20,15 +20,10 @@ type RouteArgs struct {
 // Kind names the job in River.
 func (RouteArgs) Kind() string { return "guardian_route" }
 
-// routeAttempts bounds a routing job's tries: with backoff's cap, a
-// purchase whose items cannot be fetched is tried for about eight hours,
-// then the sweep gives it a new job (fulfilment.Service.RequeueAwaiting).
-const routeAttempts = 100
-
 // InsertOpts puts routing on its own queue, one live job per purchase:
 // intake, a replay and the sweep may each ask, and River keeps one.
 func (RouteArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: QueueRoute, MaxAttempts: routeAttempts, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+	return river.InsertOpts{Queue: QueueRoute, MaxAttempts: maxAttempts, UniqueOpts: river.UniqueOpts{ByArgs: true}}
 }
 
 // RouteWorker runs fulfilment.Service.RouteAwaiting for one job. A fetch

@@ -31,4 +31,4 @@ WITH ev AS (
     SELECT id, NULL, 'pending', 0, 'intake', 'payment event received' FROM created
 )
 INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at, tags, priority)
-SELECT jsonb_build_object('fulfilment_id', id), 'floor_dispatch', 25, 'floor', 'available', now(), '{}', 1 FROM created;
+SELECT jsonb_build_object('fulfilment_id', id), 'floor_dispatch', 100, 'floor', 'available', now(), '{}', 1 FROM created;

@@ -20,5 +20,5 @@ WITH created AS (
 )
 SELECT id FROM created;
 INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at, tags)
-VALUES (json_build_object('fulfilment_id', (SELECT id FROM fulfilment WHERE event_pk = :id::bigint))::jsonb, 'pgbench_dispatch', 25, 'pgbench', 'available', now(), '{}');
+VALUES (json_build_object('fulfilment_id', (SELECT id FROM fulfilment WHERE event_pk = :id::bigint))::jsonb, 'pgbench_dispatch', 100, 'pgbench', 'available', now(), '{}');
 COMMIT;
