@@ -11,7 +11,8 @@ const MaxBackoff = 5 * time.Minute
 
 // maxAttempts bounds a dispatch or routing job's tries: with backoff's
 // cap, about seven hours of them. Then River discards the job and the
-// sweep gives its fulfilment or purchase a new one, so the tries never end;
+// sweep gives its fulfilment or purchase a new one (invariant 6;
+// fulfilment.Service.RequeueAwaiting for a purchase), so the tries never end;
 // each job's errors, kept on its row, stay bounded. At River's default of
 // 25, a job would be discarded and replaced every hour of a long outage.
 const maxAttempts = 100
