@@ -89,7 +89,8 @@ func compareActions(ctx context.Context, bin, connURL string) string {
 			done()
 		}
 	}
-	rate := summarize(three.purchs).median / 2
+	// At least one a second: loadgen reads a rate of 0 as no limit.
+	rate := max(summarize(three.purchs).median/2, 1)
 	for run := range *runs {
 		for _, c := range []*config{one, three} {
 			g, done := fresh(c, run, "c", c.env)
