@@ -101,7 +101,7 @@ var (
 		Name: "GUARDIAN_SWEEP_INTERVAL", Default: "`30s`", Doc: "how often the leader parks stale claims, takes back reversed payments and requeues stranded rows",
 	}, jobs.DefaultSweepInterval)
 	dispatchWorkers = settings.Int(settings.Setting{
-		Name: "GUARDIAN_DISPATCH_WORKERS", Default: "`50`", Doc: "concurrent dispatches per process, shared by every action: a process drains a backlog at most this many per River fetch cooldown (20 ms), 2,500/s at 50, and half that when a dispatch under load outlasts a cooldown; more drain faster and send receivers as many calls at once. Purchases of several actions need one dispatch each (docs/performance.md, \"Tuning the dispatch workers\")",
+		Name: "GUARDIAN_DISPATCH_WORKERS", Default: "`100`", Doc: "concurrent dispatches per process, shared by every action, and so the most calls a process holds open to receivers at once: a process drains a backlog at most this many per River fetch cooldown (20 ms), 5,000/s at 100, and half that when a dispatch under load outlasts a cooldown; more drain faster and make bigger batches; fewer suit receivers that take few calls at once. Purchases of several actions need one dispatch each (docs/performance.md, \"Tuning the dispatch workers\")",
 	}, jobs.DefaultDispatchWorkers)
 	batch = settings.Int(settings.Setting{
 		Name: "GUARDIAN_BATCH", Default: "`256`",

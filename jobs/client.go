@@ -35,8 +35,12 @@ const (
 
 // Defaults for the River side of Guardian.
 const (
-	// DefaultDispatchWorkers is how many dispatches run at once in a process.
-	DefaultDispatchWorkers = 50
+	// DefaultDispatchWorkers is how many dispatches run at once in a
+	// process. River refills free workers once per fetch cooldown, and a
+	// dispatch under load (two commits, one call) outlasts a cooldown, so
+	// the workers, not the CPU, held a pipeline at 50 on a fast machine
+	// (docs/performance.md, "Tuning the dispatch workers").
+	DefaultDispatchWorkers = 100
 	// DefaultSweepInterval is how often the leader runs each of the three
 	// sweeps (sweeps).
 	DefaultSweepInterval = 30 * time.Second

@@ -34,8 +34,14 @@ type HTTPConfig struct {
 	Secret string
 	// Timeout bounds one call, connection included. Defaults to 30 seconds.
 	Timeout time.Duration
-	// Transport sends requests. Defaults to a clone of http.DefaultTransport.
+	// Transport sends requests. Defaults to a clone of http.DefaultTransport
+	// that speaks HTTP/1.1 only and keeps Calls idle connections.
 	Transport http.RoundTripper
+	// Calls is the most calls this connector makes at once (the process's
+	// dispatch workers): the default transport keeps as many connections
+	// to the receiver idle between calls, so that no call of a busy
+	// process pays a new handshake. Defaults to DefaultCalls.
+	Calls int
 	// Now is the clock for signature timestamps. Defaults to time.Now.
 	Now func() time.Time
 	// LookupURL, when set, answers lookups by idempotency key: "{key}" in it
@@ -105,7 +111,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	}
 	transport := cfg.Transport
 	if transport == nil {
-		transport = newTransport()
+		transport = newTransport(cmp.Or(cfg.Calls, DefaultCalls))
 	}
 	now := cfg.Now
 	if now == nil {
@@ -122,14 +128,18 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	}, nil
 }
 
+// DefaultCalls is HTTPConfig.Calls unless set.
+const DefaultCalls = 128
+
 // newTransport is the connector's default transport: HTTP/1.1 only, and
-// enough idle connections for every concurrent dispatch.
-func newTransport() *http.Transport {
+// an idle connection for each of calls made at once.
+func newTransport(calls int) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	// Every dispatch goes to one host: keep enough idle connections for all
-	// concurrent dispatches, or each call pays a new TCP (and TLS)
-	// handshake. The default keeps two.
-	t.MaxIdleConnsPerHost = 128
+	// Every call goes to one host: keep an idle connection for each call
+	// made at once, or each call past them pays a new TCP (and TLS)
+	// handshake and leaves a socket in TIME_WAIT. net/http keeps two.
+	t.MaxIdleConnsPerHost = calls
+	t.MaxIdleConns = max(t.MaxIdleConns, calls)
 	// No HTTP/2: its client retries a request by itself after a GOAWAY or
 	// some stream resets, and one attempt could reach the receiver twice. A
 	// non-nil empty TLSNextProto is net/http's documented way to turn it

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -284,7 +285,7 @@ func TestHTTPOneRequestPerAttempt(t *testing.T) {
 		srv.EnableHTTP2 = true
 		srv.StartTLS()
 		defer srv.Close()
-		transport := newTransport()
+		transport := newTransport(DefaultCalls)
 		transport.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
 		c, err := NewHTTP(HTTPConfig{URL: srv.URL, Secret: secret, Transport: transport})
 		require.NoError(t, err)
@@ -339,4 +340,60 @@ func TestHTTPSignsWithOneClockReading(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, state.Done, c.Fulfil(context.Background(), req).Outcome)
 	require.True(t, verified.Load(), "the signature covers the timestamp that was sent")
+}
+
+// TestHTTPKeepsAConnectionPerCall: a process making Calls calls at once,
+// more than net/http keeps idle by default (100 in all, two per host),
+// opens that many connections once and reuses them for the next calls.
+func TestHTTPKeepsAConnectionPerCall(t *testing.T) {
+	t.Parallel()
+	const calls = 150
+	var (
+		mu      sync.Mutex
+		arrived int
+		release = make(chan struct{})
+		opened  atomic.Int32
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		// Every call of a round waits for the whole round, so the round
+		// needs a connection per call.
+		mu.Lock()
+		arrived++
+		wait := release
+		if arrived == calls {
+			close(release)
+			arrived, release = 0, make(chan struct{})
+		}
+		mu.Unlock()
+		<-wait
+		w.WriteHeader(http.StatusOK)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c, err := NewHTTP(HTTPConfig{URL: srv.URL, Secret: secret, Timeout: 10 * time.Second, Calls: calls})
+	require.NoError(t, err)
+	round := func() {
+		var wg sync.WaitGroup
+		for range calls {
+			wg.Go(func() {
+				if res := c.Fulfil(context.Background(), req); res.Outcome != state.Done {
+					t.Errorf("outcome %s, evidence %v", res.Outcome, res.Evidence)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	round()
+	require.EqualValues(t, calls, opened.Load(), "the first round needs a connection per call")
+	// A connection goes back to the idle pool just after its answer is
+	// read; give the last ones that moment.
+	time.Sleep(100 * time.Millisecond)
+	round()
+	require.EqualValues(t, calls, opened.Load(), "the second round opened connections the first left idle: the transport keeps too few")
 }
