@@ -366,8 +366,12 @@ func TestHTTPKeepsAConnectionPerCall(t *testing.T) {
 			arrived, release = 0, make(chan struct{})
 		}
 		mu.Unlock()
-		<-wait
-		w.WriteHeader(http.StatusOK)
+		select {
+		case <-wait:
+			w.WriteHeader(http.StatusOK)
+		case <-time.After(5 * time.Second): // a round that never fills fails, not hangs
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
 	}))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
