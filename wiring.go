@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -182,7 +181,7 @@ func (a *App) buildConnector() (connector.Connector, connector.Looker, error) {
 	if cfg.ConnectorURL == "" {
 		return connector.Log{Logger: a.logger}, nil, nil
 	}
-	h, err := connector.NewHTTP(connector.HTTPConfig{URL: cfg.ConnectorURL, Secret: cfg.ConnectorSecret, Timeout: cfg.ConnectorTimeout, LookupURL: cfg.ConnectorLookupURL, Calls: a.calls()})
+	h, err := connector.NewHTTP(connector.HTTPConfig{URL: cfg.ConnectorURL, Secret: cfg.ConnectorSecret, Timeout: cfg.ConnectorTimeout, LookupURL: cfg.ConnectorLookupURL, Calls: cfg.DispatchWorkers})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -201,7 +200,7 @@ func (a *App) buildPerformers() (map[string]fulfilment.Performer, error) {
 	out := map[string]fulfilment.Performer{}
 	for _, act := range a.cfg.Actions.Actions {
 		r := act.Receiver
-		h, err := connector.NewHTTP(connector.HTTPConfig{URL: r.URL, Secret: r.Secrets[0], Rotating: r.Secrets[1:], Timeout: r.Timeout, LookupURL: r.LookupURL, Calls: a.calls()})
+		h, err := connector.NewHTTP(connector.HTTPConfig{URL: r.URL, Secret: r.Secrets[0], Rotating: r.Secrets[1:], Timeout: r.Timeout, LookupURL: r.LookupURL, Calls: a.cfg.DispatchWorkers})
 		if err != nil {
 			return nil, fmt.Errorf("action %s: %w", act.Name, err)
 		}
@@ -212,12 +211,6 @@ func (a *App) buildPerformers() (map[string]fulfilment.Performer, error) {
 		out[act.Name] = p
 	}
 	return out, nil
-}
-
-// calls is the most calls a connector of this process makes at once: one
-// per dispatch worker, whatever action each dispatches.
-func (a *App) calls() int {
-	return cmp.Or(a.cfg.DispatchWorkers, jobs.DefaultDispatchWorkers)
 }
 
 // buildFilter makes the optional Redis duplicate filter, scoped to the

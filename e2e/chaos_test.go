@@ -575,7 +575,7 @@ func (in *injector) finish() {
 
 func every(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
 
-// afterAcked is a pause of at least least that lasts until n more
+// afterAcked is a pause of at least `least` that lasts until n more
 // deliveries have been acknowledged since the last fault began: faults paced
 // by the provider's progress, so a machine that delivers slowly (two
 // cores shared with every other suite) meets no more faults per delivery

@@ -38,9 +38,10 @@ type HTTPConfig struct {
 	// that speaks HTTP/1.1 only and keeps Calls idle connections.
 	Transport http.RoundTripper
 	// Calls is the most calls this connector makes at once (the process's
-	// dispatch workers): the default transport keeps as many connections
-	// to the receiver idle between calls, so that no call of a busy
-	// process pays a new handshake. Defaults to DefaultCalls.
+	// dispatch workers, every one of which may call any action's
+	// receiver): the default transport keeps as many connections to the
+	// receiver idle between calls, so that no call of a busy process pays
+	// a new handshake. Defaults to DefaultCalls.
 	Calls int
 	// Now is the clock for signature timestamps. Defaults to time.Now.
 	Now func() time.Time
