@@ -66,10 +66,11 @@ var (
 	duration     = flag.Duration("d", 5*time.Second, "length of each measured run")
 	runs         = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN        = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
-	only         = flag.String("only", "", "run one comparison only: intake (new events accepted with no dispatch running, and their CPU, against the floor's intake), pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), split (three processes against one, each held to a CPU quota on one core while Postgres, a cluster of the bench's own, has the other: what a process adds when Guardian is the limit; needs root for the cgroups), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), scale (the cost as the tables grow to -sizes), or moving (the floor on Guardian's schema against a narrow row for the state a dispatch moves, at -sizes, 0 and a million unless given)")
+	only         = flag.String("only", "", "run one comparison only: intake (new events accepted with no dispatch running, and their CPU, against the floor's intake), pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), split (three processes against one, each held to a CPU quota on one core while Postgres, a cluster of the bench's own, has the other: what a process adds when Guardian is the limit; needs root for the cgroups), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), scale (the cost as the tables grow to -sizes), latency (p50 and p99 at -rate against pgbench's one commit per event at the same rate), or moving (the floor on Guardian's schema against a narrow row for the state a dispatch moves, at -sizes, 0 and a million unless given)")
 	keep         = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
 	scaleDB      = flag.String("scale-db", "", "with -only scale: measure this database, kept by an earlier -keep run, filling it on from the payments it holds; with -only dispatch: measure dispatch on it, adding only the runs' own payments and jobs")
 	dispatchProf = flag.String("dispatch-profile", "", "with -only dispatch: write the dispatching worker's CPU profile of each run's first seconds (-d) to this file, the run's number appended")
+	rate         = flag.Float64("rate", 0, "with -only latency: the fixed rate of deliveries a second (half of one intake run's peak if not given)")
 	curvePath    = flag.String("curve", filepath.Join(os.TempDir(), "guardian-performance-curve.png"), "where to draw throughput and p99 against concurrency (docs/performance-curve.png to redraw the repository's figure)")
 )
 
@@ -160,6 +161,20 @@ func main() {
 		f := &figures{}
 		f.measureIntake(bin, dbURL, conn.URL, pool)
 		f.printIntake()
+		return
+	}
+	if *only == "latency" {
+		f := &figures{}
+		// Warmed first, as a full run's tables are by then: rows, and
+		// the planner's statistics of them.
+		g := startGuardian(bin, dbURL, conn.URL, map[string]string{"GUARDIAN_WORKERS": "false"})
+		g.warm(false)
+		if f.peak.PerSecond = 2 * *rate; *rate == 0 {
+			f.peak = bench(bin, g, 0, 1, 0, false)
+		}
+		g.stop()
+		f.measureTail(bin, dbURL, conn.URL)
+		f.printLatency()
 		return
 	}
 	if *only == "pipeline" {
@@ -389,6 +404,15 @@ func (f *figures) printIntake() {
 	}
 }
 
+// printLatency writes the latency line: Guardian's p50 and p99 at half its
+// peak, beside pgbench's one commit per event at the same rate.
+func (f *figures) printLatency() {
+	s := func(xs []float64) stats { return summarize(xs) }
+	p99, pgP99, p50, pgP50 := s(f.p99s), s(f.pgP99s), s(f.p50s), s(f.pgP50s)
+	fmt.Printf("latency at half peak (%.0f/s) guardian p50 %.2f ms (min %.2f, max %.2f), p99 %.2f ms (min %.2f, max %.2f)  pgbench one tx per event p50 %.2f ms (min %.2f, max %.2f), p99 %.2f ms  (targets p99 < 10 ms: %s; p50 ≤ pgbench's: %s)\n",
+		f.half.PerSecond, p50.median, p50.min, p50.max, p99.median, p99.min, p99.max, pgP50.median, pgP50.min, pgP50.max, pgP99.median, verdict(p99.median < 10), verdict(p50.median <= pgP50.median))
+}
+
 // print writes the full run's table, each figure against its target.
 func (f *figures) print() {
 	s := func(xs []float64) stats { return summarize(xs) }
@@ -416,9 +440,7 @@ func (f *figures) print() {
 		floorDispCPU = append(floorDispCPU, r.cpuMs)
 	}
 	printDispatchCPU(f.dispCPU, f.dispOwnCPU, floorDispCPU)
-	p99, pgP99, p50, pgP50 := s(f.p99s), s(f.pgP99s), s(f.p50s), s(f.pgP50s)
-	fmt.Printf("latency at half peak (%.0f/s) guardian p50 %.2f ms (min %.2f, max %.2f), p99 %.2f ms (min %.2f, max %.2f)  pgbench one tx per event p50 %.2f ms, p99 %.2f ms  (targets p99 < 10 ms: %s; p50 ≤ pgbench's: %s)\n",
-		f.half.PerSecond, p50.median, p50.min, p50.max, p99.median, p99.min, p99.max, pgP50.median, pgP99.median, verdict(p99.median < 10), verdict(p50.median <= pgP50.median))
+	f.printLatency()
 	fmt.Printf("duplicates via Redis      guardian %s  redis-benchmark EXISTS %s  ratio %.2f  (target ≥ 0.3: %s)\n", s(f.dupRedis), s(f.redisCeil), ratio(f.dupRedis, f.redisCeil), verdict(ratio(f.dupRedis, f.redisCeil) >= .3))
 	fmt.Printf("duplicates, Redis vs none with %s  without %s  ratio %.2f\n", s(f.dupRedis), s(f.dupPG), ratio(f.dupRedis, f.dupPG))
 	fmt.Printf("peak resident memory      %.0f MiB  (target < 150 MiB: %s)\n", f.rss, verdict(f.rss < 150))
