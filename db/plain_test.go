@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -65,6 +66,19 @@ func TestPlainBatchIsOneRoundTrip(t *testing.T) {
 				WHERE f.payment_id = $1 AND tr.to_state = 'pending' AND tr.actor = 'test'`, p+"pi_a"))
 			require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM purchase WHERE payment_id = $1 AND actions = '{licence,seat}'`, p+"pi_a"))
 			require.Zero(t, d.Count(t, `SELECT count(*) FROM fulfilment WHERE payment_id = $1`, p+"pi_note"))
+			if mode != pgx.QueryExecModeCacheStatement {
+				return // unnamed statements are planned at each run
+			}
+			// Batches of one, each statement's plan the generic one: left
+			// to choose, Postgres planned them anew at every run.
+			for i := range 6 {
+				record([]db.BatchEvent{ev(fmt.Sprintf("%sevt_one_%d", p, i), fmt.Sprintf("%spi_one_%d", p, i), "licence")}, []string{"test"})
+			}
+			var custom, generic int
+			require.NoError(t, store.Pool().QueryRow(ctx, `SELECT coalesce(sum(custom_plans), 0)::int, coalesce(sum(generic_plans), 0)::int
+				FROM pg_prepared_statements WHERE statement LIKE '%pg_current_xact_id%' OR statement LIKE '%guardian_require%'`).Scan(&custom, &generic))
+			require.Zero(t, custom, "no statement of a plain batch planned for its arguments")
+			require.GreaterOrEqual(t, generic, 3*6, "each of the three ran on its generic plan")
 		})
 	}
 }
