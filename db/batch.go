@@ -223,7 +223,8 @@ const notPlainCode = "GX001"
 // decide) and makes the fulfilments of those stored new whose actor is
 // set (actors, in the order of events; "" for an event that fulfils
 // nothing), in one round trip: what InsertEvents and InsertFulfilments
-// do in three, and in the same rows. Its three statements go in one pgx
+// do in three, and in the same rows. Its statements (the plan setting,
+// the events, the fulfilments, the known ones counted) go in one pgx
 // batch; in a transaction of InPipelinedTx with CommitWithNext set, the
 // BEGIN and COMMIT go with them.
 //

@@ -91,7 +91,7 @@ func TestPlainBatchRefusesRefundsStoredFirst(t *testing.T) {
 	t.Parallel()
 	d := dbtest.NewDB(t)
 	ctx := context.Background()
-	store := db.New(d.Pool)
+	store, _ := countedStore(t, d, pgx.QueryExecModeCacheStatement) // one connection
 	refund := db.BatchEvent{Deliveries: 1, EventParams: db.EventParams{Provider: "stripe", EventID: "evt_refund", Type: "refund", Payload: []byte(`{}`),
 		Reversal: "partial refund", Amount: &db.Amount{Minor: 500, Currency: "EUR"}, RefundOf: "pi_r", RefundID: "re_1"}}
 	_, err := db.InsertEvents(ctx, d.Pool, []db.BatchEvent{refund})
