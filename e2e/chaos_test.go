@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,11 +91,11 @@ type chaosHarness struct {
 	// (a subscription's refund naming its payment intent), the events
 	// still to be acknowledged before the reversal is known to be the
 	// purchase's: the reversal and those that place it (placers).
-	placing    sync.Map // payment id -> *atomic.Int32
-	placers    sync.Map // event id -> payment id
-	placedSeen sync.Map // event id -> true: counted in placing
-	ackedAt    sync.Map // payment id -> time.Time: when its reversal was first acknowledged (committed)
-	fivexxAt   []time.Time
+	placing    sync.Map       // payment id -> *atomic.Int32
+	placers    sync.Map       // event id -> payment id
+	placedSeen sync.Map       // event id -> true: counted in placing
+	ackedAt    sync.Map       // payment id -> time.Time: when its reversal was first acknowledged (committed)
+	fivexxAt   [][2]time.Time // each request answered 5xx: when it was sent, when answered
 	fivexx     atomic.Int64
 	fivexxIDs  sync.Map // event id -> true: answered 5xx at least once
 	transport  atomic.Int64
@@ -469,6 +470,7 @@ func (h *chaosHarness) deliverFrom(first, payments, copies, concurrency int, giv
 				for n := 0; time.Now().Before(deadline); n++ {
 					h.sent.Add(1)
 					target := "http://" + h.addrs[rand.IntN(len(h.addrs))] + "/webhooks/" + d.provider
+					sentAt := time.Now()
 					req, _ := http.NewRequest(http.MethodPost, target, bytes.NewReader(d.body))
 					req.Header = d.sign()
 					resp, err := client.Do(req)
@@ -484,7 +486,7 @@ func (h *chaosHarness) deliverFrom(first, payments, copies, concurrency int, giv
 							h.fivexx.Add(1)
 							h.fivexxIDs.Store(d.id, true)
 							h.mu.Lock()
-							h.fivexxAt = append(h.fivexxAt, time.Now())
+							h.fivexxAt = append(h.fivexxAt, [2]time.Time{sentAt, time.Now()})
 							h.mu.Unlock()
 						}
 					} else {
@@ -512,20 +514,27 @@ func (h *chaosHarness) fault(start time.Time) {
 }
 
 // fivexxWindows groups the 5xx answers into windows (a gap over a second
-// starts a new one) and counts the answers that came more than margin after
-// every fault: those a fault cannot explain.
+// between answers starts a new one) and counts those a fault cannot
+// explain: whose request was in flight at no time from a fault's start to
+// margin after its end. A request sent just before a fault is the fault's
+// when the fault meets it in flight; one sent during a fault is the
+// fault's however late it is answered (a connect timeout, or its batch's
+// deliveries recorded one by one after the batch failed, can answer it
+// seconds after the fault has ended).
 func (h *chaosHarness) fivexxWindows(margin time.Duration) (windows, unexplained int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	slices.SortFunc(h.fivexxAt, func(a, b [2]time.Time) int { return a[1].Compare(b[1]) })
 	var last time.Time
-	for _, at := range h.fivexxAt {
-		if at.Sub(last) > time.Second {
+	for _, r := range h.fivexxAt {
+		sent, answered := r[0], r[1]
+		if answered.Sub(last) > time.Second {
 			windows++
 		}
-		last = at
+		last = answered
 		explained := false
 		for _, f := range h.faultTimes {
-			if !at.Before(f[0]) && !at.After(f[1].Add(margin)) {
+			if !answered.Before(f[0]) && !sent.After(f[1].Add(margin)) {
 				explained = true
 				break
 			}
@@ -972,7 +981,13 @@ func TestChaosPostgresFaults(t *testing.T) {
 			require.NoError(t, proxy.Up())
 			outages = append(outages, time.Since(start))
 		case i%3 == 0:
-			proxy.CutAfter([]byte("commit"), 3) // the next COMMITs reach Postgres, their answers do not
+			// The next COMMITs reach Postgres, their answers do not. The
+			// fault lasts until the third is cut, or 5 s.
+			select {
+			case <-proxy.CutAfter([]byte("commit"), 3):
+			case <-time.After(5 * time.Second):
+				proxy.Disarm()
+			}
 		case i%2 == 0:
 			proxy.Cut() // reset every Guardian connection wherever it is
 		default:

@@ -17,10 +17,9 @@ type Proxy struct {
 	target string
 	// latency is added before each chunk is forwarded, in nanoseconds.
 	latency atomic.Int64
-	// cutAfter is how many more client messages containing cutPattern get
-	// forwarded and then have their connection reset before any answer.
-	cutAfter   atomic.Int64
-	cutPattern atomic.Pointer[[]byte]
+	// cut is what CutAfter armed, if anything.
+	cutMu sync.Mutex
+	cut   *cutArm
 
 	mu       sync.Mutex
 	addr     string
@@ -100,7 +99,7 @@ func (p *Proxy) forward(client net.Conn) {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					break
 				}
-				if pat := p.cutPattern.Load(); src == client && pat != nil && bytes.Contains(buf[:n], *pat) && p.cutAfter.Add(-1) >= 0 {
+				if src == client && p.cutMatches(buf[:n]) {
 					// Forwarded: the server acts on it; its answer is
 					// dropped when it comes.
 					dropAnswer.Store(true)
@@ -165,13 +164,56 @@ func (p *Proxy) Cut() {
 }
 
 // CutAfter arms the proxy to cut the connection of each of the next n
-// client messages that contain pattern once the server answers it: the
-// message is forwarded, the server acts on it and answers, and the answer
-// is dropped and the client's connection reset. For Postgres, pattern
-// "commit" loses a COMMIT's answer after the server committed.
-func (p *Proxy) CutAfter(pattern []byte, n int) {
-	p.cutPattern.Store(&pattern)
-	p.cutAfter.Store(int64(n))
+// client messages that contain pattern, in any case, once the server
+// answers it: the message is forwarded, the server acts on it and
+// answers, and the answer is dropped and the client's connection reset.
+// For Postgres, pattern "commit" loses a COMMIT's answer after the server
+// committed, whether the client spells it COMMIT or commit.
+//
+// The cuts land when such messages come, which may be well after
+// CutAfter returns: the channel it returns is closed once the n-th is
+// made, so that a caller timing the fault can wait for its end. A new
+// CutAfter, or Disarm, drops what is left of the last one.
+func (p *Proxy) CutAfter(pattern []byte, n int) <-chan struct{} {
+	arm := &cutArm{pattern: bytes.ToLower(pattern), left: n, done: make(chan struct{})}
+	if n <= 0 {
+		close(arm.done)
+	}
+	p.cutMu.Lock()
+	p.cut = arm
+	p.cutMu.Unlock()
+	return arm.done
+}
+
+// Disarm drops the cuts CutAfter armed and has not made.
+func (p *Proxy) Disarm() {
+	p.cutMu.Lock()
+	p.cut = nil
+	p.cutMu.Unlock()
+}
+
+// cutArm is one CutAfter: the pattern, in lower case, and the cuts left.
+type cutArm struct {
+	pattern []byte
+	left    int
+	done    chan struct{}
+}
+
+// cutMatches says whether a client message is one the armed CutAfter
+// cuts, counting it if so.
+func (p *Proxy) cutMatches(msg []byte) bool {
+	p.cutMu.Lock()
+	defer p.cutMu.Unlock()
+	arm := p.cut
+	if arm == nil || arm.left <= 0 || !bytes.Contains(bytes.ToLower(msg), arm.pattern) {
+		return false
+	}
+	arm.left--
+	if arm.left == 0 {
+		close(arm.done)
+		p.cut = nil
+	}
+	return true
 }
 
 // Up accepts connections again on the same address.
