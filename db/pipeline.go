@@ -65,20 +65,30 @@ var errTxEnded = errors.New("transaction already committed or rolled back")
 // sent yet and COMMIT after it if it is the last. The caller reads the
 // statement's result from the batch, then ends it with finish.
 func (t *pipedTx) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, bool, error) {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	return t.sendAll(ctx, b)
+}
+
+// sendAll sends b's statements in one batch, with BEGIN before them if
+// none was sent yet and COMMIT after them if the last is among them. The
+// caller reads each statement's result from the batch, then ends it with
+// finish.
+func (t *pipedTx) sendAll(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, bool, error) {
 	if t.ended {
 		return nil, false, errTxEnded
 	}
-	b := &pgx.Batch{}
+	piped := &pgx.Batch{}
 	first, commit := t.tx == nil, t.commitNext
 	if first {
-		b.BeginTx(pgx.TxOptions{})
+		piped.BeginTx(pgx.TxOptions{})
 	}
-	b.Queue(sql, args...)
+	piped.QueuedQueries = append(piped.QueuedQueries, b.QueuedQueries...)
 	if commit {
-		b.Queue("COMMIT")
+		piped.Queue("COMMIT")
 	}
 	t.commitNext = false
-	br := t.conn.SendBatch(ctx, b)
+	br := t.conn.SendBatch(ctx, piped)
 	if first {
 		t.tx = br.Tx()
 		if _, err := br.Exec(); err != nil {
@@ -204,13 +214,36 @@ func (t *pipedTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []
 	return tx.CopyFrom(ctx, table, columns, src)
 }
 
-// SendBatch sends a batch in the transaction (pgx.Tx).
+// SendBatch sends a batch in the transaction (pgx.Tx), in one round trip
+// with the transaction's BEGIN if none was sent yet, and with its COMMIT
+// if CommitWithNext named it last: the caller reads each statement's
+// result in order, then closes the results, which reads the COMMIT.
 func (t *pipedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	tx, err := t.begun(ctx)
+	if !t.piped() {
+		return t.tx.SendBatch(ctx, b)
+	}
+	br, commit, err := t.sendAll(ctx, b)
 	if err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
-	return tx.SendBatch(ctx, b)
+	return &pipedBatch{BatchResults: br, finish: func() error { return t.finish(br, commit) }}
+}
+
+// pipedBatch is a batch's results whose Close reads the COMMIT sent after
+// its statements, if one was.
+type pipedBatch struct {
+	pgx.BatchResults
+	finish func() error
+	closed bool
+	err    error
+}
+
+func (b *pipedBatch) Close() error {
+	if !b.closed {
+		b.closed = true
+		b.err = b.finish()
+	}
+	return b.err
 }
 
 // LargeObjects are pgx's transaction's; they need it begun, which only a

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -168,11 +169,22 @@ const createdReason = "payment event received"
 // recordOne records one event in a transaction of its own: a batch of one.
 func (s *Service) recordOne(ctx context.Context, ev provider.Event) (AcceptResult, error) {
 	c := &acceptCall{ev: ev}
-	err := s.cfg.Store.InPipelinedTx(ctx, func(tx pgx.Tx) error { return s.recordBatchTx(ctx, tx, []*acceptCall{c}) })
-	if err != nil {
+	if err := s.recordTx(ctx, []*acceptCall{c}); err != nil {
 		return AcceptResult{}, fmt.Errorf("record event: %w", err)
 	}
-	return c.res, nil
+	return c.res, c.err
+}
+
+// recordTx records a batch in a transaction of its own: a plain one in
+// one round trip (db.RecordPlainBatch), and again the longer way if its
+// rows need that (db.ErrNotPlain); any other in as many as its events
+// need.
+func (s *Service) recordTx(ctx context.Context, batch []*acceptCall) error {
+	err := s.cfg.Store.InPipelinedTx(ctx, func(tx pgx.Tx) error { return s.recordBatchTx(ctx, tx, batch, true) })
+	if errors.Is(err, db.ErrNotPlain) {
+		err = s.cfg.Store.InPipelinedTx(ctx, func(tx pgx.Tx) error { return s.recordBatchTx(ctx, tx, batch, false) })
+	}
+	return err
 }
 
 // create makes the fulfilments of the payment's actions (only action's,
@@ -206,15 +218,26 @@ const askReversed = "payment reversed before Guardian recorded a fulfilment: whe
 // on its own: one taken back, or not taken back by its policy, holds no
 // other back.
 func (s *Service) born(ctx context.Context, tx pgx.Tx, items []db.BatchFulfilment, reason string) ([]db.Born, error) {
-	birth := db.Birth{Reason: reason, Reversed: state.NeedsReconciliation, ReversedReason: askReversed, Asks: s.asks, Jobs: s.jobs}
+	birth, made := s.birth(reason)
+	created, err := db.InsertFulfilments(ctx, tx, items, birth)
+	made(created)
+	return created, err
+}
+
+// birth is how a statement making fulfilments makes them (see born),
+// taking the turn to notify River's workers if it is due; made is told
+// what the statement made, and hands the turn back if it made nothing
+// to notify of.
+func (s *Service) birth(reason string) (birth db.Birth, made func([]db.Born)) {
+	birth = db.Birth{Reason: reason, Reversed: state.NeedsReconciliation, ReversedReason: askReversed, Asks: s.asks, Jobs: s.jobs}
 	prev, at, due := s.notifyDue()
 	birth.Notify = due
-	created, err := db.InsertFulfilments(ctx, tx, items, birth)
-	if due && !slices.ContainsFunc(created, func(b db.Born) bool { return b.State == state.Pending }) {
-		// Nothing was notified: the next batch's jobs may notify at once.
-		s.notified.CompareAndSwap(at, prev)
+	return birth, func(created []db.Born) {
+		if due && !slices.ContainsFunc(created, func(b db.Born) bool { return b.State == state.Pending }) {
+			// Nothing was notified: the next batch's jobs may notify at once.
+			s.notified.CompareAndSwap(at, prev)
+		}
 	}
-	return created, err
 }
 
 // notifyDue says whether a batch's jobs send River's insert notification:
@@ -357,7 +380,7 @@ func (s *Service) recordBatched(ctx context.Context, ev provider.Event) (AcceptR
 // writeBatch records a batch, setting each call's result.
 func (s *Service) writeBatch(ctx context.Context, batch []*acceptCall) {
 	if len(batch) > 1 {
-		err := s.cfg.Store.InPipelinedTx(ctx, func(tx pgx.Tx) error { return s.recordBatchTx(ctx, tx, batch) })
+		err := s.recordTx(ctx, batch)
 		if err == nil {
 			return
 		}
@@ -418,7 +441,10 @@ type eventKey struct{ provider, id string }
 // events of one payment the first creates its fulfilments (invariant 1
 // holds per action through the fulfilment_one_per_action index, within
 // the batch and across batches).
-func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptCall) error {
+//
+// A plain batch (see plain) is written in one round trip instead, when
+// mayBePlain (db.RecordPlainBatch).
+func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptCall, mayBePlain bool) error {
 	groups := map[eventKey][]*acceptCall{}
 	var keys []eventKey
 	for _, c := range batch {
@@ -460,6 +486,9 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 				events[i].RefundOf = s.refundOf(ev)
 			}
 		}
+	}
+	if mayBePlain && plain(keys, groups, events) {
+		return s.recordPlain(ctx, tx, keys, groups, events)
 	}
 	stored, err := db.InsertEvents(ctx, tx, events)
 	if err != nil {
@@ -556,17 +585,7 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		}
 	}
 
-	for i, k := range keys {
-		for j, c := range groups[k] {
-			c.res, c.err = AcceptResult{Outcome: DuplicatePostgres}, nil
-			if j == 0 && stored[i].Inserted {
-				c.res = AcceptResult{Outcome: NewEvent, Created: created[stored[i].ID]}
-				if bs := c.res.Created; len(bs) > 0 {
-					c.res.FulfilmentID, c.res.FulfilmentState = bs[0].ID, bs[0].State
-				}
-			}
-		}
-	}
+	answer(keys, groups, stored, created)
 	// What the batch's reversals moved, and the subscriptions it started
 	// and ended, are counted once, by the first delivery's Accept, after
 	// the commit.
@@ -581,6 +600,79 @@ func (s *Service) recordBatchTx(ctx context.Context, tx pgx.Tx, batch []*acceptC
 		}
 	}
 	batch[0].res.subs = subs
+	return nil
+}
+
+// answer sets each delivery's result: the first delivery of an event
+// stored new is answered with the fulfilments made for it (created, by
+// event), every other as a duplicate. An event neither stored nor found
+// (db.RecordPlainBatch) is answered with errEventLost.
+func answer(keys []eventKey, groups map[eventKey][]*acceptCall, stored []db.BatchEventResult, created map[int64][]db.Born) {
+	for i, k := range keys {
+		for j, c := range groups[k] {
+			c.res, c.err = AcceptResult{Outcome: DuplicatePostgres}, nil
+			switch {
+			case stored[i].ID == 0:
+				c.res, c.err = AcceptResult{}, errEventLost
+			case j == 0 && stored[i].Inserted:
+				c.res = AcceptResult{Outcome: NewEvent, Created: created[stored[i].ID]}
+				if bs := c.res.Created; len(bs) > 0 {
+					c.res.FulfilmentID, c.res.FulfilmentState = bs[0].ID, bs[0].State
+				}
+			}
+		}
+	}
+}
+
+// errEventLost answers a delivery whose event its batch neither stored
+// nor found: deleted meanwhile (the retention). Nothing acknowledges it,
+// and the provider's retry records it again.
+var errEventLost = errors.New("record event: the event was neither stored nor found (deleted meanwhile); not acknowledged")
+
+// plain says whether a batch's events need none of the steps between
+// storing them and making their fulfilments: no reversal, refund or
+// subscription among them, no purchase awaiting its items. Such a batch
+// is written in one round trip (recordPlain).
+func plain(keys []eventKey, groups map[eventKey][]*acceptCall, events []db.BatchEvent) bool {
+	for i, k := range keys {
+		ev, e := groups[k][0].ev, events[i]
+		if sub, _ := ev.StartsSubscription(); sub != "" || ev.Invoice != nil || ev.Reversal != nil {
+			return false
+		}
+		if e.Reversal != "" || e.Reverses != "" || e.RefundOf != "" || e.Ends != "" || e.Suspends != "" || e.Resumes != "" {
+			return false
+		}
+		if e.Purchase != nil && e.Purchase.AwaitingItems != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// recordPlain writes a plain batch in tx in one round trip, BEGIN and
+// COMMIT included (db.RecordPlainBatch): the events with their
+// purchases, the fulfilments of those stored new, the known ones counted.
+// It makes the rows recordBatchTx's longer way makes, and answers each
+// delivery as it does.
+func (s *Service) recordPlain(ctx context.Context, tx pgx.Tx, keys []eventKey, groups map[eventKey][]*acceptCall, events []db.BatchEvent) error {
+	actors := make([]string, len(keys))
+	for i, k := range keys {
+		if first := groups[k][0]; first.ev.Fulfils() {
+			actors[i] = cmp.Or(first.ev.Origin, "intake")
+		}
+	}
+	birth, made := s.birth(createdReason)
+	db.CommitWithNext(tx)
+	stored, born, err := db.RecordPlainBatch(ctx, tx, events, actors, birth)
+	made(born)
+	if err != nil {
+		return err
+	}
+	created := map[int64][]db.Born{}
+	for _, b := range born {
+		created[b.EventPK] = append(created[b.EventPK], b)
+	}
+	answer(keys, groups, stored, created)
 	return nil
 }
 

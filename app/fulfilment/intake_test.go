@@ -210,11 +210,12 @@ func TestIntakeBatches(t *testing.T) {
 			WHERE j.kind = 'guardian_dispatch' AND j.queue = 'dispatch' AND j.state = 'available'`), "one dispatch job per stored payment")
 	})
 
-	// A batch of new payments is two round trips: BEGIN goes out with
-	// the events' statement, COMMIT with the fulfilments' (db.InPipelinedTx),
-	// and its jobs are in theirs. One with a reversal takes back after the
-	// fulfilments are made, and commits on its own.
-	t.Run("ABatchIsTwoRoundTrips", func(t *testing.T) {
+	// A batch of plain events is one round trip: BEGIN, the events, the
+	// fulfilments with their jobs, the known events counted and COMMIT
+	// (db.RecordPlainBatch), with new payments and deliveries of known
+	// ones alike. One with a reversal takes back after the fulfilments are
+	// made, the longer way, in their transaction.
+	t.Run("APlainBatchIsOneRoundTrip", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		pool, writes := b.db.CountedPool(t, pgx.QueryExecModeCacheStatement)
@@ -222,27 +223,43 @@ func TestIntakeBatches(t *testing.T) {
 		cfg.Store = db.New(pool)
 		svc, err := fulfilment.New(cfg)
 		require.NoError(t, err)
-		accept := func(evs ...provider.Event) int64 {
+		accept := func(evs ...provider.Event) ([]fulfilment.AcceptResult, int64) {
 			n0 := writes.Load()
 			res, errs := stormOn(t, svc, evs)
 			for i := range evs {
 				require.NoError(t, errs[i])
-				require.Equal(t, fulfilment.NewEvent, res[i].Outcome)
 			}
-			return writes.Load() - n0
+			return res, writes.Load() - n0
 		}
 		accept(providertest.Payment("evt_warm", "pi_warm")) // prepares the statements
-		require.EqualValues(t, 2, accept(providertest.Payment("evt_1", "pi_1")), "a batch of one")
+		res, n := accept(providertest.Payment("evt_1", "pi_1"))
+		require.EqualValues(t, 1, n, "a batch of one")
+		require.Equal(t, fulfilment.NewEvent, res[0].Outcome)
+		require.NotEmpty(t, res[0].FulfilmentID)
 		var evs []provider.Event
 		for i := range 8 {
 			evs = append(evs, providertest.Payment(fmt.Sprintf("evt_many_%d", i), fmt.Sprintf("pi_many_%d", i)))
 		}
-		n := accept(evs...)
+		_, n = accept(evs...)
 		require.Equal(t, 10, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`), "a job for each")
 		// Rows one transaction wrote share its xmin: the batches' count.
 		batches := b.db.Count(t, `SELECT count(DISTINCT xmin::text)::int FROM webhook_event WHERE event_id LIKE 'evt_many_%'`)
-		require.EqualValues(t, 2*batches, n, "two round trips per batch (%d batches)", batches)
+		require.EqualValues(t, batches, n, "one round trip per batch (%d batches)", batches)
 		require.Less(t, batches, len(evs), "deliveries were batched")
+		// Known events delivered again beside new ones: counted, made
+		// nothing, in the same round trip.
+		evs = evs[:4]
+		for i := range 4 {
+			evs = append(evs, providertest.Payment(fmt.Sprintf("evt_again_%d", i), fmt.Sprintf("pi_again_%d", i)))
+		}
+		res, n = accept(evs...)
+		for i, r := range res {
+			require.Equal(t, map[bool]fulfilment.IntakeOutcome{true: fulfilment.DuplicatePostgres, false: fulfilment.NewEvent}[i < 4], r.Outcome, "delivery %d", i)
+		}
+		batches = b.db.Count(t, `SELECT count(DISTINCT xmin::text)::int FROM webhook_event WHERE event_id LIKE 'evt_again_%' OR deliveries = 2`)
+		require.EqualValues(t, batches, n, "one round trip per batch (%d batches)", batches)
+		require.Equal(t, 4, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE event_id LIKE 'evt_many_%' AND deliveries = 2`), "each known one counted once")
+		require.Equal(t, 14, b.db.Count(t, `SELECT count(*) FROM fulfilment`), "nothing made for a known event")
 		// New payments and a reversal in the same batches: what is taken
 		// back after the fulfilments are made is in their transaction.
 		evs = []provider.Event{reversal("evt_refund_1", "pi_1", fullRefund)}
@@ -251,7 +268,7 @@ func TestIntakeBatches(t *testing.T) {
 		}
 		accept(evs...)
 		require.Equal(t, map[state.State]int{state.Cancelled: 1}, b.rows(t, "pi_1", state.Fulfil), "taken back")
-		require.Equal(t, 17, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE state = 'pending'`), "the warm-up's and sixteen new payments'")
+		require.Equal(t, 21, b.db.Count(t, `SELECT count(*) FROM fulfilment WHERE state = 'pending'`), "the warm-up's and twenty new payments'")
 	})
 
 	t.Run("OneBatchOneDeliveryWithoutBatching", func(t *testing.T) {
