@@ -66,7 +66,7 @@ var (
 	duration     = flag.Duration("d", 5*time.Second, "length of each measured run")
 	runs         = flag.Int("runs", 3, "repetitions of each throughput measurement")
 	jobsN        = flag.Int("jobs", 5000, "jobs for the dispatch comparison")
-	only         = flag.String("only", "", "run one comparison only: intake (new events accepted with no dispatch running, and their CPU, against the floor's intake), pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), split (three processes against one, each held to a CPU quota on one core while Postgres, a cluster of the bench's own, has the other: what a process adds when Guardian is the limit; needs root for the cgroups), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), scale (the cost as the tables grow to -sizes), latency (p50 and p99 at -rate against pgbench's one commit per event at the same rate), or moving (the floor on Guardian's schema against a narrow row for the state a dispatch moves, at -sizes, 0 and a million unless given)")
+	only         = flag.String("only", "", "run one comparison only: intake (new events accepted with no dispatch running, and their CPU, against the floor's intake), pipeline (end to end and CPU per payment against the floor), dispatch, indexes (what each index costs a payment, on the floor), profile (Guardian's CPU profile over one pipeline run), nodes (three processes against one), split (three processes against one, each held to a CPU quota on one core while Postgres, a cluster of the bench's own, has the other: what a process adds when Guardian is the limit; needs root for the cgroups), actions (purchases of three actions against one), curve, flood (an unsigned flood per provider), scale (the cost as the tables grow to -sizes), latency (p50 and p99 at -rate against pgbench's one commit per event at the same rate), lone (a lone delivery's p50 at -rate, 100/s unless given, parted by what its batch writes), or moving (the floor on Guardian's schema against a narrow row for the state a dispatch moves, at -sizes, 0 and a million unless given)")
 	keep         = flag.Bool("keep", false, "keep the database afterwards, and say where it is (to look at its plans)")
 	scaleDB      = flag.String("scale-db", "", "with -only scale: measure this database, kept by an earlier -keep run, filling it on from the payments it holds; with -only dispatch: measure dispatch on it, adding only the runs' own payments and jobs")
 	dispatchProf = flag.String("dispatch-profile", "", "with -only dispatch: write the dispatching worker's CPU profile of each run's first seconds (-d) to this file, the run's number appended")
@@ -161,6 +161,15 @@ func main() {
 		f := &figures{}
 		f.measureIntake(bin, dbURL, conn.URL, pool)
 		f.printIntake()
+		return
+	}
+	if *only == "lone" {
+		g := startGuardian(bin, dbURL, conn.URL, map[string]string{"GUARDIAN_WORKERS": "false"})
+		g.warm(false)
+		for range *runs {
+			fmt.Println(loneParts(bin, g, cmp.Or(*rate, 100)))
+		}
+		g.stop()
 		return
 	}
 	if *only == "latency" {
@@ -547,6 +556,29 @@ func benchC(bin string, g *guardian, c int, dup, fulfilling, rate float64, wait 
 	var r benchResult
 	check(json.Unmarshal(out, &r))
 	return r
+}
+
+// loneParts parts a delivery's answer at a low rate, where each is a
+// batch of one, by what its batch writes: a new event that fulfils (the
+// events' statement and the fulfilments', jobs included), a new event
+// that fulfils nothing (the events' alone), and a known event (only its
+// deliveries counted). What the last costs is the path every delivery
+// takes (the HTTP exchange, Guardian's process, the round trip and the
+// commit); the first two add their statements.
+func loneParts(bin string, g *guardian, rate float64) string {
+	fulfilling := bench(bin, g, 0, 1, rate, false)
+	plain := bench(bin, g, 0, 0, rate, false)
+	prefix := "lone" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	out, err := g.load("--concurrency", "4", "--duration", "1s", "--duplicates", "0", "--prefix", prefix, "--wait-fulfil", "0")
+	check(err)
+	var seeded, dups benchResult
+	check(json.Unmarshal(out, &seeded))
+	out, err = g.load("--concurrency", strconv.Itoa(*concurrency), "--duration", duration.String(), "--rate", fmt.Sprint(rate),
+		"--duplicates", "1", "--prefix", prefix, "--wait-fulfil", "0", "--seed", strconv.Itoa(seeded.Deliveries))
+	check(err)
+	check(json.Unmarshal(out, &dups))
+	return fmt.Sprintf("a lone delivery at %g/s, p50: a new event that fulfils %.2f ms; one that fulfils nothing %.2f ms; a known one %.2f ms",
+		rate, fulfilling.P50ms, plain.P50ms, dups.P50ms)
 }
 
 // duplicates sends a small set of events once, then measures a load of
