@@ -425,7 +425,13 @@ func insertFulfilments(u, chosen string) string {
 	return `
 		WITH u AS (` + u + `
 		), due AS (
-			SELECT e.id, e.provider, e.payment_id, a.action_name, u.ord, rv.reversed
+			-- declined, the action's fulfilments the receiver declined, is
+			-- the key's input: counted here and passed as a column, so the
+			-- key's function is inlined (an argument that is a subquery,
+			-- used twice in its body, made Postgres call it per row).
+			SELECT e.id, e.provider, e.payment_id, a.action_name, u.ord, rv.reversed,
+				(SELECT count(*) FROM fulfilment p WHERE p.provider = e.provider AND p.payment_id = e.payment_id
+					AND p.state = 'failed' AND p.action = 'fulfil' AND p.action_name = a.action_name) AS declined
 			FROM u JOIN webhook_event e ON e.id = u.event_pk
 				LEFT JOIN purchase p ON p.provider = e.provider AND p.payment_id = e.payment_id
 				CROSS JOIN LATERAL unnest(coalesce(p.actions, '{fulfil}')) AS a(action_name)
@@ -444,9 +450,7 @@ func insertFulfilments(u, chosen string) string {
 			FOR KEY SHARE OF e
 		), created AS (
 			INSERT INTO fulfilment (event_pk, provider, payment_id, action_name, idempotency_key, state)
-			SELECT id, provider, payment_id, action_name, guardian_action_key(provider, payment_id, action_name,
-				(SELECT count(*) FROM fulfilment p WHERE p.provider = due.provider AND p.payment_id = due.payment_id
-					AND p.state = 'failed' AND p.action = 'fulfil' AND p.action_name = due.action_name)),
+			SELECT id, provider, payment_id, action_name, guardian_action_key(provider, payment_id, action_name, declined),
 				CASE WHEN reversed THEN $4 ELSE 'pending' END
 			FROM due
 			ORDER BY provider, payment_id, action_name, ord

@@ -2,11 +2,14 @@ package db_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/guardian-pay/guardian/db"
 	"github.com/guardian-pay/guardian/db/dbtest"
 )
 
@@ -66,4 +69,44 @@ func TestKeysAreInlined(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Contains(t, plan.String(), "sha256", "the plan computes the keys itself")
 	require.NotContains(t, plan.String(), "guardian_", "a key function was not inlined:\n%s", plan.String())
+}
+
+// TestMakingFulfilmentsCallsNoKeyFunction: both ways intake makes
+// fulfilments (InsertFulfilments, and RecordPlainBatch's plain batch)
+// compute each key inline. Postgres counts the calls of a function it did
+// not inline (track_functions): an argument that was a subquery, used
+// twice in the key's body, once made it call guardian_action_key per
+// fulfilment, a statement of its own each time.
+func TestMakingFulfilmentsCallsNoKeyFunction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tx := dbtest.Tx(t)
+	_, err := tx.Exec(ctx, `SET LOCAL track_functions = 'all'`)
+	require.NoError(t, err)
+	ev := func(id, payment string) db.BatchEvent {
+		return db.BatchEvent{Deliveries: 1, EventParams: db.EventParams{Provider: "stripe", EventID: id, Type: "t", PaymentID: payment, Payload: []byte(`{}`)},
+			Purchase: &db.PurchaseRecord{Payment: db.Payment{Provider: "stripe", PaymentID: payment}, Actions: []string{"fulfil", "licence"}, Routes: "r"}}
+	}
+	stored, err := db.InsertEvents(ctx, tx, []db.BatchEvent{ev("evt_long", "pi_long")})
+	require.NoError(t, err)
+	born, err := db.InsertFulfilments(ctx, tx, []db.BatchFulfilment{{EventPK: stored[0].ID, Actor: "test"}}, db.Birth{Reason: "test"})
+	require.NoError(t, err)
+	require.Len(t, born, 2)
+	_, born, err = db.RecordPlainBatch(ctx, tx, []db.BatchEvent{ev("evt_plain", "pi_plain")}, []string{"test"}, db.Birth{Reason: "test"})
+	require.NoError(t, err)
+	require.Len(t, born, 2)
+	var keyed int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM fulfilment WHERE idempotency_key LIKE 'gk1_%'`).Scan(&keyed))
+	require.Equal(t, 4, keyed, "every row has its key")
+
+	rows, err := tx.Query(ctx, `SELECT funcname, calls FROM pg_stat_xact_user_functions WHERE funcname LIKE 'guardian%key'`)
+	require.NoError(t, err)
+	called, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var name string
+		var calls int64
+		err := r.Scan(&name, &calls)
+		return fmt.Sprintf("%s: %d calls", name, calls), err
+	})
+	require.NoError(t, err)
+	require.Empty(t, called, "a key function ran as a function, not inlined")
 }
