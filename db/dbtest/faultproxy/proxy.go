@@ -96,13 +96,14 @@ func (p *Proxy) forward(client net.Conn) {
 					_ = upstream.Close()
 					break
 				}
+				if src == client && p.cutMatches(buf[:n]) {
+					// Marked before it is forwarded, so that no answer
+					// can slip through between the two: the server acts
+					// on it, and its answer is dropped when it comes.
+					dropAnswer.Store(true)
+				}
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					break
-				}
-				if src == client && p.cutMatches(buf[:n]) {
-					// Forwarded: the server acts on it; its answer is
-					// dropped when it comes.
-					dropAnswer.Store(true)
 				}
 			}
 			if err != nil {
