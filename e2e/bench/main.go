@@ -561,39 +561,38 @@ func benchC(bin string, g *guardian, c int, dup, fulfilling, rate float64, wait 
 // loneParts parts a delivery's answer at a low rate, where each is a
 // batch of one, by what its batch writes: a new event that fulfils (the
 // events' statement and the fulfilments', jobs included), a new event
-// that fulfils nothing (the events' alone), and a known event (only its
-// deliveries counted). What the last costs is the path every delivery
-// takes (the HTTP exchange, Guardian's process, the round trip and the
-// commit); the first two add their statements.
+// that fulfils nothing (the events' statement alone), and a known event
+// (the events' statement, which finds it, and its deliveries counted).
+// The second is the path every delivery takes: the HTTP exchange,
+// Guardian's process, the events' statement, the round trip and the
+// commit.
 func loneParts(bin string, g *guardian, rate float64) string {
 	fulfilling := bench(bin, g, 0, 1, rate, false)
 	plain := bench(bin, g, 0, 0, rate, false)
-	prefix := "lone" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	out, err := g.load("--concurrency", "4", "--duration", "1s", "--duplicates", "0", "--prefix", prefix, "--wait-fulfil", "0")
-	check(err)
-	var seeded, dups benchResult
-	check(json.Unmarshal(out, &seeded))
-	out, err = g.load("--concurrency", strconv.Itoa(*concurrency), "--duration", duration.String(), "--rate", fmt.Sprint(rate),
-		"--duplicates", "1", "--prefix", prefix, "--wait-fulfil", "0", "--seed", strconv.Itoa(seeded.Deliveries))
-	check(err)
-	check(json.Unmarshal(out, &dups))
+	dups := duplicatesAt(g, rate)
 	return fmt.Sprintf("a lone delivery at %g/s, p50: a new event that fulfils %.2f ms; one that fulfils nothing %.2f ms; a known one %.2f ms",
 		rate, fulfilling.P50ms, plain.P50ms, dups.P50ms)
 }
 
 // duplicates sends a small set of events once, then measures a load of
-// nothing but duplicates of them.
+// nothing but duplicates of them, as fast as answers come.
 func duplicates(bin string, g *guardian) float64 {
+	return duplicatesAt(g, 0).PerSecond
+}
+
+// duplicatesAt is duplicates' load at rate deliveries a second (0: as
+// fast as answers come).
+func duplicatesAt(g *guardian, rate float64) benchResult {
 	prefix := "dup" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	out, err := g.load("--concurrency", "4", "--duration", "1s", "--duplicates", "0", "--prefix", prefix, "--wait-fulfil", "0")
 	check(err)
 	var r benchResult
 	check(json.Unmarshal(out, &r))
-	out, err = g.load("--concurrency", strconv.Itoa(*concurrency), "--duration", duration.String(),
+	out, err = g.load("--concurrency", strconv.Itoa(*concurrency), "--duration", duration.String(), "--rate", fmt.Sprint(rate),
 		"--duplicates", "1", "--prefix", prefix, "--wait-fulfil", "0", "--seed", strconv.Itoa(r.Deliveries))
 	check(err)
 	check(json.Unmarshal(out, &r))
-	return r.PerSecond
+	return r
 }
 
 func pgbench(dbURL string) float64 {

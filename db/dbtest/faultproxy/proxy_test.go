@@ -10,14 +10,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// echo is a target that answers each line it reads with the same line,
-// and counts the lines it read (what "the server acted" means here).
-func echo(t *testing.T) (addr string, lines chan string) {
+// echoed is a proxy in front of a target that answers each line it
+// reads with the same line, and the lines the target read (what "the
+// server acted" means here).
+func echoed(t *testing.T) (*Proxy, chan string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
-	lines = make(chan string, 100)
+	lines := make(chan string, 100)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -40,7 +41,10 @@ func echo(t *testing.T) (addr string, lines chan string) {
 			}()
 		}
 	}()
-	return ln.Addr().String(), lines
+	p, err := New(ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p, lines
 }
 
 // ask sends one line through a new connection to the proxy and returns
@@ -59,10 +63,7 @@ func ask(t *testing.T, p *Proxy, line string) (string, error) {
 }
 
 func TestCutAfterDropsTheAnswersOfTheNextMatches(t *testing.T) {
-	target, lines := echo(t)
-	p, err := New(target)
-	require.NoError(t, err)
-	t.Cleanup(p.Close)
+	p, lines := echoed(t)
 
 	done := p.CutAfter([]byte("commit"), 2)
 	answer, err := ask(t, p, "select 1")
@@ -93,10 +94,7 @@ func TestCutAfterDropsTheAnswersOfTheNextMatches(t *testing.T) {
 }
 
 func TestDisarmDropsTheCutsLeft(t *testing.T) {
-	target, lines := echo(t)
-	p, err := New(target)
-	require.NoError(t, err)
-	t.Cleanup(p.Close)
+	p, lines := echoed(t)
 
 	done := p.CutAfter([]byte("commit"), 3)
 	p.Disarm()
