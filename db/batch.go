@@ -346,11 +346,10 @@ type Birth struct {
 	// Jobs, when its queue is set, is how the dispatch job of each row
 	// born pending is written: in the statement that makes the row, so
 	// an intake batch's jobs cost no round trip of their own. With no
-	// queue, no job is written (the caller's to insert). Notify sends
-	// River's insert notification with them (Jobs.NotifyEvery says how
-	// often a caller may).
-	Jobs   DispatchJobs
-	Notify bool
+	// queue, no job is written (the caller's to insert). No statement
+	// that makes rows notifies River's workers of its jobs: the caller
+	// does once it has committed (NotifyJobs).
+	Jobs DispatchJobs
 }
 
 // Born is a fulfilment InsertFulfilments made: its id, its event and
@@ -399,7 +398,7 @@ func InsertFulfilments(ctx context.Context, q DBTX, items []BatchFulfilment, bir
 // rest the birth's.
 func fulfilmentArgs(items, actors, only any, birth Birth) []any {
 	return []any{items, actors, birth.Reason, string(birth.Reversed), birth.ReversedReason, only, birth.Asks,
-		birth.Jobs.IDArg, birth.Jobs.Kind, birth.Jobs.Queue, birth.Jobs.Priority, birth.Jobs.MaxAttempts, birth.Jobs.Topic, birth.Notify}
+		birth.Jobs.IDArg, birth.Jobs.Kind, birth.Jobs.Queue, birth.Jobs.Priority, birth.Jobs.MaxAttempts}
 }
 
 // collectBorn reads insertFulfilments' rows.
@@ -461,14 +460,11 @@ func insertFulfilments(u, chosen string) string {
 			SELECT created.id, NULL, created.state, 0, u.actor, CASE WHEN created.state = 'pending' THEN $3 ELSE $5 END
 			FROM created JOIN u USING (event_pk)
 		), queued AS (
-			-- River's row, as its insert writes it (jobs.TestDispatchJobsAreRiversOwn),
-			-- and, when asked, its insert notification: Postgres delivers
-			-- one per transaction and channel, however many rows send it.
+			-- River's row, as its insert writes it (jobs.TestDispatchJobsAreRiversOwn).
 			INSERT INTO river_job (args, kind, queue, priority, max_attempts, state, scheduled_at, tags, metadata)
 			SELECT jsonb_build_object($8::text, created.id), $9, $10, $11, $12, 'available', now(), '{}', '{}'
 			FROM created WHERE created.state = 'pending' AND $10 <> ''
 			ORDER BY created.id
-			RETURNING CASE WHEN $14 THEN pg_notify(current_schema() || '.' || $13, jsonb_build_object('queue', $10::text)::text) END
 		)
 		SELECT id, event_pk, action_name, state FROM created`
 }

@@ -310,15 +310,32 @@ type DispatchJobs struct {
 	// writes for the job's options.
 	Queue                 string
 	Priority, MaxAttempts int
-	// Topic is River's insert notification's topic: the channel is the
-	// schema's name, a dot and the topic, and the payload names the
-	// queue, so a working client's producer fetches the job at once.
+	// Topic is River's insert notification's topic (NotifyJobs).
 	// NotifyEvery is the least time between two notifications from one
-	// process, as River's own insert limits them: a transaction that
-	// notifies holds Postgres's notification lock from its commit's start
-	// to its end, so notifying commits are taken one at a time.
+	// process, as River's own insert limits them.
 	Topic       string
 	NotifyEvery time.Duration
+}
+
+// NotifyJobs sends River's insert notification for jobs' queue, so that a
+// working client's producer fetches the jobs at once rather than at its
+// next poll: the channel is the schema's name, a dot and the topic, and
+// the payload names the queue. The caller sends it once the jobs are
+// committed, with q outside any transaction (a pool or a connection).
+//
+// A transaction that notifies holds Postgres's notification lock, one
+// per database, from its commit's start to its end, its WAL flush
+// included, so notifying commits go one at a time across every process.
+// Sent by the transaction that writes the jobs, a node's intake batch
+// would wait at its commit for every other node's notifying batch to be
+// flushed. Alone, it writes nothing but its commit record, which
+// Postgres does not wait to flush, so the lock is held for microseconds.
+// A notification lost between the commit and its sending costs the jobs
+// a poll's wait, never the jobs.
+func NotifyJobs(ctx context.Context, q DBTX, jobs DispatchJobs) error {
+	_, err := q.Exec(ctx, `SELECT pg_notify(current_schema() || '.' || $1, jsonb_build_object('queue', $2::text)::text)`,
+		jobs.Topic, jobs.Queue)
+	return wrap("notify River's workers", err)
 }
 
 // sql returns the look-up of a fulfilment's live dispatch jobs for f, with

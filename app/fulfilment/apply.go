@@ -189,6 +189,7 @@ func (s *Service) applyOne(ctx context.Context, pay db.Payment, p ApplyParams) (
 	if err != nil {
 		return false, fmt.Errorf("apply %s to %s %s: %w", p.Action, pay.Provider, pay.PaymentID, err)
 	}
+	s.announce(created)
 	for _, b := range created {
 		s.cfg.Metrics.Transition(b.Action, "", b.State, 1)
 	}

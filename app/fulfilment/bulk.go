@@ -106,6 +106,7 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 		return r, nil
 	}
 	born := state.Pending
+	var made []db.Born // by a retry of a failed fulfilment
 	err := s.cfg.Store.InTx(ctx, func(tx pgx.Tx) error {
 		f, err := db.GetFulfilment(ctx, tx, id)
 		if err != nil {
@@ -124,10 +125,9 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 				err = s.cfg.Enqueuer.EnqueueDispatchTx(ctx, tx, r.FulfilmentID)
 			}
 		} else {
-			var bs []db.Born
-			bs, err = s.create(ctx, tx, f.EventPK, f.ActionName, "operator "+operator, "retry of failed fulfilment "+id)
-			if len(bs) > 0 {
-				r.FulfilmentID, born = bs[0].ID, bs[0].State
+			made, err = s.create(ctx, tx, f.EventPK, f.ActionName, "operator "+operator, "retry of failed fulfilment "+id)
+			if len(made) > 0 {
+				r.FulfilmentID, born = made[0].ID, made[0].State
 			}
 		}
 		r.Verdict = RetryPaymentHeld
@@ -142,6 +142,7 @@ func (s *Service) retryOne(ctx context.Context, id, operator string) (BulkResult
 	if err != nil {
 		return BulkResult{ID: id}, fmt.Errorf("retry %s: %w", id, err)
 	}
+	s.announce(made)
 	if r.Verdict == RetryCreated {
 		s.cfg.Metrics.Transition(r.ActionName, "", born, 1)
 		s.cfg.Logger.InfoContext(ctx, "failed fulfilment retried by operator", "fulfilment_id", id,

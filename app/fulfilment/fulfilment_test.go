@@ -30,10 +30,18 @@ type enqueuer struct {
 	mu     sync.Mutex
 	ids    []string
 	routes []db.Payment
+	// notifyEvery, when set, stands for River's fetch cooldown.
+	notifyEvery time.Duration
 }
 
 // DispatchJobs names River's dispatch jobs as jobs.Enqueuer does.
-func (e *enqueuer) DispatchJobs() db.DispatchJobs { return jobs.DispatchJobs() }
+func (e *enqueuer) DispatchJobs() db.DispatchJobs {
+	j := jobs.DispatchJobs()
+	if e.notifyEvery > 0 {
+		j.NotifyEvery = e.notifyEvery
+	}
+	return j
+}
 
 func (e *enqueuer) EnqueueDispatchTx(_ context.Context, _ pgx.Tx, ids ...string) error {
 	e.mu.Lock()

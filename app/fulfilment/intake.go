@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -184,6 +185,13 @@ func (s *Service) recordTx(ctx context.Context, batch []*acceptCall) error {
 	if errors.Is(err, db.ErrNotPlain) {
 		err = s.cfg.Store.InPipelinedTx(ctx, func(tx pgx.Tx) error { return s.recordBatchTx(ctx, tx, batch, false) })
 	}
+	if err == nil {
+		var created []db.Born
+		for _, c := range batch {
+			created = append(created, c.res.Created...)
+		}
+		s.announce(created)
+	}
 	return err
 }
 
@@ -203,7 +211,8 @@ const askReversed = "payment reversed before Guardian recorded a fulfilment: whe
 
 // born makes the fulfilments of items in tx (db.InsertFulfilments) and, in
 // the same statement, a dispatch job for each born pending, written as the
-// Enqueuer names it; it returns every one made.
+// Enqueuer names it; it returns every one made. Once tx has committed, the
+// caller announces them.
 //
 // A payment already taken back has nothing sent for it as far as
 // Guardian's rows know, but its rows may be younger than what its receiver
@@ -218,36 +227,66 @@ const askReversed = "payment reversed before Guardian recorded a fulfilment: whe
 // on its own: one taken back, or not taken back by its policy, holds no
 // other back.
 func (s *Service) born(ctx context.Context, tx pgx.Tx, items []db.BatchFulfilment, reason string) ([]db.Born, error) {
-	birth, made := s.birth(reason)
-	created, err := db.InsertFulfilments(ctx, tx, items, birth)
-	made(created)
-	return created, err
+	return db.InsertFulfilments(ctx, tx, items, s.birth(reason))
 }
 
-// birth is how a statement making fulfilments makes them (see born),
-// taking the turn to notify River's workers if it is due; made is told
-// what the statement made, and hands the turn back if it made nothing
-// to notify of.
-func (s *Service) birth(reason string) (birth db.Birth, made func([]db.Born)) {
-	birth = db.Birth{Reason: reason, Reversed: state.NeedsReconciliation, ReversedReason: askReversed, Asks: s.asks, Jobs: s.jobs}
-	prev, at, due := s.notifyDue()
-	birth.Notify = due
-	return birth, func(created []db.Born) {
-		if due && !slices.ContainsFunc(created, func(b db.Born) bool { return b.State == state.Pending }) {
-			// Nothing was notified: the next batch's jobs may notify at once.
-			s.notified.CompareAndSwap(at, prev)
-		}
+// birth is how intake, replay, retry and routing make fulfilments (born).
+func (s *Service) birth(reason string) db.Birth {
+	return db.Birth{Reason: reason, Reversed: state.NeedsReconciliation, ReversedReason: askReversed, Asks: s.asks, Jobs: s.jobs}
+}
+
+// announce tells River's working clients, in every process, of the
+// dispatch jobs of fulfilments created pending by a transaction that has
+// committed, so that one fetches them at once (db.NotifyJobs, which says
+// why the transaction that wrote them does not). This process notifies
+// at most once in the enqueuer's NotifyEvery, as River's own insert does;
+// jobs committed within it are announced by one notification at its
+// end. The notification goes out on a connection of its own, and the
+// caller does not wait for it.
+func (s *Service) announce(created []db.Born) {
+	if !slices.ContainsFunc(created, func(b db.Born) bool { return b.State == state.Pending }) {
+		return
+	}
+	n := &s.notices
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.trailing {
+		return // a notification after these jobs' commit is on its way
+	}
+	if wait := s.jobs.NotifyEvery - time.Since(n.last); wait > 0 {
+		n.trailing = true
+		time.AfterFunc(wait, func() {
+			n.mu.Lock()
+			n.trailing, n.last = false, time.Now()
+			n.mu.Unlock()
+			s.notifyJobs()
+		})
+		return
+	}
+	n.last = time.Now()
+	go s.notifyJobs()
+}
+
+// notices is when this process last notified River's workers of new
+// jobs, and whether a notification waits for the end of NotifyEvery.
+type notices struct {
+	mu       sync.Mutex
+	last     time.Time
+	trailing bool
+}
+
+// notifyJobs sends River's insert notification (announce). Failing, it
+// costs the jobs a wait for their working clients' next poll.
+func (s *Service) notifyJobs() {
+	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+	defer cancel()
+	if err := db.NotifyJobs(ctx, s.cfg.Store.Pool(), s.jobs); err != nil {
+		s.cfg.Logger.Warn("new dispatch jobs wait for River's next poll", "error", err)
 	}
 }
 
-// notifyDue says whether a batch's jobs send River's insert notification:
-// at most one in the enqueuer's NotifyEvery, across the writers of this
-// process. Taking the turn sets the time of the last one to at; prev is
-// what it was, to hand the turn back with.
-func (s *Service) notifyDue() (prev, at int64, due bool) {
-	at, prev = time.Now().UnixNano(), s.notified.Load()
-	return prev, at, at-prev >= int64(s.jobs.NotifyEvery) && s.notified.CompareAndSwap(prev, at)
-}
+// notifyTimeout bounds a notification's round trip.
+const notifyTimeout = 5 * time.Second
 
 // ReplayResult says what a replay did.
 type ReplayResult struct {
@@ -338,6 +377,7 @@ func (s *Service) Replay(ctx context.Context, providerName, eventID, operator st
 	if err != nil {
 		return ReplayResult{}, fmt.Errorf("replay event: %w", err)
 	}
+	s.announce(created)
 	for _, b := range created {
 		s.cfg.Metrics.Transition(b.Action, "", b.State, 1)
 	}
@@ -661,10 +701,8 @@ func (s *Service) recordPlain(ctx context.Context, tx pgx.Tx, keys []eventKey, g
 			actors[i] = cmp.Or(first.ev.Origin, "intake")
 		}
 	}
-	birth, made := s.birth(createdReason)
 	db.CommitWithNext(tx)
-	stored, born, err := db.RecordPlainBatch(ctx, tx, events, actors, birth)
-	made(born)
+	stored, born, err := db.RecordPlainBatch(ctx, tx, events, actors, s.birth(createdReason))
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -217,7 +218,10 @@ func TestIntakeBatches(t *testing.T) {
 	// made, the longer way, in their transaction.
 	t.Run("APlainBatchIsOneRoundTrip", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		// River's workers are told of the first payment's job, in a round
+		// trip of its own after its commit, and of no other's for an hour.
+		b := setup(t, func(c *fulfilment.Config) { c.Enqueuer.(*enqueuer).notifyEvery = time.Hour })
+		notified := b.listen(t)
 		pool, writes := b.db.CountedPool(t, pgx.QueryExecModeCacheStatement)
 		cfg := b.cfg
 		cfg.Store = db.New(pool)
@@ -232,6 +236,8 @@ func TestIntakeBatches(t *testing.T) {
 			return res, writes.Load() - n0
 		}
 		accept(providertest.Payment("evt_warm", "pi_warm")) // prepares the statements
+		_, ok := notified(5 * time.Second)
+		require.True(t, ok)
 		res, n := accept(providertest.Payment("evt_1", "pi_1"))
 		require.EqualValues(t, 1, n, "a batch of one")
 		require.Equal(t, fulfilment.NewEvent, res[0].Outcome)

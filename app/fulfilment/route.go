@@ -122,6 +122,7 @@ func (s *Service) RouteAwaiting(ctx context.Context, p db.Payment, actor string)
 	if err != nil {
 		return nil, fmt.Errorf("route %s purchase %s: %w", p.Provider, p.PaymentID, err)
 	}
+	s.announce(born)
 	for _, b := range born {
 		s.cfg.Metrics.Transition(b.Action, "", b.State, 1)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -155,10 +154,10 @@ type Service struct {
 	timeouts   map[string]time.Duration
 	asks       []string
 	// jobs is how the fulfilments' statements write their dispatch jobs,
-	// and notified when (Unix nanoseconds) they last sent River's insert
-	// notification.
-	jobs     db.DispatchJobs
-	notified atomic.Int64
+	// and notices when River's workers were last told of new ones
+	// (announce).
+	jobs    db.DispatchJobs
+	notices notices
 	// intake gathers concurrent deliveries into transactions; nil with
 	// Batch 1.
 	intake *batch.Gatherer[*acceptCall]

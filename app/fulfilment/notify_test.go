@@ -1,0 +1,78 @@
+package fulfilment_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/provider/providertest"
+)
+
+// TestNewJobsAreAnnouncedOnceCommitted: River's working clients are told
+// of a payment's dispatch job once its transaction has committed (its
+// statement notifies nobody: db.NotifyJobs), at most once in NotifyEvery.
+// Jobs committed within NotifyEvery of a notification are not left to
+// River's poll: one notification at its end announces them all. A
+// delivery that makes no job announces nothing.
+func TestNewJobsAreAnnouncedOnceCommitted(t *testing.T) {
+	t.Parallel()
+	const every = 800 * time.Millisecond
+	b := setup(t, func(c *fulfilment.Config) { c.Enqueuer.(*enqueuer).notifyEvery = every })
+	next := b.listen(t)
+	jobs := func() int { return b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`) }
+
+	b.pay(t, "evt_first", "pi_first")
+	first, ok := next(every / 2)
+	require.True(t, ok, "the first job is announced at once")
+	require.Equal(t, 1, jobs(), "and was committed when it was")
+
+	// Two more within NotifyEvery of the first notification: one
+	// notification at its end, after both committed.
+	b.pay(t, "evt_second", "pi_second")
+	b.pay(t, "evt_third", "pi_third")
+	paid := time.Now()
+	require.Less(t, paid.Sub(first), every, "the test paid too slowly to be inside NotifyEvery")
+	second, ok := next(every + 5*time.Second)
+	require.True(t, ok, "jobs committed inside NotifyEvery were never announced")
+	require.GreaterOrEqual(t, second.Sub(first), every/2, "the second notification came early: not limited")
+	require.Equal(t, 3, jobs())
+	_, ok = next(every + 200*time.Millisecond)
+	require.False(t, ok, "one notification announces every job committed inside NotifyEvery")
+
+	// A known event's delivery makes no job, and announces nothing.
+	_, err := b.svc.Accept(b.ctx, providertest.Payment("evt_third", "pi_third"))
+	require.NoError(t, err)
+	_, ok = next(every + 200*time.Millisecond)
+	require.False(t, ok, "a delivery that made no job notified")
+}
+
+// listen listens on River's insert notifications' channel, on a
+// connection of its own, until the test ends; next waits up to wait for
+// the next notification and says when it came.
+func (b *testBundle) listen(t *testing.T) (next func(wait time.Duration) (time.Time, bool)) {
+	t.Helper()
+	conn, err := b.db.Pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	var channel string
+	require.NoError(t, conn.QueryRow(b.ctx, `SELECT current_schema() || '.river_insert'`).Scan(&channel))
+	_, err = conn.Exec(b.ctx, `LISTEN `+pgx.Identifier{channel}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), `UNLISTEN *`)
+		conn.Release()
+	})
+	return func(wait time.Duration) (time.Time, bool) {
+		ctx, cancel := context.WithTimeout(b.ctx, wait)
+		defer cancel()
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return time.Time{}, false
+		}
+		require.JSONEq(t, `{"queue": "dispatch"}`, n.Payload)
+		return time.Now(), true
+	}
+}

@@ -1,0 +1,74 @@
+package db_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/db/dbtest"
+)
+
+// TestJobsAreNotifiedOnlyByNotifyJobs: the statements that write dispatch
+// jobs beside their fulfilments, both ways of making them, notify nobody
+// (a notifying commit would hold Postgres's notification lock through its
+// flush, and every other process's notifying commits with it); NotifyJobs,
+// sent after, tells River's producers of the queue on the channel they
+// listen on.
+func TestJobsAreNotifiedOnlyByNotifyJobs(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	ctx := context.Background()
+	jobs := db.DispatchJobs{Kind: "guardian_dispatch", IDArg: "fulfilment_id", Queue: "dispatch", Priority: 1, MaxAttempts: 25, Topic: "river_insert"}
+
+	listener, err := d.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	var channel string
+	require.NoError(t, listener.QueryRow(ctx, `SELECT current_schema() || '.river_insert'`).Scan(&channel))
+	_, err = listener.Exec(ctx, `LISTEN `+pgx.Identifier{channel}.Sanitize())
+	require.NoError(t, err)
+	defer func() { _, _ = listener.Exec(context.Background(), `UNLISTEN *`) }()
+	next := func(wait time.Duration) (string, bool) {
+		ctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		n, err := listener.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return "", false
+		}
+		return n.Payload, true
+	}
+
+	paid := func(id string) db.BatchEvent {
+		return db.BatchEvent{Deliveries: 1, EventParams: db.EventParams{Provider: "stripe", EventID: id, Type: "t", PaymentID: "pi_" + id, Payload: []byte(`{}`)},
+			Purchase: &db.PurchaseRecord{Payment: db.Payment{Provider: "stripe", PaymentID: "pi_" + id}, Actions: []string{"licence"}, Routes: "r"}}
+	}
+	birth := db.Birth{Reason: "test", Jobs: jobs}
+	store := db.New(d.Pool)
+	require.NoError(t, store.InPipelinedTx(ctx, func(tx pgx.Tx) error {
+		db.CommitWithNext(tx)
+		_, born, err := db.RecordPlainBatch(ctx, tx, []db.BatchEvent{paid("evt_plain")}, []string{"test"}, birth)
+		require.Len(t, born, 1)
+		return err
+	}))
+	require.NoError(t, store.InTx(ctx, func(tx pgx.Tx) error {
+		stored, err := db.InsertEvents(ctx, tx, []db.BatchEvent{paid("evt_long")})
+		if err != nil {
+			return err
+		}
+		born, err := db.InsertFulfilments(ctx, tx, []db.BatchFulfilment{{EventPK: stored[0].ID, Actor: "test"}}, birth)
+		require.Len(t, born, 1)
+		return err
+	}))
+	require.Equal(t, 2, d.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch' AND state = 'available'`))
+	_, got := next(300 * time.Millisecond)
+	require.False(t, got, "a statement that writes jobs notified")
+
+	require.NoError(t, db.NotifyJobs(ctx, d.Pool, jobs))
+	payload, got := next(5 * time.Second)
+	require.True(t, got, "NotifyJobs notified nobody")
+	require.JSONEq(t, `{"queue": "dispatch"}`, payload)
+}
