@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 // (a notifying commit would hold Postgres's notification lock through its
 // flush, and every other process's notifying commits with it); NotifyJobs,
 // sent after, tells River's producers of the queue on the channel they
-// listen on.
+// listen on, and NotifyOnCommit sends it once a pipelined transaction has
+// committed.
 func TestJobsAreNotifiedOnlyByNotifyJobs(t *testing.T) {
 	t.Parallel()
 	d := dbtest.NewDB(t)
@@ -71,4 +73,44 @@ func TestJobsAreNotifiedOnlyByNotifyJobs(t *testing.T) {
 	payload, got := next(5 * time.Second)
 	require.True(t, got, "NotifyJobs notified nobody")
 	require.JSONEq(t, `{"queue": "dispatch"}`, payload)
+
+	// NotifyOnCommit: the notification goes out after the COMMIT a
+	// statement carries, in its round trip, or after an explicit Commit;
+	// a transaction rolled back sends none.
+	counted, writes := countedStore(t, d, pgx.QueryExecModeCacheStatement)
+	for _, id := range []string{"evt_prepares", "evt_carried"} {
+		n0 := writes.Load()
+		require.NoError(t, counted.InPipelinedTx(ctx, func(tx pgx.Tx) error {
+			require.True(t, db.NotifyOnCommit(tx, jobs))
+			db.CommitWithNext(tx)
+			_, born, err := db.RecordPlainBatch(ctx, tx, []db.BatchEvent{paid(id)}, []string{"test"}, birth)
+			require.Len(t, born, 1)
+			return err
+		}))
+		if id == "evt_carried" {
+			require.EqualValues(t, 1, writes.Load()-n0, "BEGIN, the batch, COMMIT and the notification in one round trip")
+		}
+		_, got = next(5 * time.Second)
+		require.True(t, got, "the notification after a statement's COMMIT")
+	}
+	require.NoError(t, counted.InPipelinedTx(ctx, func(tx pgx.Tx) error {
+		db.NotifyOnCommit(tx, jobs)
+		_, err := db.InsertEvents(ctx, tx, []db.BatchEvent{paid("evt_committed")})
+		return err
+	}))
+	_, got = next(5 * time.Second)
+	require.True(t, got, "the notification after Commit")
+	require.Error(t, counted.InPipelinedTx(ctx, func(tx pgx.Tx) error {
+		db.NotifyOnCommit(tx, jobs)
+		if _, err := db.InsertEvents(ctx, tx, []db.BatchEvent{paid("evt_rolled_back")}); err != nil {
+			return err
+		}
+		return errors.New("rolled back")
+	}))
+	_, got = next(300 * time.Millisecond)
+	require.False(t, got, "a transaction rolled back notified")
+	require.NoError(t, store.InTx(ctx, func(tx pgx.Tx) error {
+		require.False(t, db.NotifyOnCommit(tx, jobs), "only a pipelined transaction carries the notification")
+		return nil
+	}))
 }

@@ -47,13 +47,28 @@ func CommitWithNext(tx pgx.Tx) {
 	}
 }
 
+// NotifyOnCommit has River's insert notification for jobs sent once tx
+// has committed, as a transaction of its own (NotifyJobs says why not in
+// tx): on a transaction of InPipelinedTx, right after its COMMIT, in the
+// same round trip, and on no other. It reports whether tx will send it.
+// A notification that fails leaves the commit as it was.
+func NotifyOnCommit(tx pgx.Tx, jobs DispatchJobs) bool {
+	p, ok := tx.(*pipedTx)
+	if ok {
+		p.notify = &jobs
+	}
+	return ok
+}
+
 // pipedTx is a transaction on conn whose BEGIN goes out with its first
 // statement (pgx's Batch.BeginTx; tx is pgx's transaction from then on),
-// and whose COMMIT goes with a statement when commitNext is set.
+// and whose COMMIT goes with a statement when commitNext is set, followed
+// by notify's notification when it is set.
 type pipedTx struct {
 	conn       *pgx.Conn
 	tx         pgx.Tx
 	commitNext bool
+	notify     *DispatchJobs
 	// ended is set once a statement's COMMIT committed, or Commit or
 	// Rollback ran.
 	ended bool
@@ -86,6 +101,9 @@ func (t *pipedTx) sendAll(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, 
 	piped.QueuedQueries = append(piped.QueuedQueries, b.QueuedQueries...)
 	if commit {
 		piped.Queue("COMMIT")
+		if t.notify != nil {
+			piped.Queue(notifyJobsSQL, t.notify.Topic, t.notify.Queue)
+		}
 	}
 	t.commitNext = false
 	br := t.conn.SendBatch(ctx, piped)
@@ -106,6 +124,9 @@ func (t *pipedTx) finish(br pgx.BatchResults, commit bool) error {
 		var tag pgconn.CommandTag
 		if tag, err = br.Exec(); err == nil && tag.String() == "ROLLBACK" {
 			err = pgx.ErrTxCommitRollback
+		}
+		if t.notify != nil {
+			_, _ = br.Exec() // the notification's; it cannot undo the commit
 		}
 	}
 	if cerr := br.Close(); err == nil {
@@ -165,7 +186,14 @@ func (t *pipedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 
 // Commit commits the transaction, unless a statement's COMMIT already did
 // or nothing was sent: a transaction of no statements has nothing to end.
-func (t *pipedTx) Commit(ctx context.Context) error { return t.end(ctx, pgx.Tx.Commit) }
+func (t *pipedTx) Commit(ctx context.Context) error {
+	open := !t.ended && t.tx != nil
+	err := t.end(ctx, pgx.Tx.Commit)
+	if open && err == nil && t.notify != nil {
+		_ = NotifyJobs(ctx, t.conn, *t.notify) // cannot undo the commit
+	}
+	return err
+}
 
 // Rollback rolls the transaction back, if it is still open.
 func (t *pipedTx) Rollback(ctx context.Context) error { return t.end(ctx, pgx.Tx.Rollback) }

@@ -333,10 +333,11 @@ type DispatchJobs struct {
 // A notification lost between the commit and its sending costs the jobs
 // a poll's wait, never the jobs.
 func NotifyJobs(ctx context.Context, q DBTX, jobs DispatchJobs) error {
-	_, err := q.Exec(ctx, `SELECT pg_notify(current_schema() || '.' || $1, jsonb_build_object('queue', $2::text)::text)`,
-		jobs.Topic, jobs.Queue)
+	_, err := q.Exec(ctx, notifyJobsSQL, jobs.Topic, jobs.Queue)
 	return wrap("notify River's workers", err)
 }
+
+const notifyJobsSQL = `SELECT pg_notify(current_schema() || '.' || $1, jsonb_build_object('queue', $2::text)::text)`
 
 // sql returns the look-up of a fulfilment's live dispatch jobs for f, with
 // the kind and argument written into the statement, not bound: the

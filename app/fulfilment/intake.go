@@ -181,16 +181,30 @@ func (s *Service) recordOne(ctx context.Context, ev provider.Event) (AcceptResul
 // rows need that (db.ErrNotPlain); any other in as many as its events
 // need.
 func (s *Service) recordTx(ctx context.Context, batch []*acceptCall) error {
-	err := s.cfg.Store.InPipelinedTx(ctx, func(tx pgx.Tx) error { return s.recordBatchTx(ctx, tx, batch, true) })
-	if errors.Is(err, db.ErrNotPlain) {
-		err = s.cfg.Store.InPipelinedTx(ctx, func(tx pgx.Tx) error { return s.recordBatchTx(ctx, tx, batch, false) })
-	}
-	if err == nil {
-		var created []db.Born
-		for _, c := range batch {
-			created = append(created, c.res.Created...)
+	// A batch that may make jobs and takes the turn notifies River's
+	// workers after its commit; taken before what it makes is known, the
+	// turn may go to a batch of known events, whose notification finds
+	// nothing to fetch. A batch that does not take it owes its jobs one.
+	turn := slices.ContainsFunc(batch, func(c *acceptCall) bool { return c.ev.Fulfils() }) && s.takeTurn()
+	record := func(mayBePlain bool) func(pgx.Tx) error {
+		return func(tx pgx.Tx) error {
+			if turn {
+				db.NotifyOnCommit(tx, s.jobs)
+			}
+			return s.recordBatchTx(ctx, tx, batch, mayBePlain)
 		}
-		s.announce(created)
+	}
+	err := s.cfg.Store.InPipelinedTx(ctx, record(true))
+	if errors.Is(err, db.ErrNotPlain) {
+		err = s.cfg.Store.InPipelinedTx(ctx, record(false))
+	}
+	if err == nil && !turn {
+		for _, c := range batch {
+			if slices.ContainsFunc(c.res.Created, func(b db.Born) bool { return b.State == state.Pending }) {
+				s.owe()
+				break
+			}
+		}
 	}
 	return err
 }
@@ -235,48 +249,78 @@ func (s *Service) birth(reason string) db.Birth {
 	return db.Birth{Reason: reason, Reversed: state.NeedsReconciliation, ReversedReason: askReversed, Asks: s.asks, Jobs: s.jobs}
 }
 
-// announce tells River's working clients, in every process, of the
-// dispatch jobs of fulfilments created pending by a transaction that has
-// committed, so that one fetches them at once (db.NotifyJobs, which says
-// why the transaction that wrote them does not). This process notifies
-// at most once in the enqueuer's NotifyEvery, as River's own insert does;
-// jobs committed within it are announced by one notification at its
-// end. The notification goes out on a connection of its own, and the
-// caller does not wait for it.
+// River's working clients, in every process, are told of new dispatch
+// jobs by River's insert notification, sent once the transaction that
+// wrote them has committed (db.NotifyJobs says why not by it). This
+// process notifies at most once in the enqueuer's NotifyEvery, as River's
+// insert does. An intake batch that takes the turn carries the
+// notification right after its COMMIT, in the same round trip
+// (db.NotifyOnCommit); jobs committed without one are owed one, sent at
+// the end of NotifyEvery unless a notification has gone out since, so
+// none is left to River's one-second poll.
+
+// notices is when this process last took the turn to notify, and when it
+// last committed jobs that no notification has announced yet (zero: none).
+type notices struct {
+	mu         sync.Mutex
+	last, owed time.Time
+}
+
+// takeTurn takes the turn to notify, if it is due.
+func (s *Service) takeTurn() bool {
+	n := &s.notices
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	if now.Sub(n.last) < s.jobs.NotifyEvery {
+		return false
+	}
+	n.last = now
+	return true
+}
+
+// announce tells River's workers of the jobs of created, committed by a
+// transaction that carried no notification: at once if the turn is due,
+// else at the end of NotifyEvery (owe). The caller does not wait for it.
 func (s *Service) announce(created []db.Born) {
 	if !slices.ContainsFunc(created, func(b db.Born) bool { return b.State == state.Pending }) {
 		return
 	}
+	if s.takeTurn() {
+		go s.notifyJobs()
+		return
+	}
+	s.owe()
+}
+
+// owe records jobs committed unannounced, and makes sure a notification
+// follows them within NotifyEvery.
+func (s *Service) owe() {
 	n := &s.notices
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.trailing {
-		return // a notification after these jobs' commit is on its way
+	armed := !n.owed.IsZero()
+	n.owed = time.Now()
+	if armed {
+		return // the notification owed already covers these jobs
 	}
-	if wait := s.jobs.NotifyEvery - time.Since(n.last); wait > 0 {
-		n.trailing = true
-		time.AfterFunc(wait, func() {
-			n.mu.Lock()
-			n.trailing, n.last = false, time.Now()
-			n.mu.Unlock()
+	time.AfterFunc(s.jobs.NotifyEvery, func() {
+		n.mu.Lock()
+		due := !n.last.After(n.owed) // no turn taken since the last jobs owed
+		n.owed = time.Time{}
+		if due {
+			n.last = time.Now()
+		}
+		n.mu.Unlock()
+		if due {
 			s.notifyJobs()
-		})
-		return
-	}
-	n.last = time.Now()
-	go s.notifyJobs()
+		}
+	})
 }
 
-// notices is when this process last notified River's workers of new
-// jobs, and whether a notification waits for the end of NotifyEvery.
-type notices struct {
-	mu       sync.Mutex
-	last     time.Time
-	trailing bool
-}
-
-// notifyJobs sends River's insert notification (announce). Failing, it
-// costs the jobs a wait for their working clients' next poll.
+// notifyJobs sends River's insert notification on a connection of its
+// own. Failing, it costs the jobs a wait for their working clients' next
+// poll.
 func (s *Service) notifyJobs() {
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()

@@ -16,8 +16,8 @@ import (
 // of a payment's dispatch job once its transaction has committed (its
 // statement notifies nobody: db.NotifyJobs), at most once in NotifyEvery.
 // Jobs committed within NotifyEvery of a notification are not left to
-// River's poll: one notification at its end announces them all. A
-// delivery that makes no job announces nothing.
+// River's poll: one notification at its end announces them all. An event
+// that fulfils nothing announces nothing.
 func TestNewJobsAreAnnouncedOnceCommitted(t *testing.T) {
 	t.Parallel()
 	const every = 800 * time.Millisecond
@@ -43,11 +43,24 @@ func TestNewJobsAreAnnouncedOnceCommitted(t *testing.T) {
 	_, ok = next(every + 200*time.Millisecond)
 	require.False(t, ok, "one notification announces every job committed inside NotifyEvery")
 
-	// A known event's delivery makes no job, and announces nothing.
-	_, err := b.svc.Accept(b.ctx, providertest.Payment("evt_third", "pi_third"))
+	// An event that fulfils nothing makes no job, and announces nothing.
+	_, err := b.svc.Accept(b.ctx, providertest.Payment("evt_note", ""))
 	require.NoError(t, err)
 	_, ok = next(every + 200*time.Millisecond)
 	require.False(t, ok, "a delivery that made no job notified")
+
+	// A job made outside intake, by an operator's retry of a declined
+	// fulfilment, is announced once its transaction has committed.
+	failed := b.fail(t, "evt_declined", "pi_declined")
+	_, ok = next(every + 200*time.Millisecond) // the declined payment's own
+	require.True(t, ok)
+	before := jobs()
+	out, err := b.svc.Retry(b.ctx, []string{failed}, "alice")
+	require.NoError(t, err)
+	require.Equal(t, fulfilment.RetryCreated, out[0].Verdict)
+	_, ok = next(every + 5*time.Second)
+	require.True(t, ok, "the retry's job was never announced")
+	require.Equal(t, before+1, jobs())
 }
 
 // listen listens on River's insert notifications' channel, on a
