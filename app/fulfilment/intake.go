@@ -198,13 +198,8 @@ func (s *Service) recordTx(ctx context.Context, batch []*acceptCall) error {
 	if errors.Is(err, db.ErrNotPlain) {
 		err = s.cfg.Store.InPipelinedTx(ctx, record(false))
 	}
-	if err == nil && !turn {
-		for _, c := range batch {
-			if slices.ContainsFunc(c.res.Created, func(b db.Born) bool { return b.State == state.Pending }) {
-				s.owe()
-				break
-			}
-		}
+	if err == nil && !turn && slices.ContainsFunc(batch, func(c *acceptCall) bool { return queued(c.res.Created) }) {
+		s.owe()
 	}
 	return err
 }
@@ -249,6 +244,10 @@ func (s *Service) birth(reason string) db.Birth {
 	return db.Birth{Reason: reason, Reversed: state.NeedsReconciliation, ReversedReason: askReversed, Asks: s.asks, Jobs: s.jobs}
 }
 
+// notices is when this process last took the turn to notify River's
+// workers of new jobs, and when it last committed jobs that no
+// notification has announced yet (zero: none).
+//
 // River's working clients, in every process, are told of new dispatch
 // jobs by River's insert notification, sent once the transaction that
 // wrote them has committed (db.NotifyJobs says why not by it). This
@@ -256,11 +255,8 @@ func (s *Service) birth(reason string) db.Birth {
 // insert does. An intake batch that takes the turn carries the
 // notification right after its COMMIT, in the same round trip
 // (db.NotifyOnCommit); jobs committed without one are owed one, sent at
-// the end of NotifyEvery unless a notification has gone out since, so
-// none is left to River's one-second poll.
-
-// notices is when this process last took the turn to notify, and when it
-// last committed jobs that no notification has announced yet (zero: none).
+// the end of NotifyEvery unless a turn has been taken since, so none is
+// left to River's one-second poll.
 type notices struct {
 	mu         sync.Mutex
 	last, owed time.Time
@@ -283,7 +279,7 @@ func (s *Service) takeTurn() bool {
 // transaction that carried no notification: at once if the turn is due,
 // else at the end of NotifyEvery (owe). The caller does not wait for it.
 func (s *Service) announce(created []db.Born) {
-	if !slices.ContainsFunc(created, func(b db.Born) bool { return b.State == state.Pending }) {
+	if !queued(created) {
 		return
 	}
 	if s.takeTurn() {
@@ -291,6 +287,12 @@ func (s *Service) announce(created []db.Born) {
 		return
 	}
 	s.owe()
+}
+
+// queued says whether any of created was born pending, with a dispatch
+// job.
+func queued(created []db.Born) bool {
+	return slices.ContainsFunc(created, func(b db.Born) bool { return b.State == state.Pending })
 }
 
 // owe records jobs committed unannounced, and makes sure a notification
