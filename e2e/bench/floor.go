@@ -57,11 +57,21 @@ func wholeClients() int  { return 2 * batchWriters() }
 type batches struct{ intake, claim, outcome float64 }
 
 // batchSizes reads g's mean batch sizes so far.
-func (g *guardian) batchSizes(ctx context.Context) batches {
-	sums, err := scrape(ctx, g.metrics, "guardian_batch_items_sum")
-	check(err)
-	counts, err := scrape(ctx, g.metrics, "guardian_batch_items_count")
-	check(err)
+func (g *guardian) batchSizes(ctx context.Context) batches { return batchSizes(ctx, g) }
+
+// batchSizes reads the mean batch sizes so far of the processes gs
+// together: each kind's items over its batches, summed over them all.
+func batchSizes(ctx context.Context, gs ...*guardian) batches {
+	sums, counts := map[string]float64{}, map[string]float64{}
+	for _, g := range gs {
+		for name, into := range map[string]map[string]float64{"guardian_batch_items_sum": sums, "guardian_batch_items_count": counts} {
+			got, err := scrape(ctx, g.metrics, name)
+			check(err)
+			for k, v := range got {
+				into[k] += v
+			}
+		}
+	}
 	mean := func(kind string) float64 {
 		k := `kind="` + kind + `"`
 		if counts[k] == 0 {

@@ -27,6 +27,9 @@ type nodesResult struct {
 	cpuMs float64
 	// payments is how many the load had fulfilled.
 	payments int
+	// batches are the processes' mean batch sizes, together, warm-up
+	// included: each batches only what reaches it.
+	batches batches
 }
 
 // nodesHooks let a caller place the processes nodes starts and measure
@@ -125,7 +128,7 @@ func nodes(bin, dbURL, connURL string, n int, extra map[string]string, hooks nod
 	if hooks.end != nil {
 		hooks.end()
 	}
-	r.payments = want
+	r.payments, r.batches = want, batchSizes(ctx, gs...)
 	r.cpuMs = float64((cpu() - cpu0).Microseconds()) / 1000 / float64(want)
 	r.fulfilled = float64(want) / lastFulfilledAt(dbURL).Sub(start).Seconds()
 	return r
@@ -152,10 +155,16 @@ func fleets() []fleet {
 }
 
 // nodeSeries is a fleet's runs.
-type nodeSeries struct{ accepted, fulfilled, cpuMs []float64 }
+type nodeSeries struct{ accepted, fulfilled, cpuMs, intake, claim, outcome []float64 }
 
 func (s *nodeSeries) add(r nodesResult) {
 	s.accepted, s.fulfilled, s.cpuMs = append(s.accepted, r.accepted), append(s.fulfilled, r.fulfilled), append(s.cpuMs, r.cpuMs)
+	s.intake, s.claim, s.outcome = append(s.intake, r.batches.intake), append(s.claim, r.batches.claim), append(s.outcome, r.batches.outcome)
+}
+
+// batches are the medians of the series' batch sizes, as intake/claim/outcome.
+func (s *nodeSeries) batches() string {
+	return fmt.Sprintf("%.1f/%.1f/%.1f", summarize(s.intake).median, summarize(s.claim).median, summarize(s.outcome).median)
 }
 
 // compareNodes measures each of the fleets, alternating, -runs times
@@ -172,9 +181,10 @@ func compareNodes(bin, dbURL, connURL string) string {
 	lines := []string{fmt.Sprintf("processes on one database, against one (%d cores, -c %d in all):", runtime.NumCPU(), *concurrency)}
 	for i, f := range fs[1:] {
 		x := series[i+1]
-		lines = append(lines, fmt.Sprintf("%-25s accepted %s vs %s  ratio %.2f;  fulfilled end to end %s vs %s  ratio %.2f;  CPU per payment %.2f vs %.2f ms",
+		lines = append(lines, fmt.Sprintf("%-25s accepted %s vs %s  ratio %.2f;  fulfilled end to end %s vs %s  ratio %.2f;  CPU per payment %.2f vs %.2f ms;  batches intake/claim/outcome %s vs %s",
 			"  "+f.name, s(x.accepted), s(one.accepted), s(x.accepted).median/s(one.accepted).median,
-			s(x.fulfilled), s(one.fulfilled), s(x.fulfilled).median/s(one.fulfilled).median, s(x.cpuMs).median, s(one.cpuMs).median))
+			s(x.fulfilled), s(one.fulfilled), s(x.fulfilled).median/s(one.fulfilled).median, s(x.cpuMs).median, s(one.cpuMs).median,
+			x.batches(), one.batches()))
 	}
 	return strings.Join(lines, "\n")
 }
