@@ -1,13 +1,11 @@
 package jobs_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
@@ -89,14 +87,7 @@ func TestDispatchJobsAreRiversOwn(t *testing.T) {
 func TestInsertNotificationsAreLimited(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &connectortest.Recorder{}, false, options{})
-	conn, err := b.db.Pool.Acquire(b.ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	var channel string
-	require.NoError(t, conn.QueryRow(b.ctx, `SELECT current_schema() || '.river_insert'`).Scan(&channel))
-	_, err = conn.Exec(b.ctx, `LISTEN `+pgx.Identifier{channel}.Sanitize())
-	require.NoError(t, err)
-	defer func() { _, _ = conn.Exec(context.Background(), `UNLISTEN *`) }()
+	next := b.db.Listen(t, jobs.DispatchJobs().Topic)
 
 	const n = 40
 	start := time.Now()
@@ -106,13 +97,11 @@ func TestInsertNotificationsAreLimited(t *testing.T) {
 	elapsed := time.Since(start)
 	got := 0
 	for {
-		ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
-		note, err := conn.Conn().WaitForNotification(ctx)
-		cancel()
-		if err != nil {
+		payload, ok := next(300 * time.Millisecond)
+		if !ok {
 			break
 		}
-		require.JSONEq(t, `{"queue": "dispatch"}`, note.Payload)
+		require.JSONEq(t, `{"queue": "dispatch"}`, payload)
 		got++
 	}
 	require.Equal(t, n, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))

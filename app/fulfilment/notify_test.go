@@ -1,15 +1,14 @@
 package fulfilment_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
 	"github.com/guardian-pay/guardian/app/provider/providertest"
+	"github.com/guardian-pay/guardian/jobs"
 )
 
 // TestNewJobsAreAnnouncedOnceCommitted: River's working clients are told
@@ -23,12 +22,12 @@ func TestNewJobsAreAnnouncedOnceCommitted(t *testing.T) {
 	const every = 800 * time.Millisecond
 	b := setup(t, func(c *fulfilment.Config) { c.Enqueuer.(*enqueuer).notifyEvery = every })
 	next := b.listen(t)
-	jobs := func() int { return b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`) }
+	queued := func() int { return b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`) }
 
 	b.pay(t, "evt_first", "pi_first")
 	first, ok := next(every / 2)
 	require.True(t, ok, "the first job is announced at once")
-	require.Equal(t, 1, jobs(), "and was committed when it was")
+	require.Equal(t, 1, queued(), "and was committed when it was")
 
 	// Two more within NotifyEvery of the first notification: one
 	// notification at its end, after both committed.
@@ -39,7 +38,7 @@ func TestNewJobsAreAnnouncedOnceCommitted(t *testing.T) {
 	second, ok := next(every + 5*time.Second)
 	require.True(t, ok, "jobs committed inside NotifyEvery were never announced")
 	require.GreaterOrEqual(t, second.Sub(first), every/2, "the second notification came early: not limited")
-	require.Equal(t, 3, jobs())
+	require.Equal(t, 3, queued())
 	_, ok = next(every + 200*time.Millisecond)
 	require.False(t, ok, "one notification announces every job committed inside NotifyEvery")
 
@@ -54,38 +53,27 @@ func TestNewJobsAreAnnouncedOnceCommitted(t *testing.T) {
 	failed := b.fail(t, "evt_declined", "pi_declined")
 	_, ok = next(every + 200*time.Millisecond) // the declined payment's own
 	require.True(t, ok)
-	before := jobs()
+	before := queued()
 	out, err := b.svc.Retry(b.ctx, []string{failed}, "alice")
 	require.NoError(t, err)
 	require.Equal(t, fulfilment.RetryCreated, out[0].Verdict)
 	_, ok = next(every + 5*time.Second)
 	require.True(t, ok, "the retry's job was never announced")
-	require.Equal(t, before+1, jobs())
+	require.Equal(t, before+1, queued())
 }
 
-// listen listens on River's insert notifications' channel, on a
-// connection of its own, until the test ends; next waits up to wait for
-// the next notification and says when it came.
+// listen listens on River's insert notifications until the test ends;
+// next waits up to wait for the next one, checks it names the dispatch
+// queue, and says when it came.
 func (b *testBundle) listen(t *testing.T) (next func(wait time.Duration) (time.Time, bool)) {
 	t.Helper()
-	conn, err := b.db.Pool.Acquire(b.ctx)
-	require.NoError(t, err)
-	var channel string
-	require.NoError(t, conn.QueryRow(b.ctx, `SELECT current_schema() || '.river_insert'`).Scan(&channel))
-	_, err = conn.Exec(b.ctx, `LISTEN `+pgx.Identifier{channel}.Sanitize())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = conn.Exec(context.Background(), `UNLISTEN *`)
-		conn.Release()
-	})
+	notified := b.db.Listen(t, jobs.DispatchJobs().Topic)
 	return func(wait time.Duration) (time.Time, bool) {
-		ctx, cancel := context.WithTimeout(b.ctx, wait)
-		defer cancel()
-		n, err := conn.Conn().WaitForNotification(ctx)
-		if err != nil {
+		payload, ok := notified(wait)
+		if !ok {
 			return time.Time{}, false
 		}
-		require.JSONEq(t, `{"queue": "dispatch"}`, n.Payload)
+		require.JSONEq(t, `{"queue": "dispatch"}`, payload)
 		return time.Now(), true
 	}
 }

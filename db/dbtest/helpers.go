@@ -178,3 +178,36 @@ func (c countedConn) Write(b []byte) (int, error) {
 	c.writes.Add(1)
 	return c.Conn.Write(b)
 }
+
+// Listen listens, on a connection of its own until the test ends, on the
+// channel River's notifications of topic take in the database's schema
+// (the schema's name, a dot and the topic); next waits up to wait for the
+// next notification and returns its payload, false if none came.
+func (d *DB) Listen(t testing.TB, topic string) (next func(wait time.Duration) (payload string, ok bool)) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := d.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = conn.Exec(ctx, `UNLISTEN *`)
+		conn.Release()
+	})
+	var channel string
+	if err := conn.QueryRow(ctx, `SELECT current_schema() || '.' || $1`, topic).Scan(&channel); err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{channel}.Sanitize()); err != nil {
+		t.Fatalf("listen on %s: %v", channel, err)
+	}
+	return func(wait time.Duration) (string, bool) {
+		ctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return "", false
+		}
+		return n.Payload, true
+	}
+}
