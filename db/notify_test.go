@@ -26,23 +26,7 @@ func TestJobsAreNotifiedOnlyByNotifyJobs(t *testing.T) {
 	ctx := context.Background()
 	jobs := db.DispatchJobs{Kind: "guardian_dispatch", IDArg: "fulfilment_id", Queue: "dispatch", Priority: 1, MaxAttempts: 25, Topic: "river_insert"}
 
-	listener, err := d.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer listener.Release()
-	var channel string
-	require.NoError(t, listener.QueryRow(ctx, `SELECT current_schema() || '.river_insert'`).Scan(&channel))
-	_, err = listener.Exec(ctx, `LISTEN `+pgx.Identifier{channel}.Sanitize())
-	require.NoError(t, err)
-	defer func() { _, _ = listener.Exec(context.Background(), `UNLISTEN *`) }()
-	next := func(wait time.Duration) (string, bool) {
-		ctx, cancel := context.WithTimeout(ctx, wait)
-		defer cancel()
-		n, err := listener.Conn().WaitForNotification(ctx)
-		if err != nil {
-			return "", false
-		}
-		return n.Payload, true
-	}
+	next := d.Listen(t, jobs.Topic)
 
 	paid := func(id string) db.BatchEvent {
 		return db.BatchEvent{Deliveries: 1, EventParams: db.EventParams{Provider: "stripe", EventID: id, Type: "t", PaymentID: "pi_" + id, Payload: []byte(`{}`)},
@@ -81,7 +65,7 @@ func TestJobsAreNotifiedOnlyByNotifyJobs(t *testing.T) {
 	for _, id := range []string{"evt_prepares", "evt_carried"} {
 		n0 := writes.Load()
 		require.NoError(t, counted.InPipelinedTx(ctx, func(tx pgx.Tx) error {
-			require.True(t, db.NotifyOnCommit(tx, jobs))
+			db.NotifyOnCommit(tx, jobs)
 			db.CommitWithNext(tx)
 			_, born, err := db.RecordPlainBatch(ctx, tx, []db.BatchEvent{paid(id)}, []string{"test"}, birth)
 			require.Len(t, born, 1)
@@ -110,7 +94,10 @@ func TestJobsAreNotifiedOnlyByNotifyJobs(t *testing.T) {
 	_, got = next(300 * time.Millisecond)
 	require.False(t, got, "a transaction rolled back notified")
 	require.NoError(t, store.InTx(ctx, func(tx pgx.Tx) error {
-		require.False(t, db.NotifyOnCommit(tx, jobs), "only a pipelined transaction carries the notification")
-		return nil
+		db.NotifyOnCommit(tx, jobs) // not a pipelined transaction: nothing to carry it
+		_, err := db.InsertEvents(ctx, tx, []db.BatchEvent{paid("evt_in_tx")})
+		return err
 	}))
+	_, got = next(300 * time.Millisecond)
+	require.False(t, got, "a transaction not pipelined notified")
 }

@@ -47,28 +47,26 @@ func CommitWithNext(tx pgx.Tx) {
 	}
 }
 
-// NotifyOnCommit has River's insert notification for jobs sent once tx
-// has committed, as a transaction of its own (NotifyJobs says why not in
-// tx): on a transaction of InPipelinedTx, right after its COMMIT, in the
-// same round trip, and on no other. It reports whether tx will send it.
-// A notification that fails leaves the commit as it was.
-func NotifyOnCommit(tx pgx.Tx, jobs DispatchJobs) bool {
-	p, ok := tx.(*pipedTx)
-	if ok {
-		p.notify = &jobs
+// afterCommit has sql run once tx has committed, as a transaction of its
+// own: on a transaction of InPipelinedTx, right after its COMMIT, in the
+// same round trip (or the round trip after an explicit Commit); on any
+// other, never. What it does cannot undo the commit, and its error is
+// not the transaction's.
+func afterCommit(tx pgx.Tx, sql string, args ...any) {
+	if p, ok := tx.(*pipedTx); ok {
+		p.after = &pgx.QueuedQuery{SQL: sql, Arguments: args}
 	}
-	return ok
 }
 
 // pipedTx is a transaction on conn whose BEGIN goes out with its first
 // statement (pgx's Batch.BeginTx; tx is pgx's transaction from then on),
 // and whose COMMIT goes with a statement when commitNext is set, followed
-// by notify's notification when it is set.
+// by after when it is set (afterCommit).
 type pipedTx struct {
 	conn       *pgx.Conn
 	tx         pgx.Tx
 	commitNext bool
-	notify     *DispatchJobs
+	after      *pgx.QueuedQuery
 	// ended is set once a statement's COMMIT committed, or Commit or
 	// Rollback ran.
 	ended bool
@@ -101,8 +99,8 @@ func (t *pipedTx) sendAll(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, 
 	piped.QueuedQueries = append(piped.QueuedQueries, b.QueuedQueries...)
 	if commit {
 		piped.Queue("COMMIT")
-		if t.notify != nil {
-			piped.Queue(notifyJobsSQL, t.notify.Topic, t.notify.Queue)
+		if t.after != nil {
+			piped.Queue(t.after.SQL, t.after.Arguments...)
 		}
 	}
 	t.commitNext = false
@@ -125,8 +123,8 @@ func (t *pipedTx) finish(br pgx.BatchResults, commit bool) error {
 		if tag, err = br.Exec(); err == nil && tag.String() == "ROLLBACK" {
 			err = pgx.ErrTxCommitRollback
 		}
-		if t.notify != nil {
-			_, _ = br.Exec() // the notification's; it cannot undo the commit
+		if t.after != nil {
+			_, _ = br.Exec() // after's: it cannot undo the commit
 		}
 	}
 	if cerr := br.Close(); err == nil {
@@ -189,8 +187,8 @@ func (t *pipedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 func (t *pipedTx) Commit(ctx context.Context) error {
 	open := !t.ended && t.tx != nil
 	err := t.end(ctx, pgx.Tx.Commit)
-	if open && err == nil && t.notify != nil {
-		_ = NotifyJobs(ctx, t.conn, *t.notify) // cannot undo the commit
+	if open && err == nil && t.after != nil {
+		_, _ = t.conn.Exec(ctx, t.after.SQL, t.after.Arguments...) // cannot undo the commit
 	}
 	return err
 }

@@ -337,6 +337,14 @@ func NotifyJobs(ctx context.Context, q DBTX, jobs DispatchJobs) error {
 	return wrap("notify River's workers", err)
 }
 
+// NotifyOnCommit has NotifyJobs' notification sent once tx has committed:
+// on a transaction of InPipelinedTx, right after its COMMIT, in the same
+// round trip; on any other, never. A notification that fails leaves the
+// commit as it was, and costs the jobs a poll's wait.
+func NotifyOnCommit(tx pgx.Tx, jobs DispatchJobs) {
+	afterCommit(tx, notifyJobsSQL, jobs.Topic, jobs.Queue)
+}
+
 const notifyJobsSQL = `SELECT pg_notify(current_schema() || '.' || $1, jsonb_build_object('queue', $2::text)::text)`
 
 // sql returns the look-up of a fulfilment's live dispatch jobs for f, with
