@@ -56,9 +56,6 @@ func wholeClients() int  { return 2 * batchWriters() }
 // transaction, moves per claim and outcome statement.
 type batches struct{ intake, claim, outcome float64 }
 
-// batchSizes reads g's mean batch sizes so far.
-func (g *guardian) batchSizes(ctx context.Context) batches { return batchSizes(ctx, g) }
-
 // batchSizes reads the mean batch sizes so far of the processes gs
 // together: each kind's items over its batches, summed over them all.
 func batchSizes(ctx context.Context, gs ...*guardian) batches {

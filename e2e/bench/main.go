@@ -199,7 +199,7 @@ func main() {
 	if *only == "indexes" {
 		g := startGuardian(bin, dbURL, conn.URL, nil)
 		bench(bin, g, 0, 1, 0, true)
-		b := g.batchSizes(ctx)
+		b := batchSizes(ctx, g)
 		g.stop()
 		fmt.Print(indexCosts(ctx, pool, dbURL, b))
 		return
@@ -305,7 +305,7 @@ func (f *figures) measureIntake(bin, dbURL, connURL string, pool *pgxpool.Pool) 
 			f.peak = r
 		}
 		f.rss = max(f.rss, g.peakRSS())
-		b := g.batchSizes(context.Background())
+		b := batchSizes(context.Background(), g)
 		g.stop()
 		f.floorIntake = append(f.floorIntake, bareFloor.intakeAlone(context.Background(), pool, dbURL, b))
 	}
@@ -352,7 +352,7 @@ func (f *figures) measurePipeline(bin, dbURL, connURL string, pool *pgxpool.Pool
 			f.harnessCPU = append(f.harnessCPU, float64(harness.Microseconds())/1000/r.Fulfilled)
 		}
 		f.rss = max(f.rss, g.peakRSS())
-		b := g.batchSizes(context.Background())
+		b := batchSizes(context.Background(), g)
 		f.batches = append(f.batches, b)
 		g.stop()
 		u1 := fulfilmentUpdates(context.Background(), pool)
@@ -732,7 +732,7 @@ func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 	elapsed := lastFulfilledAt(dbURL).Sub(w.ready)
 	own := cpuOf(w.cmd.Process.Pid) - cpu0
 	cpu := own + postgresCPU() - pg0
-	b := w.batchSizes(ctx)
+	b := batchSizes(ctx, w)
 	check(<-profiled)
 	w.stop()
 	var after int

@@ -155,16 +155,28 @@ func fleets() []fleet {
 }
 
 // nodeSeries is a fleet's runs.
-type nodeSeries struct{ accepted, fulfilled, cpuMs, intake, claim, outcome []float64 }
+type nodeSeries struct {
+	accepted, fulfilled, cpuMs []float64
+	batches                    []batches
+}
 
 func (s *nodeSeries) add(r nodesResult) {
 	s.accepted, s.fulfilled, s.cpuMs = append(s.accepted, r.accepted), append(s.fulfilled, r.fulfilled), append(s.cpuMs, r.cpuMs)
-	s.intake, s.claim, s.outcome = append(s.intake, r.batches.intake), append(s.claim, r.batches.claim), append(s.outcome, r.batches.outcome)
+	s.batches = append(s.batches, r.batches)
 }
 
-// batches are the medians of the series' batch sizes, as intake/claim/outcome.
-func (s *nodeSeries) batches() string {
-	return fmt.Sprintf("%.1f/%.1f/%.1f", summarize(s.intake).median, summarize(s.claim).median, summarize(s.outcome).median)
+// batchSizes are the medians of the series' batch sizes, as
+// intake/claim/outcome.
+func (s *nodeSeries) batchSizes() string {
+	median := func(of func(batches) float64) float64 {
+		xs := make([]float64, len(s.batches))
+		for i, b := range s.batches {
+			xs[i] = of(b)
+		}
+		return summarize(xs).median
+	}
+	return fmt.Sprintf("%.1f/%.1f/%.1f", median(func(b batches) float64 { return b.intake }),
+		median(func(b batches) float64 { return b.claim }), median(func(b batches) float64 { return b.outcome }))
 }
 
 // compareNodes measures each of the fleets, alternating, -runs times
@@ -184,7 +196,7 @@ func compareNodes(bin, dbURL, connURL string) string {
 		lines = append(lines, fmt.Sprintf("%-25s accepted %s vs %s  ratio %.2f;  fulfilled end to end %s vs %s  ratio %.2f;  CPU per payment %.2f vs %.2f ms;  batches intake/claim/outcome %s vs %s",
 			"  "+f.name, s(x.accepted), s(one.accepted), s(x.accepted).median/s(one.accepted).median,
 			s(x.fulfilled), s(one.fulfilled), s(x.fulfilled).median/s(one.fulfilled).median, s(x.cpuMs).median, s(one.cpuMs).median,
-			x.batches(), one.batches()))
+			x.batchSizes(), one.batchSizes()))
 	}
 	return strings.Join(lines, "\n")
 }
