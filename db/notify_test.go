@@ -3,6 +3,7 @@ package db_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,13 +60,16 @@ func TestJobsAreNotifiedOnlyByNotifyJobs(t *testing.T) {
 	require.JSONEq(t, `{"queue": "dispatch"}`, payload)
 
 	// NotifyOnCommit: the notification goes out after the COMMIT a
-	// statement carries, in its round trip, or after an explicit Commit;
-	// a transaction rolled back sends none.
+	// statement carries, in its round trip, or after an explicit Commit,
+	// and its caller is told it went; a transaction rolled back sends
+	// none, and its caller is told nothing.
+	var told []error
+	done := func(err error) { told = append(told, err) }
 	counted, writes := countedStore(t, d, pgx.QueryExecModeCacheStatement)
 	for _, id := range []string{"evt_prepares", "evt_carried"} {
 		n0 := writes.Load()
 		require.NoError(t, counted.InPipelinedTx(ctx, func(tx pgx.Tx) error {
-			db.NotifyOnCommit(tx, jobs)
+			db.NotifyOnCommit(tx, jobs, done)
 			db.CommitWithNext(tx)
 			_, born, err := db.RecordPlainBatch(ctx, tx, []db.BatchEvent{paid(id)}, []string{"test"}, birth)
 			require.Len(t, born, 1)
@@ -78,14 +82,15 @@ func TestJobsAreNotifiedOnlyByNotifyJobs(t *testing.T) {
 		require.True(t, got, "the notification after a statement's COMMIT")
 	}
 	require.NoError(t, counted.InPipelinedTx(ctx, func(tx pgx.Tx) error {
-		db.NotifyOnCommit(tx, jobs)
+		db.NotifyOnCommit(tx, jobs, done)
 		_, err := db.InsertEvents(ctx, tx, []db.BatchEvent{paid("evt_committed")})
 		return err
 	}))
 	_, got = next(5 * time.Second)
 	require.True(t, got, "the notification after Commit")
+	require.Equal(t, []error{nil, nil, nil}, told, "each notification sent is told as sent")
 	require.Error(t, counted.InPipelinedTx(ctx, func(tx pgx.Tx) error {
-		db.NotifyOnCommit(tx, jobs)
+		db.NotifyOnCommit(tx, jobs, done)
 		if _, err := db.InsertEvents(ctx, tx, []db.BatchEvent{paid("evt_rolled_back")}); err != nil {
 			return err
 		}
@@ -94,10 +99,31 @@ func TestJobsAreNotifiedOnlyByNotifyJobs(t *testing.T) {
 	_, got = next(300 * time.Millisecond)
 	require.False(t, got, "a transaction rolled back notified")
 	require.NoError(t, store.InTx(ctx, func(tx pgx.Tx) error {
-		db.NotifyOnCommit(tx, jobs) // not a pipelined transaction: nothing to carry it
+		db.NotifyOnCommit(tx, jobs, done) // not a pipelined transaction: nothing to carry it
 		_, err := db.InsertEvents(ctx, tx, []db.BatchEvent{paid("evt_in_tx")})
 		return err
 	}))
 	_, got = next(300 * time.Millisecond)
 	require.False(t, got, "a transaction not pipelined notified")
+	require.Len(t, told, 3, "a notification never sent was told")
+
+	// A notification that fails (Postgres refuses a channel name longer
+	// than 63 bytes) leaves its transaction committed, and its caller is
+	// told why, whichever way the COMMIT went.
+	refused := jobs
+	refused.Topic = strings.Repeat("x", 64)
+	for _, id := range []string{"evt_refused_carried", "evt_refused_committed"} {
+		require.NoError(t, counted.InPipelinedTx(ctx, func(tx pgx.Tx) error {
+			db.NotifyOnCommit(tx, refused, done)
+			if id == "evt_refused_carried" {
+				db.CommitWithNext(tx)
+			}
+			_, err := db.InsertEvents(ctx, tx, []db.BatchEvent{paid(id)})
+			return err
+		}), "a failed notification failed its committed transaction")
+		require.Equal(t, 1, d.Count(t, `SELECT count(*) FROM webhook_event WHERE event_id = $1`, id), "the transaction was not committed")
+		require.Len(t, told, 4)
+		require.ErrorContains(t, told[3], "channel name too long")
+		told = told[:3]
+	}
 }

@@ -51,10 +51,26 @@ func CommitWithNext(tx pgx.Tx) {
 // own: on a transaction of InPipelinedTx, right after its COMMIT, in the
 // same round trip (or the round trip after an explicit Commit); on any
 // other, never. What it does cannot undo the commit, and its error is
-// not the transaction's.
-func afterCommit(tx pgx.Tx, sql string, args ...any) {
+// not the transaction's: done, when set, is told how it went (nil: it
+// ran), and is not called when it never ran (no commit, or tx is not
+// pipelined).
+func afterCommit(tx pgx.Tx, done func(error), sql string, args ...any) {
 	if p, ok := tx.(*pipedTx); ok {
-		p.after = &pgx.QueuedQuery{SQL: sql, Arguments: args}
+		p.after = &afterStatement{QueuedQuery: pgx.QueuedQuery{SQL: sql, Arguments: args}, done: done}
+	}
+}
+
+// afterStatement is a statement run after a transaction's COMMIT
+// (afterCommit), and who is told of its result.
+type afterStatement struct {
+	pgx.QueuedQuery
+	done func(error)
+}
+
+// ran tells a's caller how it went.
+func (a *afterStatement) ran(err error) {
+	if a.done != nil {
+		a.done(err)
 	}
 }
 
@@ -66,7 +82,7 @@ type pipedTx struct {
 	conn       *pgx.Conn
 	tx         pgx.Tx
 	commitNext bool
-	after      *pgx.QueuedQuery
+	after      *afterStatement
 	// ended is set once a statement's COMMIT committed, or Commit or
 	// Rollback ran.
 	ended bool
@@ -117,21 +133,26 @@ func (t *pipedTx) sendAll(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, 
 // finish reads the COMMIT sent with a statement, if one was, and closes
 // its batch. A COMMIT Postgres answers ROLLBACK did not commit.
 func (t *pipedTx) finish(br pgx.BatchResults, commit bool) error {
-	var err error
+	var err, aerr error
 	if commit {
 		var tag pgconn.CommandTag
 		if tag, err = br.Exec(); err == nil && tag.String() == "ROLLBACK" {
 			err = pgx.ErrTxCommitRollback
 		}
 		if t.after != nil {
-			_, _ = br.Exec() // after's: it cannot undo the commit
+			_, aerr = br.Exec() // after's: it cannot undo the commit
 		}
 	}
-	if cerr := br.Close(); err == nil {
+	// A batch's Close returns the first error any of its statements met:
+	// after's is not the transaction's.
+	if cerr := br.Close(); err == nil && (aerr == nil || !errors.Is(cerr, aerr)) {
 		err = cerr
 	}
 	if commit && err == nil {
 		t.ended = true
+		if t.after != nil {
+			t.after.ran(aerr)
+		}
 	}
 	return err
 }
@@ -188,7 +209,8 @@ func (t *pipedTx) Commit(ctx context.Context) error {
 	open := !t.ended && t.tx != nil
 	err := t.end(ctx, pgx.Tx.Commit)
 	if open && err == nil && t.after != nil {
-		_, _ = t.conn.Exec(ctx, t.after.SQL, t.after.Arguments...) // cannot undo the commit
+		_, aerr := t.conn.Exec(ctx, t.after.SQL, t.after.Arguments...) // cannot undo the commit
+		t.after.ran(aerr)
 	}
 	return err
 }

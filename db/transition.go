@@ -340,9 +340,12 @@ func NotifyJobs(ctx context.Context, q DBTX, jobs DispatchJobs) error {
 // NotifyOnCommit has NotifyJobs' notification sent once tx has committed:
 // on a transaction of InPipelinedTx, right after its COMMIT, in the same
 // round trip; on any other, never. A notification that fails leaves the
-// commit as it was, and costs the jobs a poll's wait.
-func NotifyOnCommit(tx pgx.Tx, jobs DispatchJobs) {
-	afterCommit(tx, notifyJobsSQL, jobs.Topic, jobs.Queue)
+// commit as it was; done, when set, is told its error (nil once sent), so
+// that the caller can send it again rather than leave the jobs to a
+// poll. done is not called when the notification was never sent: the
+// transaction did not commit, or is not pipelined.
+func NotifyOnCommit(tx pgx.Tx, jobs DispatchJobs, done func(error)) {
+	afterCommit(tx, done, notifyJobsSQL, jobs.Topic, jobs.Queue)
 }
 
 const notifyJobsSQL = `SELECT pg_notify(current_schema() || '.' || $1, jsonb_build_object('queue', $2::text)::text)`

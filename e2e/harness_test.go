@@ -20,6 +20,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/guardian-pay/guardian/app/logtest"
 	"github.com/guardian-pay/guardian/db/dbtest"
 	"github.com/guardian-pay/guardian/db/dbtest/redistest"
 	"github.com/guardian-pay/guardian/receiver/contract"
@@ -141,16 +142,12 @@ type guardian struct {
 	url string
 	// metricsURL is the operations listener (GUARDIAN_METRICS_ADDR).
 	metricsURL string
-	stderr     *lockedWriter
+	stderr     *logtest.Buffer
 	done       chan error
 }
 
 // logs returns what the process has logged so far.
-func (g *guardian) logs() string {
-	g.stderr.mu.Lock()
-	defer g.stderr.mu.Unlock()
-	return g.stderr.buf.String()
-}
+func (g *guardian) logs() string { return g.stderr.String() }
 
 type env map[string]string
 
@@ -202,7 +199,7 @@ func startAt(t *testing.T, addr string, e env) *guardian {
 	for k, v := range e {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	g := &guardian{cmd: cmd, url: "http://" + addr, metricsURL: "http://" + metricsAddr, stderr: &lockedWriter{}, done: make(chan error, 1)}
+	g := &guardian{cmd: cmd, url: "http://" + addr, metricsURL: "http://" + metricsAddr, stderr: &logtest.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = g.stderr
 	require.NoError(t, cmd.Start())
 	go func() { g.done <- cmd.Wait() }()
@@ -264,17 +261,6 @@ func (g *guardian) post(t *testing.T, path string, header http.Header, body []by
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-type lockedWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
 }
 
 func stateCount(t *testing.T, d *dbtest.DB, state string) int {

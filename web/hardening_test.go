@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/guardian-pay/guardian/app/logtest"
 	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/web"
@@ -199,7 +199,7 @@ func TestRiverUIHeaders(t *testing.T) {
 
 func TestRedemptionTokensStayOutOfLogs(t *testing.T) {
 	t.Parallel()
-	var logs safeBuffer
+	var logs logtest.Buffer
 	b := setup(t, setupOpts{logs: &logs})
 	const secret = "c2VjcmV0LXRva2VuLXRoYXQtbXVzdC1ub3QtYmUtbG9nZ2Vk"
 	code, _ := b.do(t, "POST", "/tokens/"+secret+"/redeem", nil, nil)
@@ -278,24 +278,6 @@ func TestOperatorCredentials(t *testing.T) {
 		code, _, _ = op2.get("/")
 		require.Equal(t, http.StatusOK, code, "and may sign in again")
 	})
-}
-
-// safeBuffer is a bytes.Buffer for a logger and a test at once.
-type safeBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 func TestRefusedRequestsAreRecordedWithoutTheirContent(t *testing.T) {

@@ -28,6 +28,7 @@ import (
 	"github.com/guardian-pay/guardian/app/connector/connectortest"
 	"github.com/guardian-pay/guardian/app/filter"
 	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/logtest"
 	"github.com/guardian-pay/guardian/app/operators"
 	"github.com/guardian-pay/guardian/app/provider"
 	"github.com/guardian-pay/guardian/app/provider/providertest"
@@ -505,7 +506,7 @@ func TestHealth(t *testing.T) {
 // line a second for each provider and reason, with how many were held back.
 func TestRefusalsAreLoggedWithTheirReason(t *testing.T) {
 	t.Parallel()
-	var logs safeBuffer
+	var logs logtest.Buffer
 	now := time.Now()
 	var clock atomic.Int64
 	clock.Store(now.UnixNano())

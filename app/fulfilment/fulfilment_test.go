@@ -32,6 +32,8 @@ type enqueuer struct {
 	routes []db.Payment
 	// notifyEvery, when set, stands for River's fetch cooldown.
 	notifyEvery time.Duration
+	// topic, when set, replaces River's notification topic.
+	topic string
 }
 
 // DispatchJobs names River's dispatch jobs as jobs.Enqueuer does.
@@ -39,6 +41,9 @@ func (e *enqueuer) DispatchJobs() db.DispatchJobs {
 	j := jobs.DispatchJobs()
 	if e.notifyEvery > 0 {
 		j.NotifyEvery = e.notifyEvery
+	}
+	if e.topic != "" {
+		j.Topic = e.topic
 	}
 	return j
 }

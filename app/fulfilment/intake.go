@@ -185,11 +185,14 @@ func (s *Service) recordTx(ctx context.Context, batch []*acceptCall) error {
 	// workers after its commit; taken before what it makes is known, the
 	// turn may go to a batch of known events, whose notification finds
 	// nothing to fetch. A batch that does not take it owes its jobs one.
+	// A turn whose notification was never sent (the batch failed) or
+	// failed is owed again: other batches' jobs committed since the last
+	// notification counted on it.
 	turn := slices.ContainsFunc(batch, func(c *acceptCall) bool { return c.ev.Fulfils() }) && s.takeTurn()
 	record := func(mayBePlain bool) func(pgx.Tx) error {
 		return func(tx pgx.Tx) error {
 			if turn {
-				db.NotifyOnCommit(tx, s.jobs)
+				db.NotifyOnCommit(tx, s.jobs, s.notified)
 			}
 			return s.recordBatchTx(ctx, tx, batch, mayBePlain)
 		}
@@ -198,7 +201,10 @@ func (s *Service) recordTx(ctx context.Context, batch []*acceptCall) error {
 	if errors.Is(err, db.ErrNotPlain) {
 		err = s.cfg.Store.InPipelinedTx(ctx, record(false))
 	}
-	if err == nil && !turn && slices.ContainsFunc(batch, func(c *acceptCall) bool { return queued(c.res.Created) }) {
+	switch {
+	case err != nil && turn:
+		s.owe()
+	case err == nil && !turn && slices.ContainsFunc(batch, func(c *acceptCall) bool { return queued(c.res.Created) }):
 		s.owe()
 	}
 	return err
@@ -328,6 +334,16 @@ func (s *Service) notifyJobs() {
 	defer cancel()
 	if err := db.NotifyJobs(ctx, s.cfg.Store.Pool(), s.jobs); err != nil {
 		s.cfg.Logger.Warn("new dispatch jobs wait for River's next poll", "error", err)
+	}
+}
+
+// notified hears how an intake batch's notification after its commit
+// went (db.NotifyOnCommit): one that failed is owed again, so that the
+// jobs it was to announce wait NotifyEvery more, not River's poll.
+func (s *Service) notified(err error) {
+	if err != nil {
+		s.cfg.Logger.Warn("notifying River's workers after an intake batch failed; sending it again", "error", err)
+		s.owe()
 	}
 }
 

@@ -1,12 +1,15 @@
 package fulfilment_test
 
 import (
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/guardian-pay/guardian/app/fulfilment"
+	"github.com/guardian-pay/guardian/app/logtest"
 	"github.com/guardian-pay/guardian/app/provider/providertest"
 	"github.com/guardian-pay/guardian/jobs"
 )
@@ -60,6 +63,71 @@ func TestNewJobsAreAnnouncedOnceCommitted(t *testing.T) {
 	_, ok = next(every + 5*time.Second)
 	require.True(t, ok, "the retry's job was never announced")
 	require.Equal(t, before+1, queued())
+}
+
+// TestALostTurnIsOwedAgain: a batch that took the turn to notify and then
+// failed sent no notification, and jobs other batches committed since the
+// last one counted on it. Their notification is owed again, at the end of
+// NotifyEvery, not left to River's poll. The batch fails in Postgres: a
+// trigger refuses its event.
+func TestALostTurnIsOwedAgain(t *testing.T) {
+	t.Parallel()
+	const every = 800 * time.Millisecond
+	b := setup(t, func(c *fulfilment.Config) { c.Enqueuer.(*enqueuer).notifyEvery = every })
+	_, err := b.db.Pool.Exec(b.ctx, `
+		CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.event_id = 'evt_poison' THEN RAISE EXCEPTION 'refused by the test'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_poison BEFORE INSERT ON webhook_event FOR EACH ROW EXECUTE FUNCTION refuse_poison()`)
+	require.NoError(t, err)
+	next := b.listen(t)
+
+	b.pay(t, "evt_first", "pi_first") // takes the turn
+	first, ok := next(every / 2)
+	require.True(t, ok, "the first job is announced at once")
+
+	// Half a NotifyEvery later, a job owes a notification, due a whole
+	// NotifyEvery later still.
+	time.Sleep(every / 2)
+	b.pay(t, "evt_owed", "pi_owed")
+	owed := time.Now()
+
+	// The turn comes round before the owed notification is due, and goes
+	// to a batch that fails.
+	time.Sleep(time.Until(first.Add(every + every/8)))
+	require.Less(t, time.Since(owed), every*3/4, "the test was too slow to take the turn before the owed notification")
+	_, err = b.svc.Accept(b.ctx, providertest.Payment("evt_poison", "pi_poison"))
+	require.ErrorContains(t, err, "refused by the test")
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM webhook_event WHERE event_id = 'evt_poison'`))
+
+	_, ok = next(every + 5*time.Second)
+	require.True(t, ok, "the job owed a notification was never announced: a failed batch kept the turn")
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+}
+
+// TestAFailedNotificationFailsNoDelivery: the notification an intake
+// batch sends after its COMMIT cannot undo the commit, so its failure is
+// not the delivery's: the delivery is answered as recorded, and the
+// failure is logged and the notification owed again. Postgres refuses a
+// channel name longer than 63 bytes.
+func TestAFailedNotificationFailsNoDelivery(t *testing.T) {
+	t.Parallel()
+	var logged logtest.Buffer
+	b := setup(t, func(c *fulfilment.Config) {
+		c.Enqueuer.(*enqueuer).notifyEvery = 100 * time.Millisecond
+		c.Enqueuer.(*enqueuer).topic = strings.Repeat("x", 64)
+		c.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+	})
+	b.pay(t, "evt_paid", "pi_paid")
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+	require.Eventually(t, func() bool {
+		out := logged.String()
+		return strings.Contains(out, "notifying River's workers after an intake batch failed") &&
+			strings.Contains(out, "channel name too long") && // told why
+			strings.Contains(out, "new dispatch jobs wait for River's next poll") // and sent again
+	}, 5*time.Second, 20*time.Millisecond, "logged: %s", &logged)
 }
 
 // listen listens on River's insert notifications until the test ends;
