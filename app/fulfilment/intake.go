@@ -342,7 +342,7 @@ func (s *Service) notifyJobs() {
 // jobs it was to announce wait NotifyEvery more, not River's poll.
 func (s *Service) notified(err error) {
 	if err != nil {
-		s.cfg.Logger.Warn("notifying River's workers after an intake batch failed; sending it again", "error", err)
+		s.cfg.Logger.Warn("the notification of an intake batch's new jobs failed; it is sent again", "error", err)
 		s.owe()
 	}
 }

@@ -124,7 +124,7 @@ func TestAFailedNotificationFailsNoDelivery(t *testing.T) {
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
 	require.Eventually(t, func() bool {
 		out := logged.String()
-		return strings.Contains(out, "notifying River's workers after an intake batch failed") &&
+		return strings.Contains(out, "the notification of an intake batch's new jobs failed") &&
 			strings.Contains(out, "channel name too long") && // told why
 			strings.Contains(out, "new dispatch jobs wait for River's next poll") // and sent again
 	}, 5*time.Second, 20*time.Millisecond, "logged: %s", &logged)
