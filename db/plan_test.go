@@ -423,6 +423,23 @@ func TestTakeBackReadsItsOwnReversals(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, created, 1500, "each refunded payment settled in the window taken back")
 	require.Less(t, rowsRead(t, tx)-before, 20000, "rows read by the windowed catch-all over a burst of 1,500: not every reversal for each (7.5 million)")
+
+	// The same burst beside a history of reversals twenty times its size,
+	// as the statistics count them: each row asks for its own, and the
+	// round reads a few rows for each, never every reversal once (at ten
+	// million payments that read took over a second a round). The
+	// statistics of fulfilment still count none pending, as a deployment's
+	// may long after a backlog forms: the move joins its rows by their
+	// key, not through the state's index (3.4 million rows read when it
+	// did).
+	_, err = tx.Exec(ctx, `
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses, revokes)
+		SELECT 'stripe', 'evt_old_rf_' || g, 'charge.refunded', 'pi_old_' || g, '\x7b7d'::bytea, 'refund', 'pi_old_' || g, '{fulfil}'
+		FROM generate_series(1, 24000) g;
+		ANALYZE webhook_event`)
+	require.NoError(t, err)
+	pendingRefunded("beside_", 1500)
+	stopsEvery(1500, 20000, "rows read by the round over a burst of 1,500 pending beside 32,000 reversals: each row's own, not every reversal")
 }
 
 // TestPruneReadsItsBatch: a round of the body pruner reads the batch it
