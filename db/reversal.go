@@ -48,8 +48,9 @@ func Reversed(ctx context.Context, q DBTX, p Payment) (bool, error) {
 func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []Payment, actions []string, to state.State, reason string) ([]string, error) {
 	providers, ids := paymentArrays(payments)
 	// A few payments' rows each ask for their own reversals; a round over
-	// every payment's, when more than fewRows of the actions are pending,
-	// joins them all at once (reversalsRead).
+	// every payment's, when its pending rows are many beside the
+	// reversals stored (holdsMany), joins them all at once
+	// (reversalsRead).
 	reversed := `EXISTS (SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY(r.revokes))`
 	if payments == nil {
 		many, err := holdsMany(ctx, q, pendingFulfils+` AND ($1::text[] IS NULL OR f.action_name = ANY($1))`, actions)
@@ -130,7 +131,7 @@ func CreateRevocations(ctx context.Context, q DBTX, actor, reason string, paymen
 // to take back one payment beside 5,000 reversals (migration 00047,
 // db.TestTakeBackReadsItsOwnReversals). The function is inlined with the
 // payment as an index condition. A sweep's round chooses by how many rows
-// it weighs (fewRows).
+// it weighs beside how many reversals are stored (holdsMany).
 const (
 	everyReversal     = `JOIN payment_reversal r ON r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY(r.revokes)`
 	eachOnesReversals = `CROSS JOIN LATERAL guardian_reversals_of(f.provider, f.payment_id) r`
@@ -140,9 +141,10 @@ const (
 // fulfilment last moved (to fulfilled) at or after since: the ones a
 // reversal may have missed while they were in flight or parked. It reads
 // those fulfilments through the (state, updated_at) index, and their
-// reversals as their number says (reversalsRead): each one's own for a
-// window of at most fewRows, so a quiet round costs what its window holds
-// whatever the history; every reversal once, hashed, for a burst.
+// reversals as their number says (reversalsRead): each one's own unless
+// the window holds many beside the reversals stored (holdsMany), so a
+// quiet round costs what its window holds whatever the history; every
+// reversal once, hashed, for a burst.
 func CreateRevocationsSettledSince(ctx context.Context, q DBTX, actor, reason string, since time.Time) ([]string, error) {
 	many, err := holdsMany(ctx, q, fulfilledFulfils+` AND f.updated_at >= $1`, since)
 	if err != nil {

@@ -247,7 +247,7 @@ func TestIntakeBatches(t *testing.T) {
 			evs = append(evs, providertest.Payment(fmt.Sprintf("evt_many_%d", i), fmt.Sprintf("pi_many_%d", i)))
 		}
 		_, n = accept(evs...)
-		require.Equal(t, 10, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`), "a job for each")
+		require.Equal(t, 10, b.queued(t), "a job for each")
 		// Rows one transaction wrote share its xmin: the batches' count.
 		batches := b.db.Count(t, `SELECT count(DISTINCT xmin::text)::int FROM webhook_event WHERE event_id LIKE 'evt_many_%'`)
 		require.EqualValues(t, batches, n, "one round trip per batch (%d batches)", batches)

@@ -25,12 +25,11 @@ func TestNewJobsAreAnnouncedOnceCommitted(t *testing.T) {
 	const every = 800 * time.Millisecond
 	b := setup(t, func(c *fulfilment.Config) { c.Enqueuer.(*enqueuer).notifyEvery = every })
 	next := b.listen(t)
-	queued := func() int { return b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`) }
 
 	b.pay(t, "evt_first", "pi_first")
 	first, ok := next(every / 2)
 	require.True(t, ok, "the first job is announced at once")
-	require.Equal(t, 1, queued(), "and was committed when it was")
+	require.Equal(t, 1, b.queued(t), "and was committed when it was")
 
 	// Two more within NotifyEvery of the first notification: one
 	// notification at its end, after both committed.
@@ -41,7 +40,7 @@ func TestNewJobsAreAnnouncedOnceCommitted(t *testing.T) {
 	second, ok := next(every + 5*time.Second)
 	require.True(t, ok, "jobs committed inside NotifyEvery were never announced")
 	require.GreaterOrEqual(t, second.Sub(first), every/2, "the second notification came early: not limited")
-	require.Equal(t, 3, queued())
+	require.Equal(t, 3, b.queued(t))
 	_, ok = next(every + 200*time.Millisecond)
 	require.False(t, ok, "one notification announces every job committed inside NotifyEvery")
 
@@ -56,13 +55,13 @@ func TestNewJobsAreAnnouncedOnceCommitted(t *testing.T) {
 	failed := b.fail(t, "evt_declined", "pi_declined")
 	_, ok = next(every + 200*time.Millisecond) // the declined payment's own
 	require.True(t, ok)
-	before := queued()
+	before := b.queued(t)
 	out, err := b.svc.Retry(b.ctx, []string{failed}, "alice")
 	require.NoError(t, err)
 	require.Equal(t, fulfilment.RetryCreated, out[0].Verdict)
 	_, ok = next(every + 5*time.Second)
 	require.True(t, ok, "the retry's job was never announced")
-	require.Equal(t, before+1, queued())
+	require.Equal(t, before+1, b.queued(t))
 }
 
 // TestALostTurnIsOwedAgain: a batch that took the turn to notify and then
@@ -104,7 +103,7 @@ func TestALostTurnIsOwedAgain(t *testing.T) {
 
 	_, ok = next(every + 5*time.Second)
 	require.True(t, ok, "the job owed a notification was never announced: a failed batch kept the turn")
-	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+	require.Equal(t, 2, b.queued(t))
 }
 
 // TestAFailedNotificationFailsNoDelivery: the notification an intake
@@ -121,7 +120,7 @@ func TestAFailedNotificationFailsNoDelivery(t *testing.T) {
 		c.Logger = slog.New(slog.NewTextHandler(&logged, nil))
 	})
 	b.pay(t, "evt_paid", "pi_paid")
-	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`))
+	require.Equal(t, 1, b.queued(t))
 	require.Eventually(t, func() bool {
 		out := logged.String()
 		return strings.Contains(out, "the notification of an intake batch's new jobs failed") &&
@@ -144,4 +143,10 @@ func (b *testBundle) listen(t *testing.T) (next func(wait time.Duration) (time.T
 		require.JSONEq(t, `{"queue": "dispatch"}`, payload)
 		return time.Now(), true
 	}
+}
+
+// queued counts the dispatch jobs in River's table.
+func (b *testBundle) queued(t *testing.T) int {
+	t.Helper()
+	return b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'guardian_dispatch'`)
 }
