@@ -471,3 +471,69 @@ func TestPruneReadsItsBatch(t *testing.T) {
 	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM webhook_event WHERE body = '' AND pruned_at IS NOT NULL`).Scan(&bodies))
 	require.Equal(t, 100, bodies, "the round's bodies emptied")
 }
+
+// TestRoundsReadReversalsFromTheirIndex: the sweep's rounds read every
+// reversal from its index alone (migration 00049), not each from its
+// event's row: at ten million payments those rows were 100,000 pages
+// scattered through 9.4 GB, most of a round's time. The rows are
+// committed and vacuumed, as a deployment's history is: an index-only
+// read needs the pages marked visible to all.
+func TestRoundsReadReversalsFromTheirIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := dbtest.NewDB(t)
+	// 6,000 payments fulfilled a day ago and refunded; 2,000 of them
+	// settled since the last round (their refunds came while they were in
+	// flight): more than a quarter of the reversals, so the round reads
+	// every reversal once (holdsMany). Beside them 60,000 events of other
+	// kinds, as a history holds: the reversals are a few of its rows.
+	_, err := d.Pool.Exec(ctx, `
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
+		SELECT 'stripe', 'evt_' || g, 'checkout.session.completed', 'pi_' || g, '\x7b7d'::bytea FROM generate_series(1, 6000) g;
+		INSERT INTO webhook_event (provider, event_id, event_type, body)
+		SELECT 'stripe', 'evt_other_' || g, 'customer.updated', '\x7b7d'::bytea FROM generate_series(1, 60000) g;
+		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key, created_at, updated_at)
+		SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0), now() - interval '1 day',
+			CASE WHEN id % 3 = 0 THEN now() ELSE now() - interval '1 day' END
+		FROM webhook_event WHERE payment_id IS NOT NULL;
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses, revokes)
+		SELECT 'stripe', 'evt_rf_' || g, 'charge.refunded', 'pi_' || g, '\x7b7d'::bytea, 'refund', 'pi_' || g, '{fulfil}' FROM generate_series(1, 6000) g`)
+	require.NoError(t, err)
+	// VACUUM leaves a page it cannot lock at once (the background writer
+	// may hold it) unmarked: the history is vacuumed until every page of
+	// the events is marked, as a deployment's autovacuum gets to in time.
+	for attempt := 0; ; attempt++ {
+		_, err = d.Pool.Exec(ctx, `VACUUM (ANALYZE) webhook_event, fulfilment`)
+		require.NoError(t, err)
+		var pages, visible int
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT relpages, relallvisible FROM pg_class WHERE relname = 'webhook_event'`).Scan(&pages, &visible))
+		if visible == pages {
+			break
+		}
+		require.Less(t, attempt, 10, "VACUUM marked %d of the events' %d pages visible to all", visible, pages)
+	}
+	tx, err := d.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	// eventsRead counts the rows of webhook_event tx has read from the
+	// table itself, by any scan.
+	eventsRead := func() int {
+		t.Helper()
+		var n int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(idx_tup_fetch + seq_tup_read), 0) FROM pg_stat_xact_user_tables WHERE relname = 'webhook_event'`).Scan(&n))
+		return n
+	}
+	before := eventsRead()
+	created, err := db.CreateRevocationsSettledSince(ctx, tx, "test", "a revocation", time.Now().Add(-10*time.Minute))
+	require.NoError(t, err)
+	require.Len(t, created, 2000, "each refunded payment settled in the window taken back")
+	// Each revocation made checks its event's row (its foreign key): the
+	// one row a round must read for it.
+	require.Less(t, eventsRead()-before, len(created)+100, "events' rows read by the round over every reversal: each from its own row, not the index (8,000)")
+
+	before = eventsRead()
+	created, err = db.CreateRevocations(ctx, tx, "test", "a revocation", nil)
+	require.NoError(t, err)
+	require.Len(t, created, 4000, "the full round takes back the rest")
+	require.Less(t, eventsRead()-before, len(created)+100, "events' rows read by the full round: each reversal from its own row, not the index (10,000)")
+}

@@ -151,7 +151,12 @@ func (w takeBackWindow) after(now, since time.Time) takeBackWindow {
 // sweepTakeBack is the sweep's catch-all round in tx: it starts where the
 // window stored by the last round says, and stores the window for the
 // next in the same transaction, so a round that rolls back moves nothing.
+// Its statements take one process each (db.Serial): the round's cycles
+// are taken from intake and dispatch.
 func (s *Service) sweepTakeBack(ctx context.Context, tx pgx.Tx, actor string) (cancelled map[state.State][]string, revoking []string, err error) {
+	if err := db.Serial(ctx, tx); err != nil {
+		return nil, nil, err
+	}
 	now, err := db.TxTime(ctx, tx)
 	if err != nil {
 		return nil, nil, err

@@ -681,8 +681,12 @@ type dispatchRun struct {
 // times a worker process draining them through the HTTP connector.
 func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) dispatchRun {
 	g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
-	var before int
-	check(pool.QueryRow(ctx, `SELECT count(*) FROM fulfilment WHERE state = 'fulfilled'`).Scan(&before))
+	// The run's own rows are those made from here on: counted through the
+	// (state, created_at) index, not the whole state's, which at ten
+	// million payments read 222,000 blocks through the cache the run
+	// is measured in.
+	var since time.Time
+	check(pool.QueryRow(ctx, `SELECT now()`).Scan(&since))
 	out, err := g.load("--concurrency", strconv.Itoa(*concurrency), "--duration", "60s",
 		"--duplicates", "0", "--wait-fulfil", "0", "--max", strconv.Itoa(*jobsN))
 	check(err)
@@ -735,10 +739,10 @@ func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 	b := batchSizes(ctx, w)
 	check(<-profiled)
 	w.stop()
-	var after int
-	check(pool.QueryRow(ctx, `SELECT count(*) FROM fulfilment WHERE state = 'fulfilled'`).Scan(&after))
-	if after-before < r.NewFulfilling {
-		log.Fatalf("dispatch: the worker counted %d fulfilled, the table holds %d new", r.NewFulfilling, after-before)
+	var fulfilled int
+	check(pool.QueryRow(ctx, `SELECT count(*) FROM fulfilment WHERE state = 'fulfilled' AND created_at >= $1`, since).Scan(&fulfilled))
+	if fulfilled < r.NewFulfilling {
+		log.Fatalf("dispatch: the worker counted %d fulfilled, the table holds %d new", r.NewFulfilling, fulfilled)
 	}
 	done := int(n - n0)
 	return dispatchRun{perSecond: float64(r.NewFulfilling) / elapsed.Seconds(), cpuMs: perPayment(cpu, done), ownMs: perPayment(own, done), batches: b}
