@@ -681,10 +681,11 @@ type dispatchRun struct {
 // times a worker process draining them through the HTTP connector.
 func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) dispatchRun {
 	g := startGuardian(bin, dbURL, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
-	// The run's own rows are those made from here on: counted through the
-	// (state, created_at) index, not the whole state's, which at ten
-	// million payments read 222,000 blocks through the cache the run
-	// is measured in.
+	// The run's work is what was fulfilled from here on (the oldest
+	// pending first, which at a size of -only scale are the intake runs'):
+	// counted through the (state, updated_at) index from now, not the
+	// whole state, which at ten million payments read 222,000 blocks
+	// through the cache the run is measured in.
 	var since time.Time
 	check(pool.QueryRow(ctx, `SELECT now()`).Scan(&since))
 	out, err := g.load("--concurrency", strconv.Itoa(*concurrency), "--duration", "60s",
@@ -740,7 +741,7 @@ func dispatch(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 	check(<-profiled)
 	w.stop()
 	var fulfilled int
-	check(pool.QueryRow(ctx, `SELECT count(*) FROM fulfilment WHERE state = 'fulfilled' AND created_at >= $1`, since).Scan(&fulfilled))
+	check(pool.QueryRow(ctx, `SELECT count(*) FROM fulfilment WHERE state = 'fulfilled' AND updated_at >= $1`, since).Scan(&fulfilled))
 	if fulfilled < r.NewFulfilling {
 		log.Fatalf("dispatch: the worker counted %d fulfilled, the table holds %d new", r.NewFulfilling, fulfilled)
 	}

@@ -328,6 +328,7 @@ func measureTakeBack(ctx context.Context, pool *pgxpool.Pool) (round, full stats
 			tx, err := pool.Begin(ctx)
 			check(err)
 			start := time.Now()
+			check(db.Serial(ctx, tx)) // as the sweep plans its round
 			_, err = db.MoveReversedPending(ctx, tx, "bench", nil, nil, state.Cancelled, "payment reversed before it went out: never sent")
 			check(err)
 			check(revocations(tx))
