@@ -170,9 +170,9 @@ const (
 // the rows it weighs rowsPerReversal times over (reversalsRead). A row's
 // own reversals are an index probe that finds none for most (0.01 to
 // 0.03 ms); every reversal read once is a read of their index alone
-// (migration 00049), about 0.001 ms each whatever the history behind
-// them, where each once cost a visit to its event's row (350 to 500 ms at
-// ten million payments, 100,000 reversals). With a fixed bound of
+// (migration 00049), under 0.001 ms each whatever the history behind
+// them (about 30 ms at ten million payments, 100,000 reversals), where
+// each once cost a visit to its event's row (350 to 500 ms). With a fixed bound of
 // fewRows, a new leader's rounds over a backlog of 5,000 pending took
 // 1.2 s each at ten million payments.
 const (
@@ -201,9 +201,9 @@ func holdsMany(ctx context.Context, q DBTX, where string, args ...any) (bool, er
 // round of the sweep is background work, to be done in the fewest cycles
 // rather than the least time: a parallel plan of the round over a burst
 // built the hash of its window once in each of its three processes (a
-// join Postgres does not share between them) and took 270 to 740 ms of
-// two cores' time at ten million payments, where one process took 63
-// ms; the cycles it took were intake's and dispatch's.
+// join Postgres does not share between them) and took 270 to 320 ms of
+// two cores at ten million payments, where one process took 63 ms; the
+// cycles it took were intake's and dispatch's.
 func Serial(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, `SET LOCAL max_parallel_workers_per_gather = 0`)
 	return wrap("plan without parallel workers", err)
