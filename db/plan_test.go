@@ -482,22 +482,24 @@ func TestRoundsReadReversalsFromTheirIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := dbtest.NewDB(t)
-	// 6,000 payments fulfilled a day ago and refunded; 2,000 of them
+	// 6,000 payments fulfilled a day ago and refunded, 3,000 of them
 	// settled since the last round (their refunds came while they were in
-	// flight): more than a quarter of the reversals, so the round reads
-	// every reversal once (holdsMany). Beside them 60,000 events of other
+	// flight); 3,000 more refunded while pending. Each round weighs more
+	// rows than a quarter of the 9,000 reversals, so it reads every
+	// reversal once (holdsMany). Beside them 60,000 events of other
 	// kinds, as a history holds: the reversals are a few of its rows.
 	_, err := d.Pool.Exec(ctx, `
 		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
-		SELECT 'stripe', 'evt_' || g, 'checkout.session.completed', 'pi_' || g, '\x7b7d'::bytea FROM generate_series(1, 6000) g;
+		SELECT 'stripe', 'evt_' || g, 'checkout.session.completed', 'pi_' || g, '\x7b7d'::bytea FROM generate_series(1, 9000) g;
 		INSERT INTO webhook_event (provider, event_id, event_type, body)
 		SELECT 'stripe', 'evt_other_' || g, 'customer.updated', '\x7b7d'::bytea FROM generate_series(1, 60000) g;
 		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key, created_at, updated_at)
-		SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0), now() - interval '1 day',
-			CASE WHEN id % 3 = 0 THEN now() ELSE now() - interval '1 day' END
-		FROM webhook_event WHERE payment_id IS NOT NULL;
+		SELECT id, provider, payment_id, CASE WHEN g > 6000 THEN 'pending' ELSE 'fulfilled' END,
+			guardian_idempotency_key(provider, payment_id, 0), now() - interval '1 day',
+			CASE WHEN g % 2 = 0 THEN now() ELSE now() - interval '1 day' END
+		FROM webhook_event CROSS JOIN LATERAL (SELECT substr(payment_id, 4)::int AS g) n WHERE payment_id IS NOT NULL;
 		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses, revokes)
-		SELECT 'stripe', 'evt_rf_' || g, 'charge.refunded', 'pi_' || g, '\x7b7d'::bytea, 'refund', 'pi_' || g, '{fulfil}' FROM generate_series(1, 6000) g`)
+		SELECT 'stripe', 'evt_rf_' || g, 'charge.refunded', 'pi_' || g, '\x7b7d'::bytea, 'refund', 'pi_' || g, '{fulfil}' FROM generate_series(1, 9000) g`)
 	require.NoError(t, err)
 	// VACUUM leaves a page it cannot lock at once (the background writer
 	// may hold it) unmarked: the history is vacuumed until every page of
@@ -524,16 +526,22 @@ func TestRoundsReadReversalsFromTheirIndex(t *testing.T) {
 		return n
 	}
 	before := eventsRead()
+	stopped, err := db.MoveReversedPending(ctx, tx, "test", nil, nil, state.Cancelled, "payment reversed before it went out: never sent")
+	require.NoError(t, err)
+	require.Len(t, stopped, 3000, "each refunded payment's pending row")
+	require.Less(t, eventsRead()-before, 100, "events' rows read by the round over every pending row: each reversal from its own row, not the index")
+
+	before = eventsRead()
 	created, err := db.CreateRevocationsSettledSince(ctx, tx, "test", "a revocation", time.Now().Add(-10*time.Minute))
 	require.NoError(t, err)
-	require.Len(t, created, 2000, "each refunded payment settled in the window taken back")
+	require.Len(t, created, 3000, "each refunded payment settled in the window taken back")
 	// Each revocation made checks its event's row (its foreign key): the
 	// one row a round must read for it.
-	require.Less(t, eventsRead()-before, len(created)+100, "events' rows read by the round over every reversal: each from its own row, not the index (8,000)")
+	require.Less(t, eventsRead()-before, len(created)+100, "events' rows read by the round over every reversal: each from its own row, not the index")
 
 	before = eventsRead()
 	created, err = db.CreateRevocations(ctx, tx, "test", "a revocation", nil)
 	require.NoError(t, err)
-	require.Len(t, created, 4000, "the full round takes back the rest")
-	require.Less(t, eventsRead()-before, len(created)+100, "events' rows read by the full round: each reversal from its own row, not the index (10,000)")
+	require.Len(t, created, 3000, "the full round takes back the rest")
+	require.Less(t, eventsRead()-before, len(created)+100, "events' rows read by the full round: each reversal from its own row, not the index")
 }
