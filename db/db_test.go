@@ -504,6 +504,37 @@ func TestMigrations(t *testing.T) {
 		require.Nil(t, f.Deadline)
 	})
 
+	// A build of the index of reversals interrupted by a killed process
+	// leaves it invalid: the next start builds it again, and drops the
+	// old one only then (migration 00049).
+	t.Run("AnInterruptedIndexBuildIsBuiltAgain", func(t *testing.T) {
+		t.Parallel()
+		d := dbtest.NewDB(t)
+		ctx := context.Background()
+		m, err := goose.NewMigrator(d.Pool)
+		require.NoError(t, err)
+		defer m.Close()
+		res, err := m.Down(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 49, res.Source.Version)
+		// What an interrupted CREATE INDEX CONCURRENTLY leaves: the index,
+		// marked invalid, whatever it came to hold.
+		_, err = d.Pool.Exec(ctx, `
+			CREATE INDEX webhook_event_reversals ON webhook_event (provider);
+			UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'webhook_event_reversals'::regclass`)
+		require.NoError(t, err)
+		_, err = m.Up(ctx)
+		require.NoError(t, err)
+		var valid bool
+		var def string
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT indisvalid, pg_get_indexdef(indexrelid) FROM pg_index WHERE indexrelid = 'webhook_event_reversals'::regclass`).Scan(&valid, &def))
+		require.True(t, valid, "the index of reversals left invalid")
+		require.Contains(t, def, "INCLUDE (id, event_id, revokes, suspends) WHERE (reverses IS NOT NULL)")
+		var old *string
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT to_regclass('webhook_event_reverses')::text`).Scan(&old))
+		require.Nil(t, old, "the old index kept beside the new")
+	})
+
 	t.Run("DownAndUpAgain", func(t *testing.T) {
 		t.Parallel()
 		d := dbtest.NewDB(t)

@@ -19,7 +19,21 @@
 -- suspends with the event), so the updates an event gets most (a
 -- duplicate's count, its body pruned) stay HOT as they were.
 --
--- CONCURRENTLY: a deployment keeps taking webhooks while it builds.
+-- CONCURRENTLY: a deployment keeps taking webhooks while it builds. A
+-- build interrupted (the process killed, the statement cancelled) leaves
+-- the index behind, invalid, which IF NOT EXISTS would take for built:
+-- the old index would go and reversals would be read by scanning every
+-- event. An invalid one is dropped and built again; the old index goes
+-- only after the build has succeeded.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('webhook_event_reversals') AND NOT indisvalid) THEN
+        DROP INDEX webhook_event_reversals;
+    END IF;
+END
+$$;
+-- +goose StatementEnd
 CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_event_reversals ON webhook_event (provider, reverses)
     INCLUDE (id, event_id, revokes, suspends) WHERE reverses IS NOT NULL;
 DROP INDEX CONCURRENTLY IF EXISTS webhook_event_reverses;
