@@ -166,6 +166,14 @@ func (a *App) buildSchema(ctx context.Context) error {
 	if stale {
 		a.logger.Warn("database setting leaves the planner's statistics stale", "problem", why)
 	}
+	invalid, err := db.InvalidIndexes(ctx, a.pool)
+	if err != nil {
+		return err
+	}
+	for _, name := range invalid {
+		a.logger.Warn("an index is invalid: its build was interrupted, so Postgres keeps it on every write and reads nothing through it",
+			"index", name, "repair", "REINDEX INDEX CONCURRENTLY "+name)
+	}
 	return nil
 }
 

@@ -203,6 +203,25 @@ func StatisticsGoStale(ctx context.Context, q DBTX) (bool, string, error) {
 	return why != "", why, nil
 }
 
+// InvalidIndexes returns the invalid indexes of Guardian's schema, by
+// name. A build CONCURRENTLY that was interrupted (the migrating process
+// killed, its statement cancelled) leaves its index invalid: Postgres
+// keeps it up to date on every write and reads nothing through it, so
+// the lookups it serves scan their table. A migration that names it IF
+// NOT EXISTS takes it for built. REINDEX INDEX CONCURRENTLY rebuilds it
+// while writes go on.
+func InvalidIndexes(ctx context.Context, q DBTX) ([]string, error) {
+	rows, err := q.Query(ctx, `
+		SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE NOT i.indisvalid AND c.relnamespace = current_schema()::regnamespace
+		ORDER BY 1`)
+	if err != nil {
+		return nil, wrap("read invalid indexes", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return names, wrap("read invalid indexes", err)
+}
+
 // staleStatistics says why the statistics go stale, given the server's
 // autovacuum setting and the tables a payment writes that turn it off;
 // "" when nothing stops autovacuum.

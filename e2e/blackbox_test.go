@@ -309,4 +309,22 @@ func TestSaysWhenCommitsCanBeLost(t *testing.T) {
 	on := dbtest.NewDB(t)
 	g = start(t, baseEnv(t, on, newFakeConnector(t)))
 	require.NotContains(t, g.logs(), "synchronous_commit")
+	require.NotContains(t, g.logs(), "index is invalid")
+}
+
+// TestSaysWhenAnIndexIsInvalid: an index whose build was interrupted is
+// left invalid, kept on every write and never read; Guardian names it at
+// start, with the statement that rebuilds it.
+func TestSaysWhenAnIndexIsInvalid(t *testing.T) {
+	t.Parallel()
+	d := dbtest.NewDB(t)
+	// What an interrupted CREATE INDEX CONCURRENTLY leaves behind.
+	_, err := d.Pool.Exec(context.Background(), `
+		CREATE INDEX webhook_event_half_built ON webhook_event (event_type);
+		UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'webhook_event_half_built'::regclass`)
+	require.NoError(t, err)
+	g := start(t, baseEnv(t, d, newFakeConnector(t)))
+	logs := g.logs()
+	require.Contains(t, logs, "index is invalid")
+	require.Contains(t, logs, "REINDEX INDEX CONCURRENTLY webhook_event_half_built")
 }
