@@ -480,11 +480,8 @@ func TestMigrations(t *testing.T) {
 	// sent under, their id: a receiver that saw it must see it again.
 	t.Run("UpgradeKeepsEachRowsKey", func(t *testing.T) {
 		t.Parallel()
-		d := dbtest.NewDB(t)
+		d, m := migrated(t)
 		ctx := context.Background()
-		m, err := goose.NewMigrator(d.Pool)
-		require.NoError(t, err)
-		defer m.Close()
 		for {
 			res, err := m.Down(ctx)
 			require.NoError(t, err)
@@ -496,7 +493,7 @@ func TestMigrations(t *testing.T) {
 		require.NoError(t, d.Pool.QueryRow(ctx, `WITH e AS (
 			INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body) VALUES ('stripe', 'evt_old', 't', 'pi_old', '{}') RETURNING id)
 			INSERT INTO fulfilment (event_pk, provider, payment_id) SELECT id, 'stripe', 'pi_old' FROM e RETURNING id`).Scan(&id))
-		_, err = m.Up(ctx)
+		_, err := m.Up(ctx)
 		require.NoError(t, err)
 		f, err := db.GetFulfilment(ctx, d.Pool, id)
 		require.NoError(t, err)
@@ -509,11 +506,8 @@ func TestMigrations(t *testing.T) {
 	// old one only then (migration 00049).
 	t.Run("AnInterruptedIndexBuildIsBuiltAgain", func(t *testing.T) {
 		t.Parallel()
-		d := dbtest.NewDB(t)
+		d, m := migrated(t)
 		ctx := context.Background()
-		m, err := goose.NewMigrator(d.Pool)
-		require.NoError(t, err)
-		defer m.Close()
 		res, err := m.Down(ctx)
 		require.NoError(t, err)
 		require.EqualValues(t, 49, res.Source.Version)
@@ -537,11 +531,8 @@ func TestMigrations(t *testing.T) {
 
 	t.Run("DownAndUpAgain", func(t *testing.T) {
 		t.Parallel()
-		d := dbtest.NewDB(t)
+		d, m := migrated(t)
 		ctx := context.Background()
-		m, err := goose.NewMigrator(d.Pool)
-		require.NoError(t, err)
-		defer m.Close()
 		current, err := m.Current(ctx)
 		require.NoError(t, err)
 		require.True(t, current)
@@ -563,4 +554,15 @@ func TestMigrations(t *testing.T) {
 		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename IN ('fulfilment', 'river_job')`).Scan(&n))
 		require.Equal(t, 2, n)
 	})
+}
+
+// migrated returns a fresh database with every migration applied and the
+// migrator that applied them, closed when the test ends.
+func migrated(t *testing.T) (*dbtest.DB, *goose.Migrator) {
+	t.Helper()
+	d := dbtest.NewDB(t)
+	m, err := goose.NewMigrator(d.Pool)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return d, m
 }

@@ -114,7 +114,7 @@ func TestTakeBackWindowOutlivesItsLeader(t *testing.T) {
 
 // TestTheSweepsRoundTakesOneProcess: the take-back round plans its
 // statements without parallel workers (db.Serial). On two cores a
-// parallel plan of the round over a burst took 270 to 740 ms of both, one
+// parallel plan of the round over a burst took 270 to 320 ms of both, one
 // process 63 ms, at ten million payments: the cycles a round takes are
 // intake's and dispatch's. A trigger records the setting each revocation
 // the round makes was written under.
