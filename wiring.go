@@ -170,9 +170,9 @@ func (a *App) buildSchema(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, name := range invalid {
+	for _, ix := range invalid {
 		a.logger.Warn("an index is invalid: its build was interrupted, so Postgres keeps it on every write and reads nothing through it",
-			"index", name, "repair", "REINDEX INDEX CONCURRENTLY "+name)
+			"index", ix.Name, "repair", ix.Repair)
 	}
 	return nil
 }

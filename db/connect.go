@@ -203,23 +203,47 @@ func StatisticsGoStale(ctx context.Context, q DBTX) (bool, string, error) {
 	return why != "", why, nil
 }
 
-// InvalidIndexes returns the invalid indexes of Guardian's schema, by
-// name. A build CONCURRENTLY that was interrupted (the migrating process
-// killed, its statement cancelled) leaves its index invalid: Postgres
-// keeps it up to date on every write and reads nothing through it, so
-// the lookups it serves scan their table. A migration that names it IF
-// NOT EXISTS takes it for built. REINDEX INDEX CONCURRENTLY rebuilds it
-// while writes go on.
-func InvalidIndexes(ctx context.Context, q DBTX) ([]string, error) {
+// InvalidIndex is an index of Guardian's schema that Postgres keeps on
+// every write and reads nothing through, and the statement that repairs
+// it.
+type InvalidIndex struct {
+	Name, Repair string
+}
+
+// InvalidIndexes returns the invalid indexes of Guardian's schema that no
+// build in progress accounts for. A build CONCURRENTLY that was
+// interrupted (the migrating process killed, its statement cancelled)
+// leaves its index invalid: Postgres keeps it up to date on every write
+// and reads nothing through it, so the lookups it serves scan their
+// table. A migration that names it IF NOT EXISTS takes it for built.
+// REINDEX INDEX CONCURRENTLY rebuilds it while writes go on. An
+// interrupted REINDEX CONCURRENTLY leaves the copy it was building
+// (named with _ccnew) or the old index it had not yet dropped (_ccold):
+// those are dropped, not rebuilt (Postgres's REINDEX documentation).
+//
+// An index another session is building right now is invalid until the
+// build ends, and is left out: Postgres reports each build in
+// pg_stat_progress_create_index, by the index it makes (or, for a
+// REINDEX, the index it rebuilds, beside which its _ccnew copy stands).
+// A build by another role is reported without its index unless this role
+// may read all statistics (pg_read_all_stats); its index is then named.
+func InvalidIndexes(ctx context.Context, q DBTX) ([]InvalidIndex, error) {
 	rows, err := q.Query(ctx, `
-		SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		SELECT c.relname::text,
+			CASE WHEN c.relname ~ '_cc(new|old)[0-9]*$' THEN 'DROP INDEX CONCURRENTLY ' ELSE 'REINDEX INDEX CONCURRENTLY ' END
+				|| quote_ident(c.relname)
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 		WHERE NOT i.indisvalid AND c.relnamespace = current_schema()::regnamespace
+			AND NOT EXISTS (
+				SELECT 1 FROM pg_stat_progress_create_index p
+				WHERE p.index_relid = i.indexrelid
+					OR (p.relid = i.indrelid AND p.command = 'REINDEX CONCURRENTLY' AND c.relname ~ '_cc(new|old)[0-9]*$'))
 		ORDER BY 1`)
 	if err != nil {
 		return nil, wrap("read invalid indexes", err)
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	return names, wrap("read invalid indexes", err)
+	invalid, err := pgx.CollectRows(rows, pgx.RowToStructByPos[InvalidIndex])
+	return invalid, wrap("read invalid indexes", err)
 }
 
 // staleStatistics says why the statistics go stale, given the server's

@@ -503,30 +503,48 @@ func TestMigrations(t *testing.T) {
 
 	// A build of the index of reversals interrupted by a killed process
 	// leaves it invalid: the next start builds it again, and drops the
-	// old one only then (migration 00049).
+	// old one only then (migration 00049); a rollback likewise.
 	t.Run("AnInterruptedIndexBuildIsBuiltAgain", func(t *testing.T) {
 		t.Parallel()
 		d, m := migrated(t)
 		ctx := context.Background()
-		res, err := m.Down(ctx)
-		require.NoError(t, err)
-		require.EqualValues(t, 49, res.Source.Version)
-		// What an interrupted CREATE INDEX CONCURRENTLY leaves: the index,
-		// marked invalid, whatever it came to hold.
-		_, err = d.Pool.Exec(ctx, `
-			CREATE INDEX webhook_event_reversals ON webhook_event (provider);
-			UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'webhook_event_reversals'::regclass`)
-		require.NoError(t, err)
-		_, err = m.Up(ctx)
-		require.NoError(t, err)
-		var valid bool
-		var def string
-		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT indisvalid, pg_get_indexdef(indexrelid) FROM pg_index WHERE indexrelid = 'webhook_event_reversals'::regclass`).Scan(&valid, &def))
-		require.True(t, valid, "the index of reversals left invalid")
-		require.Contains(t, def, "INCLUDE (id, event_id, revokes, suspends) WHERE (reverses IS NOT NULL)")
-		var old *string
-		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT to_regclass('webhook_event_reverses')::text`).Scan(&old))
-		require.Nil(t, old, "the old index kept beside the new")
+		// interrupted leaves what an interrupted CREATE INDEX CONCURRENTLY
+		// leaves under name: the index, marked invalid, whatever it came to
+		// hold. migrate then runs, and built says what is left: the index
+		// under want, valid, and none under gone.
+		interrupted := func(name string, migrate func(context.Context) error) {
+			t.Helper()
+			_, err := d.Pool.Exec(ctx, `CREATE INDEX `+name+` ON webhook_event (provider);
+				UPDATE pg_index SET indisvalid = false WHERE indexrelid = '`+name+`'::regclass`)
+			require.NoError(t, err)
+			require.NoError(t, migrate(ctx))
+		}
+		built := func(want, definition, gone string) {
+			t.Helper()
+			var valid bool
+			var def string
+			require.NoError(t, d.Pool.QueryRow(ctx, `SELECT indisvalid, pg_get_indexdef(indexrelid) FROM pg_index WHERE indexrelid = $1::regclass`, want).Scan(&valid, &def))
+			require.True(t, valid, "%s left invalid", want)
+			require.Contains(t, def, definition)
+			var left *string
+			require.NoError(t, d.Pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, gone).Scan(&left))
+			require.Nil(t, left, "%s kept beside %s", gone, want)
+		}
+		down := func(ctx context.Context) error {
+			res, err := m.Down(ctx)
+			if err == nil && res.Source.Version != 49 {
+				err = fmt.Errorf("rolled back %d, want 49", res.Source.Version)
+			}
+			return err
+		}
+		up := func(ctx context.Context) error { _, err := m.Up(ctx); return err }
+		require.NoError(t, down(ctx))
+		interrupted("webhook_event_reversals", up)
+		built("webhook_event_reversals", "INCLUDE (id, event_id, revokes, suspends) WHERE (reverses IS NOT NULL)", "webhook_event_reverses")
+		// The rollback, interrupted the same way, builds the old index
+		// again before it drops the new.
+		interrupted("webhook_event_reverses", down)
+		built("webhook_event_reverses", "(provider, reverses) WHERE (reverses IS NOT NULL)", "webhook_event_reversals")
 	})
 
 	t.Run("DownAndUpAgain", func(t *testing.T) {

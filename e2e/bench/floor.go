@@ -161,12 +161,26 @@ func hotShare(a, b updates) float64 {
 }
 
 // floorSQL is a floor's pair of pgbench scripts: its intake and its
-// dispatch, each a file of e2e/bench or an absolute path. The floor is
-// Guardian's schema's (bareFloor); the narrow row's (narrowFloor,
-// moving.go) is made from it for the schema it proposes.
-type floorSQL struct{ intake, dispatch string }
+// dispatch, each a file of e2e/bench or an absolute path, and the provider
+// its payments are of. The floor is Guardian's schema's (bareFloor); the
+// narrow row's (narrowFloor, moving.go) is made from it for the schema it
+// proposes.
+type floorSQL struct{ intake, dispatch, provider string }
 
-var bareFloor = floorSQL{intake: "floor_intake.sql", dispatch: "floor_dispatch.sql"}
+// bareFloor's payments are of a provider of their own, "floor", apart from
+// Guardian's (and a run's counts of them, indexes.go). In an index that
+// leads with the provider they then land in a section of their own, a few
+// thousand entries long, where a Guardian payment lands anywhere among its
+// provider's: the scale run gives the floor the filled history's provider
+// instead (amongProviders).
+var bareFloor = floorSQL{intake: "floor_intake.sql", dispatch: "floor_dispatch.sql", provider: "floor"}
+
+// amongProviders is f with its payments of provider, among that
+// provider's in the indexes keyed by payment.
+func (f floorSQL) amongProviders(provider string) floorSQL {
+	f.provider = provider
+	return f
+}
 
 // floorDone counts the floor's payments through to the end: jobs completed.
 func floorDone(ctx context.Context, pool *pgxpool.Pool) int {
@@ -189,7 +203,7 @@ func floorJobs(ctx context.Context, pool *pgxpool.Pool) int {
 func (f floorSQL) whole(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
 	bi, bd := size(b.intake), size(b.claim)
 	done0, jobs0, cpu0 := floorDone(ctx, pool), floorJobs(ctx, pool), postgresCPU()
-	secs, client := runPgbench(dbURL, wholeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, bd,
+	secs, client := runPgbench(dbURL, wholeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, f.provider, bi, bd,
 		f.intake+"@"+strconv.Itoa(bd), f.dispatch+"@"+strconv.Itoa(bi))
 	done := floorDone(ctx, pool) - done0
 	// The CPU of every payment the run took in, those it left waiting
@@ -202,7 +216,7 @@ func (f floorSQL) whole(ctx context.Context, pool *pgxpool.Pool, dbURL string, b
 func (f floorSQL) intakeAlone(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
 	bi := size(b.intake)
 	jobs0, cpu0 := floorJobs(ctx, pool), postgresCPU()
-	secs, _ := runPgbench(dbURL, intakeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, bi, 1, f.intake)
+	secs, _ := runPgbench(dbURL, intakeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, f.provider, bi, 1, f.intake)
 	n := floorJobs(ctx, pool) - jobs0
 	cpu := postgresCPU() - cpu0
 	// Unmeasured: in large batches, so the next run starts on an empty
@@ -218,7 +232,7 @@ func (f floorSQL) drainTimed(ctx context.Context, pool *pgxpool.Pool, dbURL stri
 	fill := *jobsN
 	for fill > 0 { // in batches of at most 1,000: one statement each
 		n := min(fill, 1000)
-		runPgbench(dbURL, 1, []string{"-t", "1"}, n, 1, f.intake)
+		runPgbench(dbURL, 1, []string{"-t", "1"}, f.provider, n, 1, f.intake)
 		fill -= n
 	}
 	analyze(dbURL)
@@ -243,7 +257,7 @@ func (f floorSQL) drain(ctx context.Context, pool *pgxpool.Pool, dbURL string, b
 		// and ended, whose CPU the payments would carry.
 		clients := min(wholeClients(), (waiting+bd-1)/bd)
 		per := max(1, waiting/(bd*clients))
-		runPgbench(dbURL, clients, []string{"-t", strconv.Itoa(per)}, 1, bd, f.dispatch)
+		runPgbench(dbURL, clients, []string{"-t", strconv.Itoa(per)}, f.provider, 1, bd, f.dispatch)
 	}
 }
 
@@ -255,11 +269,12 @@ func perPayment(cpu time.Duration, n int) float64 {
 }
 
 // runPgbench runs the floor's scripts (name@weight) at clients with the
-// batch sizes given, each statement prepared once per client as Guardian's
-// are, and returns how long the run took, without the clients' connection
-// time.
-func runPgbench(dbURL string, clients int, args []string, bi, bd int, scripts ...string) (secs float64, client time.Duration) {
-	all := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-D", "bi=" + strconv.Itoa(bi), "-D", "bd=" + strconv.Itoa(bd)}
+// provider and batch sizes given, each statement prepared once per client
+// as Guardian's are, and returns how long the run took, without the
+// clients' connection time.
+func runPgbench(dbURL string, clients int, args []string, provider string, bi, bd int, scripts ...string) (secs float64, client time.Duration) {
+	all := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())),
+		"-D", "provider=" + provider, "-D", "bi=" + strconv.Itoa(bi), "-D", "bd=" + strconv.Itoa(bd)}
 	all = append(all, args...)
 	for _, s := range scripts {
 		if !filepath.IsAbs(s) { // a script of the repository's, not one made for the run

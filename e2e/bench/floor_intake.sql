@@ -6,10 +6,11 @@
 -- dispatch job each (what recordBatchTx writes). floor_dispatch.sql takes
 -- the jobs on; `just bench` runs them apart and together, with Guardian's
 -- own batch sizes, and holds every figure against them (docs/performance.md,
--- "The floor"). :bi is set with -D bi=N.
+-- "The floor"). :bi is set with -D bi=N; :provider with -D provider=NAME
+-- ("floor", its payments apart from Guardian's, unless the run says).
 WITH ev AS (
     INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, amount, currency)
-    SELECT 'floor', 'evt_' || u, 'payment_intent.succeeded', 'pi_' || u,
+    SELECT :provider, 'evt_' || u, 'payment_intent.succeeded', 'pi_' || u,
         convert_to('{"id":"evt_' || u || '","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_' || u || '","object":"payment_intent","amount":4200,"currency":"eur","status":"succeeded"}}}', 'UTF8'),
         4200, 'eur'
     FROM (SELECT gen_random_uuid()::text AS u FROM generate_series(1, :bi)) g

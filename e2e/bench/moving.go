@@ -67,7 +67,7 @@ func narrowFloor(dir string) floorSQL {
 		check(os.WriteFile(path, []byte(script), 0o600))
 		return path
 	}
-	return floorSQL{intake: derive(bareFloor.intake), dispatch: derive(bareFloor.dispatch)}
+	return floorSQL{intake: derive(bareFloor.intake), dispatch: derive(bareFloor.dispatch), provider: bareFloor.provider}
 }
 
 // movingBatches are the batch sizes the comparison runs at: about what

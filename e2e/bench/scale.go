@@ -39,6 +39,12 @@ var (
 	checkpointFirst = flag.Bool("checkpoint", false, "with -only scale: run a CHECKPOINT before each intake run, on the filled database and on the baseline alike, to measure intake where it costs most (each first change of a page after a checkpoint logs the whole page)")
 )
 
+// scaleFloor is the floor the scale run measures beside Guardian: its
+// payments are Stripe's, as most of the filled history's are, so at every
+// size they land at random among millions in the indexes keyed by payment,
+// as Guardian's do.
+var scaleFloor = bareFloor.amongProviders("stripe")
+
 const (
 	scaleSpacing   = 6 * time.Second // between two payments: 10 million is about two years
 	scaleChunk     = 250_000         // payments per fill transaction
@@ -143,6 +149,13 @@ type scalePoint struct {
 	// statements, Guardian apart. baseDispatched and baseFloorDispatched
 	// are both on the baseline, measured in turn with them.
 	floorDispatched, baseDispatched, baseFloorDispatched stats
+	// floorIntake is the floor's intake alone on the same database after
+	// each of Guardian's intake runs, at Guardian's batch size in it, and
+	// baseFloorIntake the same on the baseline: what the size costs the
+	// bare statements of intake. floorCost and baseFloorCost are what the
+	// server spent per payment in them.
+	floorIntake, baseFloorIntake stats
+	floorCost, baseFloorCost     []serverCost
 	// baseline is intake on a database that stays nearly empty, measured
 	// in turn with intake at this size: their ratio does not move with
 	// this machine's drift between sizes.
@@ -211,40 +224,51 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 			vacuum(ctx, pool)
 		}
 		p := scalePoint{payments: n}
-		var intake, baseline, dup, disp, floorDisp, baseDisp, baseFloorDisp, p99 []float64
-		// intakeRun measures intake once on the database at url, with what
-		// the server spent on each delivery, then runs then, if any, on the
-		// same process.
-		intakeRun := func(url string, rates *[]float64, costs *[]serverCost, then func(*guardian)) {
-			g := startGuardian(bin, url, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
+		var intake, baseline, floorIn, baseFloorIn, dup, disp, floorDisp, baseDisp, baseFloorDisp, p99 []float64
+		checkpoint := func() {
 			if *checkpointFirst {
 				_, err := pool.Exec(ctx, `CHECKPOINT`)
 				check(err)
 			}
+		}
+		// intakeRun measures intake once on the database at url, with what
+		// the server spent on each delivery, then runs then, if any, on the
+		// same process; then the floor's intake alone at the batch size
+		// Guardian had, on the same database.
+		intakeRun := func(url string, on *pgxpool.Pool, rates, floors *[]float64, costs, floorCosts *[]serverCost, then func(*guardian)) {
+			g := startGuardian(bin, url, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
+			checkpoint()
 			before := readServerCost(ctx, pool, url)
 			r := bench(bin, g, 0, 1, 0, false)
 			*costs = append(*costs, readServerCost(ctx, pool, url).perDelivery(before, r.Deliveries))
 			*rates = append(*rates, r.PerSecond)
+			b := batchSizes(ctx, g)
 			if then != nil {
 				then(g)
 			}
 			g.stop()
+			checkpoint()
+			before = readServerCost(ctx, pool, url)
+			jobs0 := floorJobs(ctx, on)
+			f := scaleFloor.intakeAlone(ctx, on, url, b)
+			*floorCosts = append(*floorCosts, readServerCost(ctx, pool, url).perDelivery(before, floorJobs(ctx, on)-jobs0))
+			*floors = append(*floors, f.perSecond)
 		}
 		measureDuplicates := func(g *guardian) { dup = append(dup, duplicates(bin, g)) }
 		for i := range *runs {
 			if i%2 == 0 { // which goes first alternates too
-				intakeRun(baselineURL, &baseline, &p.baselineCost, nil)
+				intakeRun(baselineURL, basePool, &baseline, &baseFloorIn, &p.baselineCost, &p.baseFloorCost, nil)
 			}
-			intakeRun(dbURL, &intake, &p.intakeCost, measureDuplicates)
+			intakeRun(dbURL, pool, &intake, &floorIn, &p.intakeCost, &p.floorCost, measureDuplicates)
 			if i%2 == 1 {
-				intakeRun(baselineURL, &baseline, &p.baselineCost, nil)
+				intakeRun(baselineURL, basePool, &baseline, &baseFloorIn, &p.baselineCost, &p.baseFloorCost, nil)
 			}
 			// Dispatch, Guardian's then the floor's, on this size and on
 			// the baseline, which goes first as it does for intake.
 			dispatchOn := func(url string, on *pgxpool.Pool, rates, floors *[]float64) {
 				d := dispatch(ctx, bin, url, connURL, on)
 				*rates = append(*rates, d.perSecond)
-				*floors = append(*floors, bareFloor.drainTimed(ctx, on, url, d.batches).perSecond)
+				*floors = append(*floors, scaleFloor.drainTimed(ctx, on, url, d.batches).perSecond)
 			}
 			if i%2 == 0 {
 				dispatchOn(baselineURL, basePool, &baseDisp, &baseFloorDisp)
@@ -256,9 +280,12 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 		}
 		for i := range p.intakeCost {
 			log.Printf("intake at %d payments, run %d: %.0f/s, %s", n, i+1, intake[i], p.intakeCost[i])
+			log.Printf("  the floor's after it: %.0f/s, %s", floorIn[i], p.floorCost[i])
 			log.Printf("baseline beside it, run %d: %.0f/s, %s", i+1, baseline[i], p.baselineCost[i])
+			log.Printf("  the floor's after it: %.0f/s, %s", baseFloorIn[i], p.baseFloorCost[i])
 		}
 		p.intake, p.baseline, p.dupPG = summarize(intake), summarize(baseline), summarize(dup)
+		p.floorIntake, p.baseFloorIntake = summarize(floorIn), summarize(baseFloorIn)
 		p.dispatched, p.floorDispatched = summarize(disp), summarize(floorDisp)
 		p.baseDispatched, p.baseFloorDispatched = summarize(baseDisp), summarize(baseFloorDisp)
 		if rate == 0 {
@@ -491,29 +518,37 @@ func printScale(points []scalePoint, rate float64) {
 	row("intake against the baseline", func(p scalePoint) float64 { return p.intake.median / p.baseline.median }, "x")
 	// The server's cost per delivery, median of the runs, on this size's
 	// database or (baseline) on the one beside it.
+	medianOf := func(costs []serverCost, f func(serverCost) float64) float64 {
+		var xs []float64
+		for _, c := range costs {
+			xs = append(xs, f(c))
+		}
+		return summarize(xs).median
+	}
 	cost := func(baseline bool, f func(serverCost) float64) func(scalePoint) float64 {
 		return func(p scalePoint) float64 {
-			costs := p.intakeCost
 			if baseline {
-				costs = p.baselineCost
+				return medianOf(p.baselineCost, f)
 			}
-			var xs []float64
-			for _, c := range costs {
-				xs = append(xs, f(c))
-			}
-			return summarize(xs).median
+			return medianOf(p.intakeCost, f)
 		}
 	}
+	fpi := func(c serverCost) float64 { return c.fpi }
 	for _, b := range []bool{false, true} {
 		of := ""
 		if b {
 			of = ", baseline"
 		}
 		row("  WAL per delivery"+of, cost(b, func(c serverCost) float64 { return c.walBytes / 1024 }), "kB")
-		row("  full-page images per delivery"+of, cost(b, func(c serverCost) float64 { return c.fpi }), "")
+		row("  full-page images per delivery"+of, cost(b, fpi), "")
 		row("  blocks read per delivery"+of, cost(b, func(c serverCost) float64 { return c.blocksRead }), "")
 		row("  backend writes per delivery"+of, cost(b, func(c serverCost) float64 { return c.backendWrites }), "")
 	}
+	row("  the floor's intake", func(p scalePoint) float64 { return p.floorIntake.median }, "/s")
+	row("  the floor's, on the baseline", func(p scalePoint) float64 { return p.baseFloorIntake.median }, "/s")
+	row("  the floor's against its baseline", func(p scalePoint) float64 { return p.floorIntake.median / p.baseFloorIntake.median }, "x")
+	row("  the floor's full-page images per payment", func(p scalePoint) float64 { return medianOf(p.floorCost, fpi) }, "")
+	row("  the floor's, on the baseline", func(p scalePoint) float64 { return medianOf(p.baseFloorCost, fpi) }, "")
 	row(fmt.Sprintf("p99 at %.0f/s", rate), func(p scalePoint) float64 { return p.p99ms }, "ms")
 	row("duplicates, no Redis", func(p scalePoint) float64 { return p.dupPG.median }, "/s")
 	row("dispatch", func(p scalePoint) float64 { return p.dispatched.median }, "/s")
@@ -546,9 +581,9 @@ func printScale(points []scalePoint, rate float64) {
 		}
 		return "NOT met"
 	}
-	ratio := last.intake.median / last.baseline.median
+	ratio, floorIn := last.intake.median/last.baseline.median, last.floorIntake.median/last.baseFloorIntake.median
 	disp, floorDisp := last.dispatched.median/last.baseDispatched.median, last.floorDispatched.median/last.baseFloorDispatched.median
-	fmt.Printf("at %d payments: intake %.2fx the baseline measured in turn with it, %.2fx the first size's (target ≥ 0.8: %s); dispatch %.2fx the baseline measured in turn with it (target ≥ 0.8: %s), the floor's %.2fx its own; slowest page %s, median %.1f ms, slowest of 20 %.1f ms; slowest single answer %s, %.1f ms (target < 100 ms: %s)\n",
-		last.payments, ratio, last.intake.median/base.intake.median, verdict(ratio >= 0.8), disp, verdict(disp >= 0.8), floorDisp,
+	fmt.Printf("at %d payments: intake %.2fx the baseline measured in turn with it, %.2fx the first size's (target ≥ 0.8: %s), the floor's %.2fx its own; dispatch %.2fx the baseline measured in turn with it (target ≥ 0.8: %s), the floor's %.2fx its own; slowest page %s, median %.1f ms, slowest of 20 %.1f ms; slowest single answer %s, %.1f ms (target < 100 ms: %s)\n",
+		last.payments, ratio, last.intake.median/base.intake.median, verdict(ratio >= 0.8), floorIn, disp, verdict(disp >= 0.8), floorDisp,
 		slowest.name, slowest.median, slowest.slowest, slowestOnce.name, slowestOnce.slowest, verdict(slowestOnce.slowest < 100))
 }

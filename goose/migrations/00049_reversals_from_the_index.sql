@@ -39,5 +39,16 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_event_reversals ON webhook_event
 DROP INDEX CONCURRENTLY IF EXISTS webhook_event_reverses;
 
 -- +goose Down
+-- The same care the other way: an invalid old index, left by a rollback
+-- interrupted in its build, is built again before the new one goes.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('webhook_event_reverses') AND NOT indisvalid) THEN
+        DROP INDEX webhook_event_reverses;
+    END IF;
+END
+$$;
+-- +goose StatementEnd
 CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_event_reverses ON webhook_event (provider, reverses) WHERE reverses IS NOT NULL;
 DROP INDEX CONCURRENTLY IF EXISTS webhook_event_reversals;
