@@ -5,7 +5,8 @@
 --   1. River's fetch of :bd available jobs (JobGetAvailable);
 --   2. the claim: pending to dispatching with the next attempt, its
 --      deadline and claim, the reversal guard, the transition, the event's
---      body and purchase read back for the call (ClaimManyForDispatch);
+--      body and purchase read back for the call (ClaimManyForDispatch,
+--      whose rows are found by their ids alone, the state only checked);
 --   3. the outcome: dispatching to fulfilled at that attempt, with its
 --      transition (TransitMany);
 --   4. the jobs' completion (River's JobSetStateIfRunningMany).
@@ -33,7 +34,7 @@ SELECT coalesce(string_agg(id::text, ','), '') AS jobs, coalesce(string_agg(args
 WITH u AS (SELECT unnest(string_to_array(:ids, ',')::uuid[]) AS id), moved AS (
     UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now(),
         deadline = now() + interval '30 seconds', claim_token = md5(f.id::text), claimant = 'floor', call_outcome = NULL
-    FROM u WHERE f.id = u.id AND f.id = ANY (string_to_array(:ids, ',')::uuid[]) AND f.state = 'pending'
+    FROM u WHERE f.id = u.id AND f.id = ANY (string_to_array(:ids, ',')::uuid[]) AND (f.state = 'pending') IS TRUE
       AND NOT EXISTS (SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY (r.revokes))
     RETURNING f.id, f.event_pk, f.provider, f.payment_id, f.attempt, f.idempotency_key
 ), logged AS (

@@ -41,8 +41,8 @@ var narrowEdits = map[string][][2]string{
 	bareFloor.dispatch: {
 		{"UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1,", "UPDATE fulfilment_move m SET state = 'dispatching', attempt = m.attempt + 1,"},
 		{"claim_token = md5(f.id::text)", "claim_token = md5(m.id::text)"},
-		{"FROM u WHERE f.id = u.id AND f.id = ANY (string_to_array(:ids, ',')::uuid[]) AND f.state = 'pending'",
-			"FROM u JOIN fulfilment f ON f.id = u.id WHERE m.id = u.id AND m.id = ANY (string_to_array(:ids, ',')::uuid[]) AND m.state = 'pending'"},
+		{"FROM u WHERE f.id = u.id AND f.id = ANY (string_to_array(:ids, ',')::uuid[]) AND (f.state = 'pending') IS TRUE",
+			"FROM u JOIN fulfilment f ON f.id = u.id WHERE m.id = u.id AND m.id = ANY (string_to_array(:ids, ',')::uuid[]) AND (m.state = 'pending') IS TRUE"},
 		{"RETURNING f.id, f.event_pk, f.provider, f.payment_id, f.attempt, f.idempotency_key",
 			"RETURNING m.id, f.event_pk, f.provider, f.payment_id, m.attempt, f.idempotency_key"},
 		{"UPDATE fulfilment f SET state = 'fulfilled', call_outcome = 'done'\n    WHERE f.id = ANY (string_to_array(:ids, ',')::uuid[]) AND f.state = 'dispatching' AND f.attempt = 1\n    RETURNING f.id, f.attempt",
