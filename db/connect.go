@@ -230,14 +230,14 @@ type InvalidIndex struct {
 func InvalidIndexes(ctx context.Context, q DBTX) ([]InvalidIndex, error) {
 	rows, err := q.Query(ctx, `
 		SELECT c.relname::text,
-			CASE WHEN c.relname ~ '_cc(new|old)[0-9]*$' THEN 'DROP INDEX CONCURRENTLY ' ELSE 'REINDEX INDEX CONCURRENTLY ' END
-				|| quote_ident(c.relname)
+			CASE WHEN r.copy THEN 'DROP INDEX CONCURRENTLY ' ELSE 'REINDEX INDEX CONCURRENTLY ' END || quote_ident(c.relname)
 		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+			CROSS JOIN LATERAL (SELECT c.relname ~ '_cc(new|old)[0-9]*$' AS copy) r -- a REINDEX CONCURRENTLY's own
 		WHERE NOT i.indisvalid AND c.relnamespace = current_schema()::regnamespace
 			AND NOT EXISTS (
 				SELECT 1 FROM pg_stat_progress_create_index p
 				WHERE p.index_relid = i.indexrelid
-					OR (p.relid = i.indrelid AND p.command = 'REINDEX CONCURRENTLY' AND c.relname ~ '_cc(new|old)[0-9]*$'))
+					OR (r.copy AND p.relid = i.indrelid AND p.command = 'REINDEX CONCURRENTLY'))
 		ORDER BY 1`)
 	if err != nil {
 		return nil, wrap("read invalid indexes", err)

@@ -546,7 +546,7 @@ func TestRoundsReadReversalsFromTheirIndex(t *testing.T) {
 // statistics taken when none were pending, the claim once read every
 // pending row through the state's index for each batch: draining a
 // backlog cost its size for every batch, so dispatch slowed as the
-// backlog grew (0.6x an empty database's at ten million payments).
+// backlog grew.
 func TestClaimReadsItsBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

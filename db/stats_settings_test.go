@@ -65,18 +65,21 @@ func TestInvalidIndexes(t *testing.T) {
 	require.Empty(t, invalid(), "a migrated schema")
 
 	// What interrupted builds leave: a CREATE INDEX CONCURRENTLY's index,
-	// and a REINDEX CONCURRENTLY's new copy.
+	// and a REINDEX CONCURRENTLY's new copy and the old index it had not
+	// yet dropped.
 	_, err := d.Pool.Exec(ctx, `
 		CREATE INDEX webhook_event_half_built ON webhook_event (event_type);
 		CREATE INDEX fulfilment_created_ccnew ON fulfilment (created_at, id);
+		CREATE INDEX fulfilment_created_ccold1 ON fulfilment (created_at, id);
 		UPDATE pg_index SET indisvalid = false
-		WHERE indexrelid IN ('webhook_event_half_built'::regclass, 'fulfilment_created_ccnew'::regclass)`)
+		WHERE indexrelid IN ('webhook_event_half_built'::regclass, 'fulfilment_created_ccnew'::regclass, 'fulfilment_created_ccold1'::regclass)`)
 	require.NoError(t, err)
 	require.Equal(t, []db.InvalidIndex{
 		{Name: "fulfilment_created_ccnew", Repair: "DROP INDEX CONCURRENTLY fulfilment_created_ccnew"},
+		{Name: "fulfilment_created_ccold1", Repair: "DROP INDEX CONCURRENTLY fulfilment_created_ccold1"},
 		{Name: "webhook_event_half_built", Repair: "REINDEX INDEX CONCURRENTLY webhook_event_half_built"},
 	}, invalid())
-	_, err = d.Pool.Exec(ctx, `DROP INDEX webhook_event_half_built, fulfilment_created_ccnew`)
+	_, err = d.Pool.Exec(ctx, `DROP INDEX webhook_event_half_built, fulfilment_created_ccnew, fulfilment_created_ccold1`)
 	require.NoError(t, err)
 
 	// Builds in progress: a transaction that has written to the table and
@@ -96,7 +99,8 @@ func TestInvalidIndexes(t *testing.T) {
 		}()
 		require.Eventually(t, func() bool {
 			var waiting bool
-			require.NoError(t, d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_progress_create_index)
+			require.NoError(t, d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_progress_create_index WHERE relid = 'webhook_event'::regclass
+					AND datid = (SELECT oid FROM pg_database WHERE datname = current_database()))
 				AND EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass($1) AND NOT indisvalid)`, invalidName).Scan(&waiting))
 			return waiting
 		}, 30*time.Second, 20*time.Millisecond, "%s, waiting for the open writer with its index made", build)
