@@ -131,6 +131,9 @@ type floorResult struct {
 	// harnessMs is what pgbench itself spent per payment: the floor's
 	// client, on the same cores.
 	harnessMs float64
+	// server is what the Postgres server spent per payment taken in
+	// (intakeAlone): its WAL, whole pages, block reads.
+	server serverCost
 }
 
 // updates is how many fulfilment rows were updated, and how many of those
@@ -215,14 +218,14 @@ func (f floorSQL) whole(ctx context.Context, pool *pgxpool.Pool, dbURL string, b
 // intakeAlone runs the intake script alone for -d.
 func (f floorSQL) intakeAlone(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches) floorResult {
 	bi := size(b.intake)
-	jobs0, cpu0 := floorJobs(ctx, pool), postgresCPU()
+	jobs0, cpu0, server0 := floorJobs(ctx, pool), postgresCPU(), readServerCost(ctx, pool, dbURL)
 	secs, _ := runPgbench(dbURL, intakeClients(), []string{"-T", strconv.Itoa(int(duration.Seconds()))}, f.provider, bi, 1, f.intake)
 	n := floorJobs(ctx, pool) - jobs0
-	cpu := postgresCPU() - cpu0
+	cpu, server := postgresCPU()-cpu0, readServerCost(ctx, pool, dbURL).perDelivery(server0, n)
 	// Unmeasured: in large batches, so the next run starts on an empty
 	// queue soon (an intake-only run has no claims to size them by).
 	f.drain(ctx, pool, dbURL, 100)
-	return floorResult{perSecond: float64(n) / secs, cpuMs: perPayment(cpu, n)}
+	return floorResult{perSecond: float64(n) / secs, cpuMs: perPayment(cpu, n), server: server}
 }
 
 // drainTimed takes in -jobs payments, then times the dispatch script

@@ -36,7 +36,7 @@ import (
 // them, and River keeps the last day's finished jobs (its retention).
 var (
 	sizesFlag       = flag.String("sizes", "0,1000000,10000000", "payments in the database at each measurement, ascending (-only scale and -only moving)")
-	checkpointFirst = flag.Bool("checkpoint", false, "with -only scale: run a CHECKPOINT before each intake run, on the filled database and on the baseline alike, to measure intake where it costs most (each first change of a page after a checkpoint logs the whole page)")
+	checkpointFirst = flag.Bool("checkpoint", false, "with -only scale: run a CHECKPOINT before each intake run, Guardian's and the floor's, on the filled database and on the baseline alike, to measure intake where it costs most (each first change of a page after a checkpoint logs the whole page)")
 )
 
 // scaleFloor is the floor the scale run measures beside Guardian: its
@@ -248,10 +248,8 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 			}
 			g.stop()
 			checkpoint()
-			before = readServerCost(ctx, pool, url)
-			jobs0 := floorJobs(ctx, on)
 			f := scaleFloor.intakeAlone(ctx, on, url, b)
-			*floorCosts = append(*floorCosts, readServerCost(ctx, pool, url).perDelivery(before, floorJobs(ctx, on)-jobs0))
+			*floorCosts = append(*floorCosts, f.server)
 			*floors = append(*floors, f.perSecond)
 		}
 		measureDuplicates := func(g *guardian) { dup = append(dup, duplicates(bin, g)) }
