@@ -78,6 +78,13 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 			        CASE WHEN at > now() - make_interval(secs => $1) THEN NULL ELSE at + make_interval(secs => $1) END
 			 FROM scale_payment, (VALUES ('p', 'payment_intent.succeeded'), ('c', 'checkout.session.completed')) v(k, t)
 			 ORDER BY g, k`, []any{scaleRetention.Seconds(), body}},
+			// Each payment's purchase, as intake records it: what it pays
+			// for and the detail its paid event carried. Without them the
+			// purchases' key held only the runs' own payments, a few
+			// hundred thousand, where a deployment's holds every one.
+			{`INSERT INTO purchase (provider, payment_id, actions, routes, detail, routed_at)
+			 SELECT provider, pay, '{fulfil}', '', jsonb_build_object('id', pay, 'kind', 'one_time', 'mode', 'live', 'amount', 1900, 'currency', 'USD', 'provider', provider), at
+			 FROM scale_payment ORDER BY g`, nil},
 			// One in a hundred refunded in full, a day later (the last day's
 			// payments now: nothing of the history is in the future).
 			{`INSERT INTO webhook_event (provider, event_id, event_type, payment_id, first_seen_at, last_seen_at, body, pruned_at, reversal, reverses, revokes)
@@ -125,6 +132,29 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 		check(tx.Commit(ctx))
 		log.Printf("filled payments %d to %d in %s", a, b, time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// purchasesOfFill gives a database filled before the fill made purchases
+// (session 40) its payments' purchases, once: until then the purchases'
+// key at ten million payments held only the runs' own.
+func purchasesOfFill(ctx context.Context, pool *pgxpool.Pool, filled int) {
+	if filled == 0 {
+		return
+	}
+	var has bool // the fill's first payment, g = 0, is Paddle's
+	check(pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM purchase WHERE provider = 'paddle' AND payment_id = 'txn_' || substr(md5('0'), 1, 24))`).Scan(&has))
+	if has {
+		return
+	}
+	start := time.Now()
+	tag, err := pool.Exec(ctx, `INSERT INTO purchase (provider, payment_id, actions, routes, detail, routed_at)
+		SELECT provider, payment_id, '{fulfil}', '', jsonb_build_object('id', payment_id, 'kind', 'one_time', 'mode', 'live', 'amount', 1900, 'currency', 'USD', 'provider', provider), created_at
+		FROM fulfilment WHERE action = 'fulfil' ORDER BY created_at
+		ON CONFLICT DO NOTHING`)
+	check(err)
+	_, err = pool.Exec(ctx, `VACUUM (ANALYZE) purchase`)
+	check(err)
+	log.Printf("the fill's %d purchases added in %s", tag.RowsAffected(), time.Since(start).Round(time.Second))
 }
 
 // parseSizes reads -sizes: payment counts, ascending.
@@ -208,6 +238,7 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 	check(err)
 	var filled int
 	check(pool.QueryRow(ctx, `SELECT coalesce(max(payments), 0) FROM bench_scale_filled`).Scan(&filled))
+	purchasesOfFill(ctx, pool, filled)
 	var points []scalePoint
 	rate := 0.0
 	for _, n := range sizes {
@@ -223,6 +254,10 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 			log.Printf("%d payments filled in %s", n, time.Since(fillStart).Round(time.Second))
 			vacuum(ctx, pool)
 		}
+		// A leader has been at work on both, as on a deployment's
+		// database, so no run below holds the hourly round (sweptOnce).
+		sweptOnce(ctx, bin, dbURL, connURL)
+		sweptOnce(ctx, bin, baselineURL, connURL)
 		p := scalePoint{payments: n}
 		var intake, baseline, floorIn, baseFloorIn, dup, disp, floorDisp, baseDisp, baseFloorDisp, p99 []float64
 		checkpoint := func() {
