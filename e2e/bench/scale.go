@@ -79,13 +79,10 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 			        CASE WHEN at > now() - make_interval(secs => $1) THEN NULL ELSE at + make_interval(secs => $1) END
 			 FROM scale_payment, (VALUES ('p', 'payment_intent.succeeded'), ('c', 'checkout.session.completed')) v(k, t)
 			 ORDER BY g, k`, []any{scaleRetention.Seconds(), body}},
-			// Each payment's purchase, as intake records it: what it pays
-			// for and the detail its paid event carried. Without them the
-			// purchases' key held only the runs' own payments, a few
-			// hundred thousand, where a deployment's holds every one.
-			{`INSERT INTO purchase (provider, payment_id, actions, routes, detail, routed_at)
-			 SELECT provider, pay, '{fulfil}', '', jsonb_build_object('id', pay, 'kind', 'one_time', 'mode', 'live', 'amount', 1900, 'currency', 'USD', 'provider', provider), at
-			 FROM scale_payment ORDER BY g`, nil},
+			// Each payment's purchase. Without them the purchases' key held
+			// only the runs' own payments, a few hundred thousand, where a
+			// deployment's holds every one.
+			{fmt.Sprintf(fillPurchases, "pay", "at", "scale_payment ORDER BY g"), nil},
 			// One in a hundred refunded in full, a day later (the last day's
 			// payments now: nothing of the history is in the future).
 			{`INSERT INTO webhook_event (provider, event_id, event_type, payment_id, first_seen_at, last_seen_at, body, pruned_at, reversal, reverses, revokes)
@@ -144,8 +141,7 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 func describeMemory(ctx context.Context, pool *pgxpool.Pool) {
 	var buffers, huge string
 	var bytes int64
-	check(pool.QueryRow(ctx, `SELECT current_setting('shared_buffers'), current_setting('huge_pages'),
-		(SELECT setting::bigint FROM pg_settings WHERE name = 'shared_buffers') * current_setting('block_size')::bigint`).Scan(&buffers, &huge, &bytes))
+	check(pool.QueryRow(ctx, `SELECT current_setting('shared_buffers'), current_setting('huge_pages'), pg_size_bytes(current_setting('shared_buffers'))`).Scan(&buffers, &huge, &bytes))
 	used, total := hugePagesInUse()
 	log.Printf("the server's buffers: %s, huge_pages = %s; this machine's huge pages: %d of %d in use", buffers, huge, used, total)
 	if bytes >= 1<<30 && used == 0 {
@@ -172,6 +168,13 @@ func hugePagesInUse() (used, total int) {
 	return n["HugePages_Total"] - n["HugePages_Free"] + n["HugePages_Rsvd"], n["HugePages_Total"]
 }
 
+// fillPurchases makes the fill's purchases, as intake records them: what
+// each pays for and the detail its paid event carried. Its arguments are
+// the payment id's column, its time's, and the rows to read.
+const fillPurchases = `INSERT INTO purchase (provider, payment_id, actions, routes, detail, routed_at)
+	SELECT provider, %[1]s, '{fulfil}', '', jsonb_build_object('id', %[1]s, 'kind', 'one_time', 'mode', 'live', 'amount', 1900, 'currency', 'USD', 'provider', provider), %[2]s
+	FROM %[3]s`
+
 // purchasesOfFill gives a database filled before the fill made purchases
 // (session 40) its payments' purchases, once: until then the purchases'
 // key at ten million payments held only the runs' own.
@@ -185,10 +188,7 @@ func purchasesOfFill(ctx context.Context, pool *pgxpool.Pool, filled int) {
 		return
 	}
 	start := time.Now()
-	tag, err := pool.Exec(ctx, `INSERT INTO purchase (provider, payment_id, actions, routes, detail, routed_at)
-		SELECT provider, payment_id, '{fulfil}', '', jsonb_build_object('id', payment_id, 'kind', 'one_time', 'mode', 'live', 'amount', 1900, 'currency', 'USD', 'provider', provider), created_at
-		FROM fulfilment WHERE action = 'fulfil' ORDER BY created_at
-		ON CONFLICT DO NOTHING`)
+	tag, err := pool.Exec(ctx, fmt.Sprintf(fillPurchases, "payment_id", "created_at", "fulfilment WHERE action = 'fulfil' ORDER BY created_at")+` ON CONFLICT DO NOTHING`)
 	check(err)
 	_, err = pool.Exec(ctx, `VACUUM (ANALYZE) purchase`)
 	check(err)
