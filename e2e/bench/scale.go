@@ -37,7 +37,7 @@ import (
 // them, and River keeps the last day's finished jobs (its retention).
 var (
 	sizesFlag       = flag.String("sizes", "0,1000000,10000000", "payments in the database at each measurement, ascending (-only scale and -only moving)")
-	checkpointFirst = flag.Bool("checkpoint", false, "with -only scale: run a CHECKPOINT before each intake run, Guardian's and the floor's, on the filled database and on the baseline alike, to measure intake where it costs most (each first change of a page after a checkpoint logs the whole page)")
+	checkpointFirst = flag.Bool("checkpoint", false, "with -only scale: run a CHECKPOINT before each intake run, Guardian's and the floor's, on the filled database and on the baseline alike, to measure intake where it costs most (each first change of a page after a checkpoint logs the whole page); without it, the runs are measured past a checkpoint cycle's first pass over the indexes keyed at random, with one pair right after a CHECKPOINT beside them")
 )
 
 // scaleFloor is the floor the scale run measures beside Guardian: its
@@ -51,6 +51,9 @@ const (
 	scaleChunk     = 250_000         // payments per fill transaction
 	scaleRetention = 90 * 24 * time.Hour
 	scaleJobDay    = 24 * time.Hour
+	// scaleLeafBase numbers logLeaves' payments (19 years of history
+	// back), past any size this machine can fill.
+	scaleLeafBase = 100_000_000
 )
 
 // fillScale adds payments lo to hi-1 (payment g happened g*scaleSpacing ago).
@@ -73,8 +76,13 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 			        now() - g * make_interval(secs => $3)
 			 FROM generate_series($1::int, $2::int - 1) g`, []any{a, b, spacing}},
 			// The payment's two events; bodies past the retention pruned.
+			// Their ids are of the runs' form, the prefix and hex, so that
+			// the runs' events land among them in the events' key, as a
+			// deployment's land among its history (before session 41 they
+			// had a letter after the prefix, and most runs' events landed
+			// apart, among the runs' own).
 			{`INSERT INTO webhook_event (provider, event_id, event_type, payment_id, deliveries, first_seen_at, last_seen_at, body, pruned_at)
-			 SELECT provider, 'evt_' || k || substr(md5(k || g), 1, 24), t, pay, 1 + (g % 3 = 0)::int, at, at,
+			 SELECT provider, 'evt_' || substr(md5(k || g), 1, 24), t, pay, 1 + (g % 3 = 0)::int, at, at,
 			        CASE WHEN at > now() - make_interval(secs => $1) THEN convert_to($2, 'UTF8') ELSE '' END,
 			        CASE WHEN at > now() - make_interval(secs => $1) THEN NULL ELSE at + make_interval(secs => $1) END
 			 FROM scale_payment, (VALUES ('p', 'payment_intent.succeeded'), ('c', 'checkout.session.completed')) v(k, t)
@@ -86,7 +94,7 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 			// One in a hundred refunded in full, a day later (the last day's
 			// payments now: nothing of the history is in the future).
 			{`INSERT INTO webhook_event (provider, event_id, event_type, payment_id, first_seen_at, last_seen_at, body, pruned_at, reversal, reverses, revokes)
-			 SELECT provider, 'evt_r' || substr(md5('r' || g), 1, 24), 'charge.refunded', pay, least(at + interval '1 day', now()), least(at + interval '1 day', now()),
+			 SELECT provider, 'evt_' || substr(md5('r' || g), 1, 24), 'charge.refunded', pay, least(at + interval '1 day', now()), least(at + interval '1 day', now()),
 			        '', at + make_interval(secs => $1), 'refund', pay, '{fulfil}'
 			 FROM scale_payment WHERE g % 100 = 13`, []any{scaleRetention.Seconds()}},
 			// Each payment's fulfilment, the refunded ones' revocations, and
@@ -95,13 +103,13 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 				INSERT INTO fulfilment (event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, idempotency_key, action)
 				SELECT e.id, p.provider, p.pay, s.state, 1, p.at, p.at, p.at, guardian_idempotency_key(p.provider, p.pay, 0), 'fulfil'
 				FROM scale_payment p
-				JOIN webhook_event e ON e.event_id = 'evt_c' || substr(md5('c' || p.g), 1, 24) AND e.provider = p.provider
+				JOIN webhook_event e ON e.event_id = 'evt_' || substr(md5('c' || p.g), 1, 24) AND e.provider = p.provider
 				CROSS JOIN LATERAL (SELECT CASE WHEN p.g % 100000 = 7 THEN 'needs_reconciliation' WHEN p.g % 500 = 3 THEN 'failed'
 					WHEN p.g % 1000 = 5 THEN 'cancelled' ELSE 'fulfilled' END AS state) s
 				UNION ALL
 				SELECT e.id, p.provider, p.pay, 'fulfilled', 1, e.first_seen_at, e.first_seen_at, e.first_seen_at, guardian_revoke_key(p.provider, p.pay, 0), 'revoke'
 				FROM scale_payment p
-				JOIN webhook_event e ON e.event_id = 'evt_r' || substr(md5('r' || p.g), 1, 24) AND e.provider = p.provider
+				JOIN webhook_event e ON e.event_id = 'evt_' || substr(md5('r' || p.g), 1, 24) AND e.provider = p.provider
 				WHERE p.g % 100 = 13 AND p.g % 500 <> 3 AND p.g % 1000 <> 5 AND p.g % 100000 <> 7
 				RETURNING id, state, created_at
 			)
@@ -242,6 +250,16 @@ type scalePoint struct {
 	// settled in its window) and the hourly full one.
 	takeBack, takeBackFull stats
 	tables                 []tableSize
+	// dip is intake right after a checkpoint, one run each, where the runs
+	// above were measured past a cycle's first pass; nil with -checkpoint.
+	dip *checkpointDip
+}
+
+// checkpointDip is one pair of intake runs, each right after a CHECKPOINT,
+// with the floor's intake after another.
+type checkpointDip struct {
+	intake, baseline, floor, baseFloor float64
+	cost, baselineCost                 serverCost
 }
 
 type pageTime struct {
@@ -297,10 +315,13 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 		// database, so no run below holds the hourly round (sweptOnce).
 		sweptOnce(ctx, bin, dbURL, connURL)
 		sweptOnce(ctx, bin, baselineURL, connURL)
+		if !*checkpointFirst {
+			logLeaves(ctx, pool, dbURL)
+		}
 		p := scalePoint{payments: n}
 		var intake, baseline, floorIn, baseFloorIn, dup, disp, floorDisp, baseDisp, baseFloorDisp, p99 []float64
-		checkpoint := func() {
-			if *checkpointFirst {
+		checkpoint := func(first bool) {
+			if first {
 				_, err := pool.Exec(ctx, `CHECKPOINT`)
 				check(err)
 			}
@@ -308,10 +329,11 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 		// intakeRun measures intake once on the database at url, with what
 		// the server spent on each delivery, then runs then, if any, on the
 		// same process; then the floor's intake alone at the batch size
-		// Guardian had, on the same database.
-		intakeRun := func(url string, on *pgxpool.Pool, rates, floors *[]float64, costs, floorCosts *[]serverCost, then func(*guardian)) {
+		// Guardian had, on the same database. Each of the two starts right
+		// after a CHECKPOINT where afterCheckpoint is set.
+		intakeRun := func(url string, on *pgxpool.Pool, afterCheckpoint bool, rates, floors *[]float64, costs, floorCosts *[]serverCost, then func(*guardian)) {
 			g := startGuardian(bin, url, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
-			checkpoint()
+			checkpoint(afterCheckpoint)
 			before := readServerCost(ctx, pool, url)
 			r := bench(bin, g, 0, 1, 0, false)
 			*costs = append(*costs, readServerCost(ctx, pool, url).perDelivery(before, r.Deliveries))
@@ -321,7 +343,7 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 				then(g)
 			}
 			g.stop()
-			checkpoint()
+			checkpoint(afterCheckpoint)
 			f := scaleFloor.intakeAlone(ctx, on, url, b)
 			*floorCosts = append(*floorCosts, f.server)
 			*floors = append(*floors, f.perSecond)
@@ -329,11 +351,11 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 		measureDuplicates := func(g *guardian) { dup = append(dup, duplicates(bin, g)) }
 		for i := range *runs {
 			if i%2 == 0 { // which goes first alternates too
-				intakeRun(baselineURL, basePool, &baseline, &baseFloorIn, &p.baselineCost, &p.baseFloorCost, nil)
+				intakeRun(baselineURL, basePool, *checkpointFirst, &baseline, &baseFloorIn, &p.baselineCost, &p.baseFloorCost, nil)
 			}
-			intakeRun(dbURL, pool, &intake, &floorIn, &p.intakeCost, &p.floorCost, measureDuplicates)
+			intakeRun(dbURL, pool, *checkpointFirst, &intake, &floorIn, &p.intakeCost, &p.floorCost, measureDuplicates)
 			if i%2 == 1 {
-				intakeRun(baselineURL, basePool, &baseline, &baseFloorIn, &p.baselineCost, &p.baseFloorCost, nil)
+				intakeRun(baselineURL, basePool, *checkpointFirst, &baseline, &baseFloorIn, &p.baselineCost, &p.baseFloorCost, nil)
 			}
 			// Dispatch, Guardian's then the floor's, on this size and on
 			// the baseline, which goes first as it does for intake.
@@ -355,6 +377,21 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 			log.Printf("  the floor's after it: %.0f/s, %s", floorIn[i], p.floorCost[i])
 			log.Printf("baseline beside it, run %d: %.0f/s, %s", i+1, baseline[i], p.baselineCost[i])
 			log.Printf("  the floor's after it: %.0f/s, %s", baseFloorIn[i], p.baseFloorCost[i])
+		}
+		// The runs above were measured where a checkpoint cycle spends all
+		// but its first minutes (logLeaves); one pair more is measured where
+		// it costs most, each run right after a CHECKPOINT. Not with
+		// -checkpoint: every run above was.
+		if !*checkpointFirst {
+			var r, b, fr, fb []float64
+			var rc, bc, frc, fbc []serverCost
+			intakeRun(baselineURL, basePool, true, &b, &fb, &bc, &fbc, nil)
+			intakeRun(dbURL, pool, true, &r, &fr, &rc, &frc, nil)
+			p.dip = &checkpointDip{intake: r[0], baseline: b[0], floor: fr[0], baseFloor: fb[0], cost: rc[0], baselineCost: bc[0]}
+			log.Printf("intake at %d payments right after a checkpoint: %.0f/s, %s", n, r[0], rc[0])
+			log.Printf("  the floor's after another: %.0f/s, %s", fr[0], frc[0])
+			log.Printf("baseline beside it right after a checkpoint: %.0f/s, %s", b[0], bc[0])
+			log.Printf("  the floor's after another: %.0f/s, %s", fb[0], fbc[0])
 		}
 		p.intake, p.baseline, p.dupPG = summarize(intake), summarize(baseline), summarize(dup)
 		p.floorIntake, p.baseFloorIntake = summarize(floorIn), summarize(baseFloorIn)
@@ -401,6 +438,51 @@ func drain(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Pool) 
 		time.Sleep(time.Second)
 	}
 	log.Printf("dispatched the intake runs' backlog in %s", time.Since(start).Round(time.Second))
+}
+
+// randomLeaves are the indexes a new payment writes where its provider's
+// ids fall, not at their end: the event id, the payment id (the events'
+// and the purchases'), and the one live row per action.
+var randomLeaves = []string{"webhook_event_event_id_key", "webhook_event_payment_idx", "purchase_pkey", "fulfilment_one_per_action"}
+
+// logLeaves begins a checkpoint cycle on the server and takes it past its
+// first pass, as a deployment's cycle is for all but its first minutes.
+// After a checkpoint, the first write to each leaf of randomLeaves logs
+// the whole page: at ten million payments those are some 500,000 pages,
+// so for the first minute or two nearly every payment logs two or three,
+// and then almost none until the next checkpoint (docs/performance.md,
+// "Intake through a checkpoint's cycle"). After a CHECKPOINT it fills
+// twice as many payments of history as the largest of them has pages,
+// which leaves at most e^-2 (about a seventh) of any of their leaves not
+// yet logged: their ids are of the runs' form, so they land where the
+// runs' payments will. They are numbered from scaleLeafBase on, older
+// than any size's history and never in a size's way; older than a day,
+// they make no River job, and like the rest of the history they are
+// settled, so nothing is dispatched, left dead or folded while the runs
+// are timed. The next timed checkpoint is then checkpoint_timeout away,
+// which the runs after it fit inside on a server set up as "Running it"
+// says (15 minutes); each run logs the checkpoints it saw.
+func logLeaves(ctx context.Context, pool *pgxpool.Pool, dbURL string) {
+	start := time.Now()
+	var pages, done int
+	check(pool.QueryRow(ctx, `SELECT max(pg_relation_size(c)) / current_setting('block_size')::int FROM unnest($1::regclass[]) c`, randomLeaves).Scan(&pages))
+	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_scale_logged (payments int NOT NULL)`)
+	check(err)
+	check(pool.QueryRow(ctx, `SELECT coalesce(max(payments), 0) FROM bench_scale_logged`).Scan(&done))
+	_, err = pool.Exec(ctx, `CHECKPOINT`)
+	check(err)
+	before := readServerCost(ctx, pool, dbURL)
+	n := 2 * pages
+	fillScale(ctx, pool, scaleLeafBase+done, scaleLeafBase+done+n)
+	c := readServerCost(ctx, pool, dbURL).perDelivery(before, n)
+	_, err = pool.Exec(ctx, `WITH gone AS (DELETE FROM bench_scale_logged) INSERT INTO bench_scale_logged VALUES ($1)`, done+n)
+	check(err)
+	// What autovacuum does after a fill: the counts' changes it made and
+	// folded, which the overview's count would read through.
+	_, err = pool.Exec(ctx, `VACUUM fulfilment_change`)
+	check(err)
+	log.Printf("logged the leaves since a checkpoint: %d payments of history, twice the %d pages of the largest index keyed at random, %.2f full pages and %.1f kB of WAL a payment, in %s",
+		n, pages, c.fpi, c.walBytes/1024, time.Since(start).Round(time.Second))
 }
 
 // vacuum does what a deployment's autovacuum does after the fill: the
@@ -621,6 +703,17 @@ func printScale(points []scalePoint, rate float64) {
 	row("  the floor's against its baseline", func(p scalePoint) float64 { return p.floorIntake.median / p.baseFloorIntake.median }, "x")
 	row("  the floor's full-page images per payment", func(p scalePoint) float64 { return medianOf(p.floorCost, fpi) }, "")
 	row("  the floor's, on the baseline", func(p scalePoint) float64 { return medianOf(p.baseFloorCost, fpi) }, "")
+	if base.dip != nil {
+		dip := func(f func(d *checkpointDip) float64) func(scalePoint) float64 {
+			return func(p scalePoint) float64 { return f(p.dip) }
+		}
+		row("intake right after a checkpoint", dip(func(d *checkpointDip) float64 { return d.intake }), "/s")
+		row("  baseline beside it", dip(func(d *checkpointDip) float64 { return d.baseline }), "/s")
+		row("  against the baseline", dip(func(d *checkpointDip) float64 { return d.intake / d.baseline }), "x")
+		row("  full-page images per delivery", dip(func(d *checkpointDip) float64 { return d.cost.fpi }), "")
+		row("  full-page images per delivery, baseline", dip(func(d *checkpointDip) float64 { return d.baselineCost.fpi }), "")
+		row("  the floor's against its baseline", dip(func(d *checkpointDip) float64 { return d.floor / d.baseFloor }), "x")
+	}
 	row(fmt.Sprintf("p99 at %.0f/s", rate), func(p scalePoint) float64 { return p.p99ms }, "ms")
 	row("duplicates, no Redis", func(p scalePoint) float64 { return p.dupPG.median }, "/s")
 	row("dispatch", func(p scalePoint) float64 { return p.dispatched.median }, "/s")
@@ -655,7 +748,16 @@ func printScale(points []scalePoint, rate float64) {
 	}
 	ratio, floorIn := last.intake.median/last.baseline.median, last.floorIntake.median/last.baseFloorIntake.median
 	disp, floorDisp := last.dispatched.median/last.baseDispatched.median, last.floorDispatched.median/last.baseFloorDispatched.median
-	fmt.Printf("at %d payments: intake %.2fx the baseline measured in turn with it, %.2fx the first size's (target ≥ 0.8: %s), the floor's %.2fx its own; dispatch %.2fx the baseline measured in turn with it (target ≥ 0.8: %s), the floor's %.2fx its own; slowest page %s, median %.1f ms, slowest of 20 %.1f ms; slowest single answer %s, %.1f ms (target < 100 ms: %s)\n",
-		last.payments, ratio, last.intake.median/base.intake.median, verdict(ratio >= 0.8), floorIn, disp, verdict(disp >= 0.8), floorDisp,
+	// Where the intake runs fell in a checkpoint's cycle: past its first
+	// pass (logLeaves), with one pair right after a checkpoint beside
+	// them; or, with -checkpoint, each right after one.
+	phase, dip := "past a checkpoint's first pass", ""
+	if *checkpointFirst {
+		phase = "each right after a checkpoint"
+	} else if last.dip != nil {
+		dip = fmt.Sprintf("; right after a checkpoint intake %.2fx, the floor's %.2fx its own", last.dip.intake/last.dip.baseline, last.dip.floor/last.dip.baseFloor)
+	}
+	fmt.Printf("at %d payments: intake %s %.2fx the baseline measured in turn with it, %.2fx the first size's (target ≥ 0.8: %s), the floor's %.2fx its own%s; dispatch %.2fx the baseline measured in turn with it (target ≥ 0.8: %s), the floor's %.2fx its own; slowest page %s, median %.1f ms, slowest of 20 %.1f ms; slowest single answer %s, %.1f ms (target < 100 ms: %s)\n",
+		last.payments, phase, ratio, last.intake.median/base.intake.median, verdict(ratio >= 0.8), floorIn, dip, disp, verdict(disp >= 0.8), floorDisp,
 		slowest.name, slowest.median, slowest.slowest, slowestOnce.name, slowestOnce.slowest, verdict(slowestOnce.slowest < 100))
 }
