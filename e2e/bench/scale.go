@@ -257,9 +257,14 @@ type scalePoint struct {
 
 // checkpointDip is one pair of intake runs, each right after a CHECKPOINT,
 // with the floor's intake after another.
-type checkpointDip struct {
-	intake, baseline, floor, baseFloor float64
-	cost, baselineCost                 serverCost
+type checkpointDip struct{ onSize, onBase intakeMeasured }
+
+// intakeMeasured is one intake run on one database: Guardian's rate, what
+// the server spent on each delivery, and the floor's intake after it.
+type intakeMeasured struct {
+	rate  float64
+	cost  serverCost
+	floor floorResult
 }
 
 type pageTime struct {
@@ -320,42 +325,45 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 		}
 		p := scalePoint{payments: n}
 		var intake, baseline, floorIn, baseFloorIn, dup, disp, floorDisp, baseDisp, baseFloorDisp, p99 []float64
-		checkpoint := func(first bool) {
-			if first {
-				_, err := pool.Exec(ctx, `CHECKPOINT`)
-				check(err)
-			}
-		}
 		// intakeRun measures intake once on the database at url, with what
 		// the server spent on each delivery, then runs then, if any, on the
 		// same process; then the floor's intake alone at the batch size
 		// Guardian had, on the same database. Each of the two starts right
 		// after a CHECKPOINT where afterCheckpoint is set.
-		intakeRun := func(url string, on *pgxpool.Pool, afterCheckpoint bool, rates, floors *[]float64, costs, floorCosts *[]serverCost, then func(*guardian)) {
+		intakeRun := func(url string, on *pgxpool.Pool, afterCheckpoint bool, then func(*guardian)) intakeMeasured {
 			g := startGuardian(bin, url, connURL, map[string]string{"GUARDIAN_WORKERS": "false"})
-			checkpoint(afterCheckpoint)
+			if afterCheckpoint {
+				checkpointNow(ctx, pool)
+			}
 			before := readServerCost(ctx, pool, url)
 			r := bench(bin, g, 0, 1, 0, false)
-			*costs = append(*costs, readServerCost(ctx, pool, url).perDelivery(before, r.Deliveries))
-			*rates = append(*rates, r.PerSecond)
+			m := intakeMeasured{rate: r.PerSecond, cost: readServerCost(ctx, pool, url).perDelivery(before, r.Deliveries)}
 			b := batchSizes(ctx, g)
 			if then != nil {
 				then(g)
 			}
 			g.stop()
-			checkpoint(afterCheckpoint)
-			f := scaleFloor.intakeAlone(ctx, on, url, b)
-			*floorCosts = append(*floorCosts, f.server)
-			*floors = append(*floors, f.perSecond)
+			if afterCheckpoint {
+				checkpointNow(ctx, pool)
+			}
+			m.floor = scaleFloor.intakeAlone(ctx, on, url, b)
+			return m
+		}
+		logPair := func(when string, onSize, onBase intakeMeasured) {
+			log.Printf("intake at %d payments, %s: %.0f/s, %s", n, when, onSize.rate, onSize.cost)
+			log.Printf("  the floor's after it: %.0f/s, %s", onSize.floor.perSecond, onSize.floor.server)
+			log.Printf("baseline beside it, %s: %.0f/s, %s", when, onBase.rate, onBase.cost)
+			log.Printf("  the floor's after it: %.0f/s, %s", onBase.floor.perSecond, onBase.floor.server)
 		}
 		measureDuplicates := func(g *guardian) { dup = append(dup, duplicates(bin, g)) }
+		var onSize, onBase []intakeMeasured
 		for i := range *runs {
 			if i%2 == 0 { // which goes first alternates too
-				intakeRun(baselineURL, basePool, *checkpointFirst, &baseline, &baseFloorIn, &p.baselineCost, &p.baseFloorCost, nil)
+				onBase = append(onBase, intakeRun(baselineURL, basePool, *checkpointFirst, nil))
 			}
-			intakeRun(dbURL, pool, *checkpointFirst, &intake, &floorIn, &p.intakeCost, &p.floorCost, measureDuplicates)
+			onSize = append(onSize, intakeRun(dbURL, pool, *checkpointFirst, measureDuplicates))
 			if i%2 == 1 {
-				intakeRun(baselineURL, basePool, *checkpointFirst, &baseline, &baseFloorIn, &p.baselineCost, &p.baseFloorCost, nil)
+				onBase = append(onBase, intakeRun(baselineURL, basePool, *checkpointFirst, nil))
 			}
 			// Dispatch, Guardian's then the floor's, on this size and on
 			// the baseline, which goes first as it does for intake.
@@ -372,26 +380,22 @@ func runScale(ctx context.Context, bin, dbURL, connURL string, pool *pgxpool.Poo
 				dispatchOn(baselineURL, basePool, &baseDisp, &baseFloorDisp)
 			}
 		}
-		for i := range p.intakeCost {
-			log.Printf("intake at %d payments, run %d: %.0f/s, %s", n, i+1, intake[i], p.intakeCost[i])
-			log.Printf("  the floor's after it: %.0f/s, %s", floorIn[i], p.floorCost[i])
-			log.Printf("baseline beside it, run %d: %.0f/s, %s", i+1, baseline[i], p.baselineCost[i])
-			log.Printf("  the floor's after it: %.0f/s, %s", baseFloorIn[i], p.baseFloorCost[i])
+		for i, s := range onSize {
+			b := onBase[i]
+			logPair(fmt.Sprintf("run %d", i+1), s, b)
+			intake, floorIn = append(intake, s.rate), append(floorIn, s.floor.perSecond)
+			p.intakeCost, p.floorCost = append(p.intakeCost, s.cost), append(p.floorCost, s.floor.server)
+			baseline, baseFloorIn = append(baseline, b.rate), append(baseFloorIn, b.floor.perSecond)
+			p.baselineCost, p.baseFloorCost = append(p.baselineCost, b.cost), append(p.baseFloorCost, b.floor.server)
 		}
 		// The runs above were measured where a checkpoint cycle spends all
 		// but its first minutes (logLeaves); one pair more is measured where
 		// it costs most, each run right after a CHECKPOINT. Not with
 		// -checkpoint: every run above was.
 		if !*checkpointFirst {
-			var r, b, fr, fb []float64
-			var rc, bc, frc, fbc []serverCost
-			intakeRun(baselineURL, basePool, true, &b, &fb, &bc, &fbc, nil)
-			intakeRun(dbURL, pool, true, &r, &fr, &rc, &frc, nil)
-			p.dip = &checkpointDip{intake: r[0], baseline: b[0], floor: fr[0], baseFloor: fb[0], cost: rc[0], baselineCost: bc[0]}
-			log.Printf("intake at %d payments right after a checkpoint: %.0f/s, %s", n, r[0], rc[0])
-			log.Printf("  the floor's after another: %.0f/s, %s", fr[0], frc[0])
-			log.Printf("baseline beside it right after a checkpoint: %.0f/s, %s", b[0], bc[0])
-			log.Printf("  the floor's after another: %.0f/s, %s", fb[0], fbc[0])
+			b := intakeRun(baselineURL, basePool, true, nil)
+			p.dip = &checkpointDip{onSize: intakeRun(dbURL, pool, true, nil), onBase: b}
+			logPair("right after a checkpoint", p.dip.onSize, p.dip.onBase)
 		}
 		p.intake, p.baseline, p.dupPG = summarize(intake), summarize(baseline), summarize(dup)
 		p.floorIntake, p.baseFloorIntake = summarize(floorIn), summarize(baseFloorIn)
@@ -469,8 +473,7 @@ func logLeaves(ctx context.Context, pool *pgxpool.Pool, dbURL string) {
 	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_scale_logged (payments int NOT NULL)`)
 	check(err)
 	check(pool.QueryRow(ctx, `SELECT coalesce(max(payments), 0) FROM bench_scale_logged`).Scan(&done))
-	_, err = pool.Exec(ctx, `CHECKPOINT`)
-	check(err)
+	checkpointNow(ctx, pool)
 	before := readServerCost(ctx, pool, dbURL)
 	n := 2 * pages
 	fillScale(ctx, pool, scaleLeafBase+done, scaleLeafBase+done+n)
@@ -483,6 +486,13 @@ func logLeaves(ctx context.Context, pool *pgxpool.Pool, dbURL string) {
 	check(err)
 	log.Printf("logged the leaves since a checkpoint: %d payments of history, twice the %d pages of the largest index keyed at random, %.2f full pages and %.1f kB of WAL a payment, in %s",
 		n, pages, c.fpi, c.walBytes/1024, time.Since(start).Round(time.Second))
+}
+
+// checkpointNow runs a CHECKPOINT on the server: the next first write to
+// each page logs the whole page.
+func checkpointNow(ctx context.Context, pool *pgxpool.Pool) {
+	_, err := pool.Exec(ctx, `CHECKPOINT`)
+	check(err)
 }
 
 // vacuum does what a deployment's autovacuum does after the fill: the
@@ -707,12 +717,12 @@ func printScale(points []scalePoint, rate float64) {
 		dip := func(f func(d *checkpointDip) float64) func(scalePoint) float64 {
 			return func(p scalePoint) float64 { return f(p.dip) }
 		}
-		row("intake right after a checkpoint", dip(func(d *checkpointDip) float64 { return d.intake }), "/s")
-		row("  baseline beside it", dip(func(d *checkpointDip) float64 { return d.baseline }), "/s")
-		row("  against the baseline", dip(func(d *checkpointDip) float64 { return d.intake / d.baseline }), "x")
-		row("  full-page images per delivery", dip(func(d *checkpointDip) float64 { return d.cost.fpi }), "")
-		row("  full-page images per delivery, baseline", dip(func(d *checkpointDip) float64 { return d.baselineCost.fpi }), "")
-		row("  the floor's against its baseline", dip(func(d *checkpointDip) float64 { return d.floor / d.baseFloor }), "x")
+		row("intake right after a checkpoint", dip(func(d *checkpointDip) float64 { return d.onSize.rate }), "/s")
+		row("  baseline beside it", dip(func(d *checkpointDip) float64 { return d.onBase.rate }), "/s")
+		row("  against the baseline", dip(func(d *checkpointDip) float64 { return d.onSize.rate / d.onBase.rate }), "x")
+		row("  full-page images per delivery", dip(func(d *checkpointDip) float64 { return d.onSize.cost.fpi }), "")
+		row("  full-page images per delivery, baseline", dip(func(d *checkpointDip) float64 { return d.onBase.cost.fpi }), "")
+		row("  the floor's against its baseline", dip(func(d *checkpointDip) float64 { return d.onSize.floor.perSecond / d.onBase.floor.perSecond }), "x")
 	}
 	row(fmt.Sprintf("p99 at %.0f/s", rate), func(p scalePoint) float64 { return p.p99ms }, "ms")
 	row("duplicates, no Redis", func(p scalePoint) float64 { return p.dupPG.median }, "/s")
@@ -755,7 +765,8 @@ func printScale(points []scalePoint, rate float64) {
 	if *checkpointFirst {
 		phase = "each right after a checkpoint"
 	} else if last.dip != nil {
-		dip = fmt.Sprintf("; right after a checkpoint intake %.2fx, the floor's %.2fx its own", last.dip.intake/last.dip.baseline, last.dip.floor/last.dip.baseFloor)
+		d := last.dip
+		dip = fmt.Sprintf("; right after a checkpoint intake %.2fx, the floor's %.2fx its own", d.onSize.rate/d.onBase.rate, d.onSize.floor.perSecond/d.onBase.floor.perSecond)
 	}
 	fmt.Printf("at %d payments: intake %s %.2fx the baseline measured in turn with it, %.2fx the first size's (target ≥ 0.8: %s), the floor's %.2fx its own%s; dispatch %.2fx the baseline measured in turn with it (target ≥ 0.8: %s), the floor's %.2fx its own; slowest page %s, median %.1f ms, slowest of 20 %.1f ms; slowest single answer %s, %.1f ms (target < 100 ms: %s)\n",
 		last.payments, phase, ratio, last.intake.median/base.intake.median, verdict(ratio >= 0.8), floorIn, dip, disp, verdict(disp >= 0.8), floorDisp,
