@@ -429,8 +429,8 @@ func insertFulfilments(u, chosen string) string {
 			-- key's function is inlined (an argument that is a subquery,
 			-- used twice in its body, made Postgres call it per row).
 			SELECT e.id, e.provider, e.payment_id, a.action_name, u.ord, rv.reversed,
-				(SELECT count(*) FROM fulfilment p WHERE p.provider = e.provider AND p.payment_id = e.payment_id
-					AND p.state = 'failed' AND p.action = 'fulfil' AND p.action_name = a.action_name) AS declined
+				(SELECT count(*) FROM fulfilment_identity p WHERE p.provider = e.provider AND p.payment_id = e.payment_id
+					AND p.failed AND p.action = 'fulfil' AND p.action_name = a.action_name) AS declined
 			FROM u JOIN webhook_event e ON e.id = u.event_pk
 				LEFT JOIN purchase p ON p.provider = e.provider AND p.payment_id = e.payment_id
 				CROSS JOIN LATERAL unnest(coalesce(p.actions, '{fulfil}')) AS a(action_name)
@@ -447,14 +447,24 @@ func insertFulfilments(u, chosen string) string {
 				-- result: db.Store.PruneEventBodies).
 				AND e.pruned_at IS NULL
 			FOR KEY SHARE OF e
-		), created AS (
-			INSERT INTO fulfilment (event_pk, provider, payment_id, action_name, idempotency_key, state)
-			SELECT id, provider, payment_id, action_name, guardian_action_key(provider, payment_id, action_name, declined),
-				CASE WHEN reversed THEN $4 ELSE 'pending' END
+		), made AS (
+			INSERT INTO fulfilment_identity (event_pk, provider, payment_id, action_name, idempotency_key)
+			SELECT id, provider, payment_id, action_name, guardian_action_key(provider, payment_id, action_name, declined)
 			FROM due
 			ORDER BY provider, payment_id, action_name, ord
-			ON CONFLICT (provider, payment_id, action_name, action) WHERE state <> 'failed' DO NOTHING
-			RETURNING id, event_pk, action_name, state
+			ON CONFLICT (provider, payment_id, action_name, action) WHERE NOT failed DO NOTHING
+			RETURNING id, event_pk, action_name, created_at, action, provider, payment_id
+		), moving AS (
+			-- Each identity made gets its moving state (migration 00050).
+			INSERT INTO fulfilment_move (id, state, created_at, action)
+			SELECT made.id, CASE WHEN EXISTS (SELECT 1 FROM due WHERE due.id = made.event_pk
+					AND due.action_name = made.action_name AND due.reversed) THEN $4 ELSE 'pending' END,
+				made.created_at, made.action
+			FROM made
+			RETURNING id, state
+		), created AS (
+			SELECT made.id, made.event_pk, made.action_name, moving.state, made.provider, made.payment_id
+			FROM made JOIN moving USING (id)
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
 			SELECT created.id, NULL, created.state, 0, u.actor, CASE WHEN created.state = 'pending' THEN $3 ELSE $5 END
@@ -466,5 +476,5 @@ func insertFulfilments(u, chosen string) string {
 			FROM created WHERE created.state = 'pending' AND $10 <> ''
 			ORDER BY created.id
 		)
-		SELECT id, event_pk, action_name, state FROM created`
+		SELECT id, event_pk, action_name, state FROM created ORDER BY provider, payment_id, action_name`
 }

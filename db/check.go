@@ -51,7 +51,7 @@ func RecordCheck(ctx context.Context, q DBTX, id string, attempt int, actor, ans
 	}
 	tag, err := q.Exec(ctx, `
 		WITH bumped AS (
-			UPDATE fulfilment SET checks = checks + 1, next_check_at = now() + make_interval(secs => $6)
+			UPDATE fulfilment_move SET checks = checks + 1, next_check_at = now() + make_interval(secs => $6)
 			WHERE id = $1 AND state = 'needs_reconciliation' AND attempt = $2
 			RETURNING id
 		)

@@ -195,7 +195,7 @@ func StatisticsGoStale(ctx context.Context, q DBTX) (bool, string, error) {
 			coalesce(array_agg(c.relname::text ORDER BY c.relname) FILTER (WHERE c.reloptions @> '{autovacuum_enabled=false}'), '{}')
 		FROM pg_class c
 		WHERE c.relnamespace = current_schema()::regnamespace
-			AND c.relname IN ('webhook_event', 'purchase', 'fulfilment', 'fulfilment_transition', 'river_job')`).Scan(&server, &tables)
+			AND c.relname IN ('webhook_event', 'purchase', 'fulfilment_identity', 'fulfilment_move', 'fulfilment_transition', 'river_job')`).Scan(&server, &tables)
 	if err != nil {
 		return false, "", wrap("read autovacuum", err)
 	}

@@ -54,6 +54,29 @@ type Fulfilment struct {
 
 const fulfilmentColumns = `id, event_pk, provider, payment_id, state, attempt, created_at, updated_at, dispatched_at, checks, next_check_at, idempotency_key, deadline, action, claim_token, call_outcome, action_name`
 
+// A fulfilment is two rows under one id (migration 00050): its identity
+// (fulfilment_identity), written once, and its moving state
+// (fulfilment_move), which every move updates. The view fulfilment joins
+// them for readers; a statement that moves rows updates fulfilment_move
+// and reads the identity beside it, and fulfilmentOf names
+// fulfilmentColumns from the two as it aliases them.
+var movingColumns = map[string]bool{"state": true, "attempt": true, "updated_at": true, "dispatched_at": true,
+	"checks": true, "next_check_at": true, "deadline": true, "claim_token": true, "claimant": true, "call_outcome": true}
+
+// fulfilmentOf is fulfilmentColumns, each taken from identity or move, the
+// aliases of the two tables.
+func fulfilmentOf(identity, move string) string {
+	parts := strings.Split(fulfilmentColumns, ", ")
+	for i, c := range parts {
+		if movingColumns[c] {
+			parts[i] = move + "." + c
+		} else {
+			parts[i] = identity + "." + c
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
 // scanFulfilment reads fulfilmentColumns, then any columns after them into
 // extra.
 func scanFulfilment(row pgx.Row, extra ...any) (Fulfilment, error) {
@@ -99,9 +122,9 @@ func GetFulfilment(ctx context.Context, q DBTX, id string) (Fulfilment, error) {
 func FulfilmentsByPayment(ctx context.Context, q DBTX, provider, paymentID string) ([]Fulfilment, error) {
 	rows, err := q.Query(ctx, `
 		SELECT * FROM (
-			SELECT `+fulfilmentColumns+` FROM fulfilment WHERE provider = $1 AND payment_id = $2 AND state <> 'failed'
+			SELECT `+fulfilmentColumns+` FROM fulfilment WHERE provider = $1 AND payment_id = $2 AND NOT failed
 			UNION ALL
-			SELECT `+fulfilmentColumns+` FROM fulfilment WHERE provider = $1 AND payment_id = $2 AND state = 'failed'
+			SELECT `+fulfilmentColumns+` FROM fulfilment WHERE provider = $1 AND payment_id = $2 AND failed
 		) f ORDER BY created_at, id`, provider, paymentID)
 	if err != nil {
 		return nil, wrap("list fulfilments by payment", err)
@@ -127,7 +150,7 @@ func CountRevocationsByState(ctx context.Context, q DBTX, states ...state.State)
 // countStates counts the rows in the states named where filter holds, per
 // state.
 func countStates(ctx context.Context, q DBTX, filter string, states []state.State) (map[state.State]int, error) {
-	rows, err := q.Query(ctx, `SELECT state, count(*) FROM fulfilment WHERE `+filter+` AND state = ANY($1::text[]) GROUP BY state`, stateNames(states))
+	rows, err := q.Query(ctx, `SELECT state, count(*) FROM fulfilment_move WHERE `+filter+` AND state = ANY($1::text[]) GROUP BY state`, stateNames(states))
 	if err != nil {
 		return nil, wrap("count by state", err)
 	}

@@ -52,21 +52,31 @@ func ListFulfilments(ctx context.Context, q DBTX, p ListParams) ([]Fulfilment, s
 			return nil, "", err
 		}
 	}
+	// The order (created_at, id) is held by an index of each table: the
+	// state's (fulfilment_state_created) is the moving row's, the
+	// provider's and time's alone the identity's. A listing by state
+	// takes its order from the moving row's copy of created_at, any other
+	// from the identity's; the two are equal, but the planner can use an
+	// index only for the column named (migration 00050).
+	order := "f"
+	if p.State != "" {
+		order = "s"
+	}
 	rows, err := q.Query(ctx, `
-		SELECT `+prefixed("f.", fulfilmentColumns)+`
-		FROM fulfilment f JOIN webhook_event e ON e.id = f.event_pk
-		WHERE ($1 = '' OR f.state = $1)
+		SELECT `+fulfilmentOf("f", "s")+`
+		FROM fulfilment_identity f JOIN fulfilment_move s ON s.id = f.id JOIN webhook_event e ON e.id = f.event_pk
+		WHERE ($1 = '' OR s.state = $1)
 		  AND ($2 = '' OR f.provider = $2)
 		  AND ($3 = '' OR f.payment_id = $3)
 		  AND ($4 = '' OR e.event_id = $4)
-		  AND ($5::timestamptz IS NULL OR f.created_at >= $5)
-		  AND ($6::timestamptz IS NULL OR f.created_at < $6)
-		  AND ($7::timestamptz IS NULL OR (f.created_at, f.id) > ($7, $8::uuid))
+		  AND ($5::timestamptz IS NULL OR `+order+`.created_at >= $5)
+		  AND ($6::timestamptz IS NULL OR `+order+`.created_at < $6)
+		  AND ($7::timestamptz IS NULL OR (`+order+`.created_at, `+order+`.id) > ($7, $8::uuid))
 		  AND ($10 = '' OR e.event_type = $10)
 		  AND ($11 = '' OR (`+prefixMatch("e.payment_id", "$11")+`))
 		  AND ($12 = '' OR (`+prefixMatch("e.event_id", "$12")+`))
 		  AND ($13 = '' OR f.action_name = $13)
-		ORDER BY f.created_at, f.id
+		ORDER BY `+order+`.created_at, `+order+`.id
 		LIMIT $9`,
 		p.State, p.Provider, p.PaymentID, p.EventID, nullTime(p.Since), nullTime(p.Until), nullTime(afterTime), nullUUID(afterID), limit+1,
 		p.Type, p.PaymentPrefix, p.EventPrefix, p.Action)

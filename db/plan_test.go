@@ -50,7 +50,7 @@ func TestLookupsUseIndexes(t *testing.T) {
 		INSERT INTO purchase (provider, payment_id, actions, routes, routed_at)
 		SELECT provider, payment_id, '{fulfil}', 'default', now() - (row_number() OVER ()) * interval '1 minute' FROM webhook_event`)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `ANALYZE webhook_event; ANALYZE fulfilment; ANALYZE fulfilment_transition; ANALYZE purchase`)
+	_, err = tx.Exec(ctx, `ANALYZE webhook_event; ANALYZE fulfilment_identity; ANALYZE fulfilment_move; ANALYZE fulfilment_transition; ANALYZE purchase`)
 	require.NoError(t, err)
 	var known string
 	require.NoError(t, tx.QueryRow(ctx, `SELECT event_id FROM webhook_event LIMIT 1`).Scan(&known))
@@ -61,7 +61,7 @@ func TestLookupsUseIndexes(t *testing.T) {
 	require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM fulfilment WHERE event_pk = $1`, knownPK).Scan(&knownFulfilment))
 	seqScans := func() int {
 		var n int
-		require.NoError(t, tx.QueryRow(ctx, `SELECT sum(seq_scan) FROM pg_stat_xact_user_tables WHERE relname IN ('webhook_event', 'fulfilment', 'fulfilment_transition', 'purchase')`).Scan(&n))
+		require.NoError(t, tx.QueryRow(ctx, `SELECT sum(seq_scan) FROM pg_stat_xact_user_tables WHERE relname IN ('webhook_event', 'fulfilment_identity', 'fulfilment_move', 'fulfilment_transition', 'purchase')`).Scan(&n))
 		return n
 	}
 	before := seqScans()
@@ -219,7 +219,7 @@ func TestLookupsUseIndexes(t *testing.T) {
 		"fulfilment_transition_pkey",
 	}
 	rows, err := tx.Query(ctx, `SELECT indexrelid::regclass::text FROM pg_index
-		WHERE indrelid = ANY ('{webhook_event,fulfilment,fulfilment_transition,purchase}'::regclass[])
+		WHERE indrelid = ANY ('{webhook_event,fulfilment_identity,fulfilment_move,fulfilment_transition,purchase}'::regclass[])
 		  AND pg_stat_get_xact_numscans(indexrelid) = 0`)
 	require.NoError(t, err)
 	unread, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -237,7 +237,7 @@ func refunds(t *testing.T, fulfilments string) pgx.Tx {
 		SELECT 'stripe', 'evt_rf_' || g, 'charge.refunded', 'pi_rf_' || g, '\x7b7d'::bytea, 'refund', 'pi_rf_' || g, '{fulfil}'
 		FROM generate_series(1, 5000) g;
 	`+fulfilments+`;
-		ANALYZE webhook_event; ANALYZE fulfilment`)
+		ANALYZE webhook_event; ANALYZE fulfilment_identity; ANALYZE fulfilment_move`)
 	require.NoError(t, err)
 	return tx
 }
@@ -461,7 +461,7 @@ func TestPruneReadsItsBatch(t *testing.T) {
 		FROM generate_series(1, 20100) g, LATERAL (SELECT now() - CASE WHEN g <= 20000 THEN interval '100 days' ELSE interval '1 day' END AS t) at;
 		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key)
 		SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0) FROM webhook_event;
-		ANALYZE webhook_event; ANALYZE fulfilment`)
+		ANALYZE webhook_event; ANALYZE fulfilment_identity; ANALYZE fulfilment_move`)
 	require.NoError(t, err)
 	before := rowsRead(t, tx)
 	pruned, done, err := db.PruneEventBodiesIn(ctx, tx, time.Now().Add(-90*24*time.Hour), 100)
@@ -507,7 +507,7 @@ func TestRoundsReadReversalsFromTheirIndex(t *testing.T) {
 	// may hold it) unmarked: the history is vacuumed until every page of
 	// the events is marked, as a deployment's autovacuum gets to in time.
 	for attempt := 0; ; attempt++ {
-		_, err = d.Pool.Exec(ctx, `VACUUM (ANALYZE) webhook_event, fulfilment`)
+		_, err = d.Pool.Exec(ctx, `VACUUM (ANALYZE) webhook_event, fulfilment_identity, fulfilment_move`)
 		require.NoError(t, err)
 		var pages, visible int
 		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT relpages, relallvisible FROM pg_class WHERE relname = 'webhook_event'`).Scan(&pages, &visible))
@@ -561,7 +561,7 @@ func TestClaimReadsItsBatch(t *testing.T) {
 		)
 		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key)
 		SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0) FROM e;
-		ANALYZE webhook_event; ANALYZE fulfilment;
+		ANALYZE webhook_event; ANALYZE fulfilment_identity; ANALYZE fulfilment_move;
 		WITH e AS (
 			INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
 			SELECT 'stripe', 'evt_b' || g, 'checkout.session.completed', 'pi_b' || g, '\x7b7d'::bytea FROM generate_series(1, 3000) g

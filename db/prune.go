@@ -16,17 +16,22 @@ var ErrPruned = errors.New("the event's body was pruned after GUARDIAN_PAYLOAD_R
 // (PruneEventBodies): asked as its row is locked, and again after the
 // lock is taken.
 const bodyPrunable = `(e.pruned_at IS NULL
-	AND NOT EXISTS (SELECT 1 FROM fulfilment f WHERE f.event_pk = e.id AND f.state <> 'fulfilled')
+	-- The event's rows found by the event, each one's state by its id: on
+	-- the view, a table of settled rows looked small enough to the planner
+	-- to read whole into a hash, every round.
+	AND NOT EXISTS (SELECT 1 FROM fulfilment_identity f
+		CROSS JOIN LATERAL (SELECT m.state FROM fulfilment_move m WHERE m.id = f.id LIMIT 1) m
+		WHERE f.event_pk = e.id AND m.state <> 'fulfilled')
 	AND NOT EXISTS (SELECT 1 FROM purchase p WHERE p.provider = e.provider AND p.payment_id = e.payment_id AND p.awaiting_items IS NOT NULL)
 	AND (e.reverses IS NULL OR NOT EXISTS (
-		SELECT 1 FROM fulfilment f WHERE f.provider = e.provider AND f.payment_id = e.reverses AND f.action = 'fulfil'
-		  AND f.action_name = ANY(e.revokes) AND f.state <> 'failed' -- declined: nothing to take back
+		SELECT 1 FROM fulfilment_identity f WHERE f.provider = e.provider AND f.payment_id = e.reverses AND f.action = 'fulfil'
+		  AND f.action_name = ANY(e.revokes) AND NOT f.failed -- declined: nothing to take back
 		  -- Each half through its partial index: asked for in one, the
 		  -- revocation was a scan of the table.
-		  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
-			AND v.action_name = f.action_name AND v.action = 'revoke' AND v.state <> 'failed')
-		  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
-			AND v.action_name = f.action_name AND v.action = 'revoke' AND v.state = 'failed'))))`
+		  AND NOT EXISTS (SELECT 1 FROM fulfilment_identity v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
+			AND v.action_name = f.action_name AND v.action = 'revoke' AND NOT v.failed)
+		  AND NOT EXISTS (SELECT 1 FROM fulfilment_identity v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
+			AND v.action_name = f.action_name AND v.action = 'revoke' AND v.failed))))`
 
 // PruneEventBodies walks the stored events in id order from where the last
 // walk stopped, at most limit of them, up to the first one seen at or after

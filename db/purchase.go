@@ -80,9 +80,9 @@ func purchaseInsert(from string) string {
 					-- Each half through its partial index (fulfilment_one_per_action,
 					-- fulfilment_payment_failed): never a scan of the table.
 					SELECT array_agg(DISTINCT a ORDER BY a) AS actions FROM (
-						SELECT f.action_name FROM fulfilment f WHERE f.provider = u.p AND f.payment_id = u.pay AND f.action = 'fulfil' AND f.state <> 'failed'
+						SELECT f.action_name FROM fulfilment_identity f WHERE f.provider = u.p AND f.payment_id = u.pay AND f.action = 'fulfil' AND NOT f.failed
 						UNION ALL
-						SELECT f.action_name FROM fulfilment f WHERE f.provider = u.p AND f.payment_id = u.pay AND f.action = 'fulfil' AND f.state = 'failed') x(a)) done
+						SELECT f.action_name FROM fulfilment_identity f WHERE f.provider = u.p AND f.payment_id = u.pay AND f.action = 'fulfil' AND f.failed) x(a)) done
 			ORDER BY u.p, u.pay, u.ord
 			ON CONFLICT (provider, payment_id) DO NOTHING
 			RETURNING provider, payment_id, awaiting_items`
@@ -173,18 +173,18 @@ func PaidBeforeActions(ctx context.Context, q DBTX, since, until time.Time, afte
 			-- A payment's rows in two halves, each through its partial
 			-- index (FulfilmentsByPayment): asked for in one, a scan.
 			(SELECT array_agg(DISTINCT a ORDER BY a) FROM (
-				SELECT f.action_name FROM fulfilment f
-				WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND f.state <> 'failed'
+				SELECT f.action_name FROM fulfilment_identity f
+				WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND NOT f.failed
 				UNION ALL
-				SELECT f.action_name FROM fulfilment f
-				WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND f.state = 'failed') x(a)),
+				SELECT f.action_name FROM fulfilment_identity f
+				WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND f.failed) x(a)),
 			EXISTS (SELECT 1 FROM guardian_reversals_of(e.provider, e.payment_id))
 		FROM webhook_event e
 		WHERE e.first_seen_at >= $1 AND e.first_seen_at < $2 AND e.id > $3 AND e.payment_id IS NOT NULL
 		  AND NOT EXISTS (SELECT 1 FROM purchase p WHERE p.provider = e.provider AND p.payment_id = e.payment_id)
 		  AND e.id = least(
-			(SELECT min(f.event_pk) FROM fulfilment f WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND f.state <> 'failed'),
-			(SELECT min(f.event_pk) FROM fulfilment f WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND f.state = 'failed'))
+			(SELECT min(f.event_pk) FROM fulfilment_identity f WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND NOT f.failed),
+			(SELECT min(f.event_pk) FROM fulfilment_identity f WHERE f.provider = e.provider AND f.payment_id = e.payment_id AND f.action = 'fulfil' AND f.failed))
 		ORDER BY e.id LIMIT $4`, since, until, afterID, limit)
 	if err != nil {
 		return nil, wrap("list payments paid before actions", err)

@@ -63,16 +63,20 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 	}
 	rows, err := q.Query(ctx, `
 		WITH due AS (
-			SELECT f.id, f.attempt,
+			-- The moving rows alone are locked (migration 00050): the
+			-- identities are never written here, so a row failing
+			-- meanwhile, whose trigger writes its identity, waits on no
+			-- lock of this statement.
+			SELECT s.id,
 				(SELECT r.event_id FROM guardian_reversals_of(f.provider, f.payment_id) r
 				 WHERE f.action_name = ANY(r.revokes) ORDER BY r.id LIMIT 1) AS reversed_by
-			FROM fulfilment f
-			WHERE `+pendingFulfils+`
+			FROM fulfilment_move s JOIN fulfilment_identity f ON f.id = s.id
+			WHERE s.state = 'pending' AND f.action = 'fulfil' AND NOT f.failed
 			  AND ($1::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($1::text[], $2::text[])))
 			  AND `+reversed+`
 			  AND ($6::text[] IS NULL OR f.action_name = ANY($6))
 			ORDER BY f.provider, f.payment_id
-			FOR UPDATE OF f
+			FOR UPDATE OF s
 		), moved AS (
 			-- due's rows are pending and locked by this statement: joined
 			-- by the primary key alone, whatever the statistics say of
@@ -80,7 +84,7 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 			-- of none pending joined each row through the state's index,
 			-- reading every pending row for each). The guard refuses any
 			-- other move.
-			UPDATE fulfilment f SET state = $5 FROM due WHERE f.id = due.id
+			UPDATE fulfilment_move f SET state = $5 FROM due WHERE f.id = due.id
 			RETURNING f.id, f.attempt, due.reversed_by
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
@@ -160,8 +164,8 @@ func CreateRevocationsSettledSince(ctx context.Context, q DBTX, actor, reason st
 // The rows each take-back round weighs, in its statement and in the count
 // that chooses how it reads their reversals (holdsMany).
 const (
-	pendingFulfils   = `f.state = 'pending' AND f.action = 'fulfil'`
-	fulfilledFulfils = `f.action = 'fulfil' AND f.state = 'fulfilled'`
+	pendingFulfils   = `f.state = 'pending' AND f.action = 'fulfil' AND NOT f.failed`
+	fulfilledFulfils = `f.action = 'fulfil' AND f.state = 'fulfilled' AND NOT f.failed`
 )
 
 // fewRows is the most fulfilments a sweep's round asks one by one for
@@ -227,17 +231,19 @@ func createRevocations(ctx context.Context, q DBTX, actor, reason, reversals, sc
 			FROM fulfilment f `+reversals+`
 			WHERE `+fulfilledFulfils+` AND f.action_name = ANY(r.revokes) AND (`+scope+`)
 			  -- Each half through its partial index: never a scan of the table.
-			  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
-				AND v.action_name = f.action_name AND v.action = 'revoke' AND v.state <> 'failed')
-			  AND NOT EXISTS (SELECT 1 FROM fulfilment v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
-				AND v.action_name = f.action_name AND v.action = 'revoke' AND v.state = 'failed')
+			  AND NOT EXISTS (SELECT 1 FROM fulfilment_identity v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
+				AND v.action_name = f.action_name AND v.action = 'revoke' AND NOT v.failed)
+			  AND NOT EXISTS (SELECT 1 FROM fulfilment_identity v WHERE v.provider = f.provider AND v.payment_id = f.payment_id
+				AND v.action_name = f.action_name AND v.action = 'revoke' AND v.failed)
 			ORDER BY f.provider, f.payment_id, f.action_name, r.id
 		), created AS (
-			INSERT INTO fulfilment (event_pk, provider, payment_id, action_name, idempotency_key, action)
+			INSERT INTO fulfilment_identity (event_pk, provider, payment_id, action_name, idempotency_key, action)
 			SELECT event_pk, provider, payment_id, action_name, guardian_action_revoke_key(provider, payment_id, action_name, 0), 'revoke'
 			FROM due ORDER BY provider, payment_id, action_name
-			ON CONFLICT (provider, payment_id, action_name, action) WHERE state <> 'failed' DO NOTHING
-			RETURNING id
+			ON CONFLICT (provider, payment_id, action_name, action) WHERE NOT failed DO NOTHING
+			RETURNING id, created_at, action
+		), moving AS (
+			INSERT INTO fulfilment_move (id, created_at, action) SELECT id, created_at, action FROM created
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
 			SELECT id, NULL, 'pending', 0, $1, $2 FROM created
@@ -259,14 +265,16 @@ func RetryRevocation(ctx context.Context, q DBTX, failed Fulfilment, actor, reas
 	var id string
 	err := q.QueryRow(ctx, `
 		WITH created AS (
-			INSERT INTO fulfilment (event_pk, provider, payment_id, action_name, idempotency_key, action)
+			INSERT INTO fulfilment_identity (event_pk, provider, payment_id, action_name, idempotency_key, action)
 			SELECT $1::bigint, $2::text, $3::text, $6::text, guardian_action_revoke_key($2, $3, $6,
-				(SELECT count(*) FROM fulfilment p WHERE p.provider = $2 AND p.payment_id = $3 AND p.action_name = $6
-					AND p.action = 'revoke' AND p.state = 'failed')), 'revoke'
+				(SELECT count(*) FROM fulfilment_identity p WHERE p.provider = $2 AND p.payment_id = $3 AND p.action_name = $6
+					AND p.action = 'revoke' AND p.failed)), 'revoke'
 			WHERE EXISTS (SELECT 1 FROM fulfilment f WHERE f.provider = $2 AND f.payment_id = $3 AND f.action_name = $6
-				AND f.action = 'fulfil' AND f.state = 'fulfilled')
-			ON CONFLICT (provider, payment_id, action_name, action) WHERE state <> 'failed' DO NOTHING
-			RETURNING id
+				AND f.action = 'fulfil' AND NOT f.failed AND f.state = 'fulfilled')
+			ON CONFLICT (provider, payment_id, action_name, action) WHERE NOT failed DO NOTHING
+			RETURNING id, created_at, action
+		), moving AS (
+			INSERT INTO fulfilment_move (id, created_at, action) SELECT id, created_at, action FROM created
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
 			SELECT id, NULL, 'pending', 0, $4, $5 FROM created

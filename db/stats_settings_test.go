@@ -28,16 +28,16 @@ func TestStatisticsGoStale(t *testing.T) {
 		require.Contains(t, why, "ANALYZE")
 	}
 
-	_, err = tx.Exec(ctx, `ALTER TABLE fulfilment SET (autovacuum_enabled = false)`)
+	_, err = tx.Exec(ctx, `ALTER TABLE fulfilment_move SET (autovacuum_enabled = false)`)
 	require.NoError(t, err)
 	stale, why, err = db.StatisticsGoStale(ctx, tx)
 	require.NoError(t, err)
 	require.True(t, stale, "a table a payment writes with autovacuum off")
 	if server == "off" {
-		require.Contains(t, why, "autovacuum is off, and by their own setting for fulfilment: ",
+		require.Contains(t, why, "autovacuum is off, and by their own setting for fulfilment_move: ",
 			"the table named too, since turning the server's on would leave it off")
 	} else {
-		require.Contains(t, why, "autovacuum is off for fulfilment: ")
+		require.Contains(t, why, "autovacuum is off for fulfilment_move: ")
 	}
 
 	// The server's setting and a table's, whatever this server has.
@@ -69,8 +69,8 @@ func TestInvalidIndexes(t *testing.T) {
 	// yet dropped.
 	_, err := d.Pool.Exec(ctx, `
 		CREATE INDEX webhook_event_half_built ON webhook_event (event_type);
-		CREATE INDEX fulfilment_created_ccnew ON fulfilment (created_at, id);
-		CREATE INDEX fulfilment_created_ccold1 ON fulfilment (created_at, id);
+		CREATE INDEX fulfilment_created_ccnew ON fulfilment_identity (created_at, id);
+		CREATE INDEX fulfilment_created_ccold1 ON fulfilment_identity (created_at, id);
 		UPDATE pg_index SET indisvalid = false
 		WHERE indexrelid IN ('webhook_event_half_built'::regclass, 'fulfilment_created_ccnew'::regclass, 'fulfilment_created_ccold1'::regclass)`)
 	require.NoError(t, err)

@@ -90,9 +90,10 @@ func TransitMany(ctx context.Context, q DBTX, ps []TransitionParams) (map[string
 			SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::jsonb[], $8::text[])
 				AS u(id, from_state, to_state, attempt, actor, reason, evidence, outcome)
 		), moved AS (
-			UPDATE fulfilment f SET state = u.to_state, call_outcome = coalesce(NULLIF(u.outcome, ''), f.call_outcome)
-			FROM u WHERE f.id = u.id AND f.id = ANY ($1::uuid[]) AND f.state = u.from_state AND (u.attempt = 0 OR f.attempt = u.attempt)
-			RETURNING `+prefixed("f.", fulfilmentColumns)+`
+			UPDATE fulfilment_move s SET state = u.to_state, call_outcome = coalesce(NULLIF(u.outcome, ''), s.call_outcome)
+			FROM u, fulfilment_identity f
+			WHERE s.id = u.id AND s.id = ANY ($1::uuid[]) AND f.id = s.id AND s.state = u.from_state AND (u.attempt = 0 OR s.attempt = u.attempt)
+			RETURNING `+fulfilmentOf("f", "s")+`
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
 			SELECT m.id, u.from_state, u.to_state, m.attempt, u.actor, u.reason, u.evidence FROM moved m JOIN u ON u.id = m.id
@@ -143,16 +144,16 @@ func Transitions(ctx context.Context, q DBTX, fulfilmentIDs ...string) ([]Transi
 func SweepStale(ctx context.Context, q DBTX, lease, margin time.Duration, actor, reason string, asOf *time.Time) ([]Fulfilment, error) {
 	rows, err := q.Query(ctx, `
 		WITH stale AS (
-			SELECT id FROM fulfilment
+			SELECT id FROM fulfilment_move
 			WHERE state = 'dispatching' AND dispatched_at < coalesce($3::timestamptz, now()) - make_interval(secs => $1)
 			  AND (deadline IS NULL OR deadline < coalesce($3::timestamptz, now()) - make_interval(secs => $4))
 			ORDER BY dispatched_at
 			LIMIT 1000
 			FOR UPDATE SKIP LOCKED
 		), moved AS (
-			UPDATE fulfilment f SET state = 'needs_reconciliation'
-			FROM stale WHERE f.id = stale.id AND f.state = 'dispatching'
-			RETURNING `+prefixed("f.", fulfilmentColumns)+`
+			UPDATE fulfilment_move s SET state = 'needs_reconciliation'
+			FROM stale, fulfilment_identity f WHERE s.id = stale.id AND f.id = s.id AND s.state = 'dispatching'
+			RETURNING `+fulfilmentOf("f", "s")+`
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
 			SELECT id, 'dispatching', 'needs_reconciliation', attempt, $2, $5,
@@ -237,10 +238,10 @@ func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (ma
 			SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::float8[], $5::text[], $6::text[], $7::jsonb[])
 				AS u(id, actor, evidence, timeout, token, claimant, timeouts)
 		), moved AS (
-			UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now(),
+			UPDATE fulfilment_move s SET state = 'dispatching', attempt = s.attempt + 1, dispatched_at = now(),
 				deadline = now() + make_interval(secs => coalesce((u.timeouts ->> f.action_name)::float8, u.timeout)),
 				claim_token = NULLIF(u.token, ''), claimant = NULLIF(u.claimant, ''), call_outcome = NULL
-			FROM u WHERE f.id = u.id AND f.id = ANY ($1::uuid[])
+			FROM u, fulfilment_identity f WHERE s.id = u.id AND s.id = ANY ($1::uuid[]) AND f.id = s.id
 			  -- Pending, asked so that no index answers it: the ids find
 			  -- the rows, the state only checks them. As f.state =
 			  -- 'pending', with statistics taken when none were pending
@@ -248,14 +249,14 @@ func ClaimManyForDispatch(ctx context.Context, q DBTX, claims []ClaimParams) (ma
 			  -- planner read the rows through the state's index instead:
 			  -- every pending row, the whole backlog, for each batch
 			  -- claimed (db.TestClaimReadsItsBatch).
-			  AND (f.state = 'pending') IS TRUE
+			  AND (s.state = 'pending') IS TRUE
 			  -- A claimant claims only the actions it performs.
 			  AND (u.timeouts IS NULL OR u.timeouts ? f.action_name)
 			  -- An action taken back is never performed: its pending row is
 			  -- not claimed (db.MoveReversedPending stops it).
 			  AND (f.action = 'revoke' OR NOT EXISTS (
 				SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY(r.revokes)))
-			RETURNING `+prefixed("f.", fulfilmentColumns)+`
+			RETURNING `+fulfilmentOf("f", "s")+`
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
 			SELECT m.id, 'pending', 'dispatching', m.attempt, u.actor, 'dispatch claimed', u.evidence FROM moved m JOIN u ON u.id = m.id
@@ -302,7 +303,7 @@ func Claim(ctx context.Context, q DBTX, id string, margin, fallback time.Duratio
 		SELECT coalesce(f.claimant, ''),
 		       coalesce(CASE WHEN f.deadline IS NOT NULL THEN f.deadline + make_interval(secs => $2) > now()
 		                     ELSE f.dispatched_at > now() - make_interval(secs => $3) END, false)
-		FROM fulfilment f WHERE f.id = $1`, id, margin.Seconds(), fallback.Seconds()).Scan(&c.Claimant, &c.Live)
+		FROM fulfilment_move f WHERE f.id = $1`, id, margin.Seconds(), fallback.Seconds()).Scan(&c.Claimant, &c.Live)
 	return c, wrap("read claim", err)
 }
 
@@ -382,7 +383,7 @@ func StrandedPending(ctx context.Context, q DBTX, jobs DispatchJobs, after time.
 		return nil, err
 	}
 	rows, err := q.Query(ctx, `
-		SELECT f.id FROM fulfilment f
+		SELECT f.id FROM fulfilment_move f
 		WHERE f.state = 'pending' AND f.updated_at < now() - make_interval(secs => $1)
 		  AND NOT EXISTS (
 			SELECT 1 FROM river_job j

@@ -237,7 +237,7 @@ func TestRestoreRunbook(t *testing.T) {
 
 	// The restore: the database no longer holds the event; Redis still
 	// holds its mark.
-	_, err := d.Pool.Exec(context.Background(), `TRUNCATE webhook_event, fulfilment, fulfilment_transition, fulfilment_check`)
+	_, err := d.Pool.Exec(context.Background(), `TRUNCATE webhook_event, fulfilment_identity, fulfilment_move, fulfilment_transition, fulfilment_check`)
 	require.NoError(t, err)
 
 	epoch := func(verb string) string {

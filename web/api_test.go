@@ -380,7 +380,9 @@ func TestIDsInUpperCase(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`) // past the guard: declined, as far as this test goes
 	require.NoError(t, err)
-	_, err = tx.Exec(b.ctx, `UPDATE fulfilment SET state = 'failed' WHERE id = $1`, failed)
+	_, err = tx.Exec(b.ctx, `UPDATE fulfilment_move SET state = 'failed' WHERE id = $1`, failed)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `UPDATE fulfilment_identity SET failed = true WHERE id = $1`, failed)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(b.ctx))
 	code, body = b.api(t, "POST", "/api/v1/fulfilments/retry", b.token, web.BulkRequest{IDs: []string{strings.ToUpper(failed)}})

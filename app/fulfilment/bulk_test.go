@@ -321,7 +321,7 @@ func TestBulkAnswersPerID(t *testing.T) {
 	_, err := b.db.Pool.Exec(b.ctx, `
 		CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'disk full' USING ERRCODE = 'disk_full'; END $$;
-		CREATE TRIGGER refuse_poison BEFORE INSERT ON fulfilment FOR EACH ROW
+		CREATE TRIGGER refuse_poison BEFORE INSERT ON fulfilment_identity FOR EACH ROW
 			WHEN (NEW.payment_id = 'pi_poison') EXECUTE FUNCTION refuse_poison();`)
 	require.NoError(t, err)
 

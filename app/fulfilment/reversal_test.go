@@ -132,7 +132,7 @@ func TestTheSweepsRoundTakesOneProcess(t *testing.T) {
 			INSERT INTO planned_with VALUES (current_setting('max_parallel_workers_per_gather'));
 			RETURN NEW;
 		END $$;
-		CREATE TRIGGER record_workers AFTER INSERT ON fulfilment FOR EACH ROW WHEN (NEW.action = 'revoke') EXECUTE FUNCTION record_workers()`)
+		CREATE TRIGGER record_workers AFTER INSERT ON fulfilment_identity FOR EACH ROW WHEN (NEW.action = 'revoke') EXECUTE FUNCTION record_workers()`)
 	require.NoError(t, err)
 	require.Equal(t, 1, b.sweep(t), "the round, the database's first and so full, takes the payment back")
 	require.Equal(t, state.Pending, b.revocation(t, "pi_1").State)

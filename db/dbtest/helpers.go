@@ -74,7 +74,7 @@ func (d *DB) ForceDispatching(t testing.TB, id string, at time.Time) {
 	if _, err := db.ClaimForDispatch(ctx, d.Pool, db.ClaimParams{ID: id, Actor: "crashed dispatcher", Timeout: 30 * time.Second}); err != nil {
 		t.Fatalf("claim %s: %v", id, err)
 	}
-	d.backdate(t, `UPDATE fulfilment SET dispatched_at = $2, deadline = $2 WHERE id = $1`, id, at)
+	d.backdate(t, `UPDATE fulfilment_move SET dispatched_at = $2, deadline = $2 WHERE id = $1`, id, at)
 }
 
 // Backdate moves a fulfilment's clocks back to at: when it last moved
@@ -83,7 +83,7 @@ func (d *DB) ForceDispatching(t testing.TB, id string, at time.Time) {
 // trigger that stamps updated_at is bypassed for this one statement.
 func (d *DB) Backdate(t testing.TB, id string, at time.Time) {
 	t.Helper()
-	d.backdate(t, `UPDATE fulfilment SET updated_at = $2, dispatched_at = least(dispatched_at, $2),
+	d.backdate(t, `UPDATE fulfilment_move SET updated_at = $2, dispatched_at = least(dispatched_at, $2),
 		deadline = least(deadline, $2::timestamptz + (deadline - dispatched_at)) WHERE id = $1`, id, at)
 }
 

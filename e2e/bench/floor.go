@@ -145,7 +145,7 @@ type updates struct{ all, hot int64 }
 func fulfilmentUpdates(ctx context.Context, pool *pgxpool.Pool) updates {
 	var u, last updates
 	for range 20 { // until two reads a moment apart agree: every exit reported
-		check(pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'fulfilment'`).Scan(&u.all, &u.hot))
+		check(pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'fulfilment_move'`).Scan(&u.all, &u.hot))
 		if u == last {
 			break
 		}

@@ -32,11 +32,12 @@ SELECT coalesce(string_agg(id::text, ','), '') AS jobs, coalesce(string_agg(args
 \gset
 
 WITH u AS (SELECT unnest(string_to_array(:ids, ',')::uuid[]) AS id), moved AS (
-    UPDATE fulfilment f SET state = 'dispatching', attempt = f.attempt + 1, dispatched_at = now(),
-        deadline = now() + interval '30 seconds', claim_token = md5(f.id::text), claimant = 'floor', call_outcome = NULL
-    FROM u WHERE f.id = u.id AND f.id = ANY (string_to_array(:ids, ',')::uuid[]) AND (f.state = 'pending') IS TRUE
+    UPDATE fulfilment_move s SET state = 'dispatching', attempt = s.attempt + 1, dispatched_at = now(),
+        deadline = now() + interval '30 seconds', claim_token = md5(s.id::text), claimant = 'floor', call_outcome = NULL
+    FROM u, fulfilment_identity f
+    WHERE s.id = u.id AND s.id = ANY (string_to_array(:ids, ',')::uuid[]) AND f.id = s.id AND (s.state = 'pending') IS TRUE
       AND NOT EXISTS (SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY (r.revokes))
-    RETURNING f.id, f.event_pk, f.provider, f.payment_id, f.attempt, f.idempotency_key
+    RETURNING s.id, f.event_pk, f.provider, f.payment_id, s.attempt, f.idempotency_key
 ), logged AS (
     INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
     SELECT id, 'pending', 'dispatching', attempt, 'dispatcher', 'dispatch claimed', '{"claimant":"floor"}' FROM moved
@@ -45,9 +46,9 @@ SELECT count(e.body), count(p.detail) FROM moved m JOIN webhook_event e ON e.id 
     LEFT JOIN purchase p ON p.provider = m.provider AND p.payment_id = m.payment_id;
 
 WITH moved AS (
-    UPDATE fulfilment f SET state = 'fulfilled', call_outcome = 'done'
-    WHERE f.id = ANY (string_to_array(:ids, ',')::uuid[]) AND f.state = 'dispatching' AND f.attempt = 1
-    RETURNING f.id, f.attempt
+    UPDATE fulfilment_move s SET state = 'fulfilled', call_outcome = 'done'
+    WHERE s.id = ANY (string_to_array(:ids, ',')::uuid[]) AND s.state = 'dispatching' AND s.attempt = 1
+    RETURNING s.id, s.attempt
 ), logged AS (
     INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, evidence)
     SELECT id, 'dispatching', 'fulfilled', attempt, 'dispatcher', 'connector outcome: done', '{"outcome":"done"}' FROM moved

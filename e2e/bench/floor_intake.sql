@@ -2,7 +2,8 @@
 -- events needs on its way into Guardian, with no Go and the fewest round
 -- trips the work allows: one statement, one commit, on Guardian's own
 -- tables (their indexes, constraints and triggers): the events, their
--- purchases, one fulfilment per payment with its first transition, one
+-- purchases, one fulfilment per payment (its identity and its moving
+-- state) with its first transition, one
 -- dispatch job each (what recordBatchTx writes). floor_dispatch.sql takes
 -- the jobs on; `just bench` runs them apart and together, with Guardian's
 -- own batch sizes, and holds every figure against them (docs/performance.md,
@@ -22,11 +23,13 @@ WITH ev AS (
     SELECT provider, payment_id, '{fulfil}', '' FROM ev
     ON CONFLICT DO NOTHING
 ), created AS (
-    INSERT INTO fulfilment (event_pk, provider, payment_id, action_name, idempotency_key)
+    INSERT INTO fulfilment_identity (event_pk, provider, payment_id, action_name, idempotency_key)
     SELECT id, provider, payment_id, 'fulfil', guardian_action_key(provider, payment_id, 'fulfil', 0) FROM ev
     ORDER BY provider, payment_id
-    ON CONFLICT (provider, payment_id, action_name, action) WHERE state <> 'failed' DO NOTHING
-    RETURNING id
+    ON CONFLICT (provider, payment_id, action_name, action) WHERE NOT failed DO NOTHING
+    RETURNING id, created_at, action
+), moving AS (
+    INSERT INTO fulfilment_move (id, created_at, action) SELECT id, created_at, action FROM created
 ), logged AS (
     INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
     SELECT id, NULL, 'pending', 0, 'intake', 'payment event received' FROM created

@@ -47,7 +47,7 @@ func indexCosts(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches
 	rows, err := pool.Query(ctx, `
 		SELECT c.relname, i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), coalesce(pg_get_expr(i.indpred, i.indrelid), '')
 		FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
-		WHERE c.relname IN ('webhook_event', 'fulfilment', 'fulfilment_transition', 'purchase')
+		WHERE c.relname IN ('webhook_event', 'fulfilment_identity', 'fulfilment_move', 'fulfilment_transition', 'purchase')
 		  AND NOT i.indisunique AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)
 		ORDER BY c.relname, 2`)
 	check(err)
@@ -70,7 +70,11 @@ func indexCosts(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches
 		ix.written = true
 		if p := preds[ix.name]; p != "" && ix.table != "fulfilment_transition" {
 			var n int
-			check(pool.QueryRow(ctx, "SELECT count(*) FROM "+ix.table+" WHERE provider = 'floor' AND ("+p+")").Scan(&n))
+			floor := "provider = 'floor'"
+			if ix.table == "fulfilment_move" { // the payment is the identity's
+				floor = "id IN (SELECT id FROM fulfilment_identity WHERE provider = 'floor')"
+			}
+			check(pool.QueryRow(ctx, "SELECT count(*) FROM "+ix.table+" WHERE "+floor+" AND ("+p+")").Scan(&n))
 			ix.written = n > 0
 		}
 		indexes[i] = ix
