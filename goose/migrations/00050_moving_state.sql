@@ -1,6 +1,6 @@
 -- +goose Up
 -- The moving state in a narrow row of its own (issue 36; docs/design.md,
--- "Storage"; docs/performance.md, "The moving state in a row of its own").
+-- "Bounded growth"; docs/performance.md, "The moving state in a row of its own").
 --
 -- A fulfilment's identity (its event, payment, action, key, birth) never
 -- changes; its state (state, attempt, claim, deadline, outcome, checks)
