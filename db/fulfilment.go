@@ -94,8 +94,9 @@ func (f *Fulfilment) fields() []any {
 // with its first transition: InsertFulfilments for one event, making none
 // for a payment already taken back. When the payment already has a live
 // fulfilment (any state but failed) nothing is written and inserted is
-// false: invariant 1, enforced by the fulfilment_one_per_payment index
-// (cancelled holds its payment, failed frees it).
+// false: invariant 1, enforced by the fulfilment_one_per_action index on
+// the identities that have not failed (cancelled holds its payment, failed
+// frees it; migration 00050).
 func InsertFulfilment(ctx context.Context, q DBTX, eventPK int64, actor, reason string) (id string, inserted bool, err error) {
 	created, err := InsertFulfilments(ctx, q, []BatchFulfilment{{EventPK: eventPK, Actor: actor}}, Birth{Reason: reason})
 	if err != nil {

@@ -53,7 +53,7 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 	// (reversalsRead).
 	reversed := `EXISTS (SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY(r.revokes))`
 	if payments == nil {
-		many, err := holdsMany(ctx, q, pendingFulfils+` AND ($1::text[] IS NULL OR f.action_name = ANY($1))`, actions)
+		many, err := holdsMany(ctx, q, pendingFulfils("f", "f")+` AND ($1::text[] IS NULL OR f.action_name = ANY($1))`, actions)
 		if err != nil {
 			return nil, wrap("move reversed pending", err)
 		}
@@ -71,7 +71,7 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 				(SELECT r.event_id FROM guardian_reversals_of(f.provider, f.payment_id) r
 				 WHERE f.action_name = ANY(r.revokes) ORDER BY r.id LIMIT 1) AS reversed_by
 			FROM fulfilment_move s JOIN fulfilment_identity f ON f.id = s.id
-			WHERE s.state = 'pending' AND f.action = 'fulfil' AND NOT f.failed
+			WHERE `+pendingFulfils("f", "s")+`
 			  AND ($1::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($1::text[], $2::text[])))
 			  AND `+reversed+`
 			  AND ($6::text[] IS NULL OR f.action_name = ANY($6))
@@ -162,11 +162,16 @@ func CreateRevocationsSettledSince(ctx context.Context, q DBTX, actor, reason st
 }
 
 // The rows each take-back round weighs, in its statement and in the count
-// that chooses how it reads their reversals (holdsMany).
-const (
-	pendingFulfils   = `f.state = 'pending' AND f.action = 'fulfil' AND NOT f.failed`
-	fulfilledFulfils = `f.action = 'fulfil' AND f.state = 'fulfilled' AND NOT f.failed`
-)
+// that chooses how it reads their reversals (holdsMany): the fulfilled,
+// and the pending (pendingFulfils).
+const fulfilledFulfils = `f.action = 'fulfil' AND f.state = 'fulfilled' AND NOT f.failed`
+
+// pendingFulfils is the pending rows' condition, its identity's columns
+// under alias identity and its moving state's under move: both f on the
+// view, apart where the moving rows alone are locked (MoveReversedPending).
+func pendingFulfils(identity, move string) string {
+	return move + `.state = 'pending' AND ` + identity + `.action = 'fulfil' AND NOT ` + identity + `.failed`
+}
 
 // fewRows is the most fulfilments a sweep's round asks one by one for
 // their own reversals, however few reversals are stored; past it, it
