@@ -312,18 +312,31 @@ func (s *Service) owe() {
 	if armed {
 		return // the notification owed already covers these jobs
 	}
-	time.AfterFunc(s.jobs.NotifyEvery, func() {
-		n.mu.Lock()
-		due := !n.last.After(n.owed) // no turn taken since the last jobs owed
+	time.AfterFunc(s.jobs.NotifyEvery, s.payOwed)
+}
+
+// payOwed sends the notification owed, at the end of NotifyEvery. A turn
+// taken since the jobs were owed announces them after its commit, and
+// nothing more is sent. A turn taken before them, since the notification
+// was owed, moves it to that turn's NotifyEvery later: sent now, it would
+// follow the turn's sooner than River's insert would.
+func (s *Service) payOwed() {
+	n := &s.notices
+	n.mu.Lock()
+	if n.last.After(n.owed) {
 		n.owed = time.Time{}
-		if due {
-			n.last = time.Now()
-		}
 		n.mu.Unlock()
-		if due {
-			s.notifyJobs()
-		}
-	})
+		return
+	}
+	if wait := s.jobs.NotifyEvery - time.Since(n.last); wait > 0 {
+		time.AfterFunc(wait, s.payOwed)
+		n.mu.Unlock()
+		return
+	}
+	n.owed = time.Time{}
+	n.last = time.Now()
+	n.mu.Unlock()
+	s.notifyJobs()
 }
 
 // notifyJobs sends River's insert notification on a connection of its

@@ -106,6 +106,41 @@ func TestALostTurnIsOwedAgain(t *testing.T) {
 	require.Equal(t, 2, b.queued(t))
 }
 
+// TestAnOwedNotificationKeepsItsDistance: a notification owed before a
+// turn was taken, for jobs committed after it, is not sent when first
+// due, inside that turn's NotifyEvery: it waits for the turn's
+// NotifyEvery to pass, as River's insert would, and still comes.
+func TestAnOwedNotificationKeepsItsDistance(t *testing.T) {
+	t.Parallel()
+	const every = 800 * time.Millisecond
+	b := setup(t, func(c *fulfilment.Config) { c.Enqueuer.(*enqueuer).notifyEvery = every })
+	next := b.listen(t)
+
+	b.pay(t, "evt_first", "pi_first") // takes the turn
+	first, ok := next(every / 2)
+	require.True(t, ok, "the first job is announced at once")
+
+	// Three eighths of a NotifyEvery later, a job owes a notification,
+	// first due at eleven eighths.
+	time.Sleep(time.Until(first.Add(every * 3 / 8)))
+	b.pay(t, "evt_owed", "pi_owed")
+
+	// The turn comes round before that, and jobs are owed after it.
+	time.Sleep(time.Until(first.Add(every + every/64)))
+	b.pay(t, "evt_turn", "pi_turn")
+	b.pay(t, "evt_after", "pi_after")
+	require.Less(t, time.Since(first), every*11/8, "the test was too slow to owe a job before the owed notification was due")
+	turn, ok := next(every / 2)
+	require.True(t, ok, "the turn's batch announced its job")
+
+	owed, ok := next(every + 5*time.Second)
+	require.True(t, ok, "the jobs owed after the turn were never announced")
+	require.GreaterOrEqual(t, owed.Sub(turn), every*3/4, "the owed notification followed the turn's inside NotifyEvery")
+	require.Equal(t, 4, b.queued(t))
+	_, ok = next(every + 200*time.Millisecond)
+	require.False(t, ok, "one notification announces every job owed")
+}
+
 // TestAFailedNotificationFailsNoDelivery: the notification an intake
 // batch sends after its COMMIT cannot undo the commit, so its failure is
 // not the delivery's: the delivery is answered as recorded, and the
