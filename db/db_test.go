@@ -552,6 +552,37 @@ func TestMigrations(t *testing.T) {
 		built("webhook_event_reverses", "(provider, reverses) WHERE (reverses IS NOT NULL)", "webhook_event_reversals")
 	})
 
+	// Rows made before the moving row carried its action's name get it
+	// from their identity (migration 00051), each its own.
+	t.Run("TheMoveTakesItsActionsName", func(t *testing.T) {
+		t.Parallel()
+		d, m := migrated(t)
+		ctx := context.Background()
+		for {
+			res, err := m.Down(ctx)
+			require.NoError(t, err)
+			if res.Source.Version == 51 {
+				break
+			}
+		}
+		_, err := d.Pool.Exec(ctx, `WITH e AS (
+			INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body) VALUES ('stripe', 'evt_old', 't', 'pi_old', '{}') RETURNING id)
+			INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key, action_name, state)
+			SELECT id, 'stripe', 'pi_old', 'k_' || a, a, s FROM e, (VALUES ('fulfil', 'fulfilled'), ('licence', 'pending'), ('seats', 'failed')) v(a, s)`)
+		require.NoError(t, err)
+		_, err = m.Up(ctx)
+		require.NoError(t, err)
+		rows, err := d.Pool.Query(ctx, `SELECT m.action_name || ' ' || m.state FROM fulfilment_move m JOIN fulfilment_identity i USING (id)
+			WHERE m.action_name = i.action_name ORDER BY 1`)
+		require.NoError(t, err)
+		named, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{"fulfil fulfilled", "licence pending", "seats failed"}, named)
+		var notNull bool
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT attnotnull FROM pg_attribute WHERE attrelid = 'fulfilment_move'::regclass AND attname = 'action_name'`).Scan(&notNull))
+		require.True(t, notNull)
+	})
+
 	t.Run("DownAndUpAgain", func(t *testing.T) {
 		t.Parallel()
 		d, m := migrated(t)

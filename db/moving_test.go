@@ -1,6 +1,7 @@
 package db_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/guardian-pay/guardian/app/state"
 	"github.com/guardian-pay/guardian/db"
+	"github.com/guardian-pay/guardian/db/dbtest"
 )
 
 // TestMovesLeaveTheIdentity: a fulfilment's moves update its moving row
@@ -86,4 +88,100 @@ func TestMovesLeaveTheIdentity(t *testing.T) {
 	}
 	refused(`UPDATE fulfilment_identity SET failed = true WHERE id = $1`, done)
 	refused(`UPDATE fulfilment_identity SET failed = false WHERE id = $1`, declined)
+}
+
+// TestTheMoveNamesItsAction: every way a fulfilment is made gives its
+// moving row the identity's action name (migration 00051): intake's two
+// statements, a revocation, a revocation retried and a write to the
+// view. Neither row's name can change. Each action's backlog is counted
+// from the moving rows alone: however many are pending, the count reads
+// no identity.
+func TestTheMoveNamesItsAction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tx := dbtest.Tx(t)
+	count := func(query string, args ...any) int {
+		t.Helper()
+		var n int
+		require.NoError(t, tx.QueryRow(ctx, query, args...).Scan(&n))
+		return n
+	}
+	ev := func(id, payment string, actions ...string) db.BatchEvent {
+		return db.BatchEvent{Deliveries: 1, EventParams: db.EventParams{Provider: "stripe", EventID: id, Type: "t", PaymentID: payment, Payload: []byte(`{}`)},
+			Purchase: &db.PurchaseRecord{Payment: db.Payment{Provider: "stripe", PaymentID: payment}, Actions: actions, Routes: "r"}}
+	}
+	// Intake, the longer way and the plain batch.
+	stored, err := db.InsertEvents(ctx, tx, []db.BatchEvent{ev("evt_long", "pi_long", "fulfil", "licence")})
+	require.NoError(t, err)
+	born, err := db.InsertFulfilments(ctx, tx, []db.BatchFulfilment{{EventPK: stored[0].ID, Actor: "test"}}, db.Birth{Reason: "test"})
+	require.NoError(t, err)
+	require.Len(t, born, 2)
+	_, born, err = db.RecordPlainBatch(ctx, tx, []db.BatchEvent{ev("evt_plain", "pi_plain", "seats", "mail")}, []string{"test"}, db.Birth{Reason: "test"})
+	require.NoError(t, err)
+	require.Len(t, born, 2)
+
+	// An operator's write to the view, fulfilled; its payment refunded:
+	// the revocation is made, declined, and made again.
+	_, err = tx.Exec(ctx, `
+		WITH e AS (INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
+			VALUES ('stripe', 'evt_by_hand', 't', 'pi_refunded', '{}') RETURNING id)
+		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key, action_name)
+		SELECT id, 'stripe', 'pi_refunded', 'fulfilled', 'k_by_hand', 'course' FROM e;
+		INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body, reversal, reverses, revokes)
+		VALUES ('stripe', 'evt_refund', 'charge.refunded', 'pi_refunded', '{}', 'refund', 'pi_refunded', '{course}')`)
+	require.NoError(t, err)
+	revoked, err := db.CreateRevocations(ctx, tx, "test", "a revocation", nil)
+	require.NoError(t, err)
+	require.Len(t, revoked, 1)
+	_, err = db.ClaimManyForDispatch(ctx, tx, []db.ClaimParams{{ID: revoked[0], Actor: "w", Timeout: time.Minute}})
+	require.NoError(t, err)
+	declined, err := db.TransitMany(ctx, tx, []db.TransitionParams{{ID: revoked[0], From: state.Dispatching, To: state.Failed, Attempt: 1, Actor: "w", Reason: "declined"}})
+	require.NoError(t, err)
+	again, err := db.RetryRevocation(ctx, tx, declined[revoked[0]], "alice", "retried")
+	require.NoError(t, err)
+	require.NotEmpty(t, again)
+
+	require.Equal(t, 7, count(`SELECT count(*) FROM fulfilment_move`))
+	require.Zero(t, count(`SELECT count(*) FROM fulfilment_identity i JOIN fulfilment_move m USING (id) WHERE m.action_name IS DISTINCT FROM i.action_name`),
+		"a moving row that does not name its identity's action")
+	require.Equal(t, 3, count(`SELECT count(*) FROM fulfilment_move WHERE action_name = 'course'`), "the fulfilment and both revocations")
+	require.Equal(t, 2, count(`SELECT count(*) FROM fulfilment_move WHERE action_name = 'course' AND action = 'revoke'`))
+
+	// Neither copy of the name changes.
+	for _, stmt := range []string{
+		`UPDATE fulfilment_move SET action_name = 'other' WHERE id = $1`,
+		`UPDATE fulfilment_identity SET action_name = 'other' WHERE id = $1`,
+		`UPDATE fulfilment SET action_name = 'other' WHERE id = $1`,
+	} {
+		_, err := tx.Exec(ctx, `SAVEPOINT rename`)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, stmt, again)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, stmt)
+		require.Equal(t, "23514", pgErr.Code, stmt)
+		require.Contains(t, pgErr.Message, "immutable", stmt)
+		_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT rename`)
+		require.NoError(t, err)
+	}
+
+	// A backlog of 2,000 more, pending: each action's count reads none of
+	// the identities.
+	_, err = tx.Exec(ctx, `
+		WITH e AS (INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
+			SELECT 'stripe', 'evt_b_' || g, 't', 'pi_b_' || g, '{}' FROM generate_series(1, 2000) g RETURNING id, payment_id)
+		INSERT INTO fulfilment (event_pk, provider, payment_id, idempotency_key, action_name)
+		SELECT id, 'stripe', payment_id, 'k_' || payment_id, 'licence' FROM e;
+		ANALYZE fulfilment_identity; ANALYZE fulfilment_move`)
+	require.NoError(t, err)
+	before := rowsRead(t, tx, "fulfilment_identity")
+	st, err := db.GetStats(ctx, tx)
+	require.NoError(t, err)
+	require.Zero(t, rowsRead(t, tx, "fulfilment_identity")-before, "identities read to count each action's backlog")
+	byAction := map[string]int{}
+	for _, l := range st.Live {
+		if l.State == state.Pending {
+			byAction[l.Action] += l.Count
+		}
+	}
+	require.Equal(t, map[string]int{"fulfil": 1, "licence": 2001, "seats": 1, "mail": 1, "course": 1}, byAction)
 }

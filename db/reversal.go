@@ -246,9 +246,9 @@ func createRevocations(ctx context.Context, q DBTX, actor, reason, reversals, sc
 			SELECT event_pk, provider, payment_id, action_name, guardian_action_revoke_key(provider, payment_id, action_name, 0), 'revoke'
 			FROM due ORDER BY provider, payment_id, action_name
 			ON CONFLICT (provider, payment_id, action_name, action) WHERE NOT failed DO NOTHING
-			RETURNING id, created_at, action
+			RETURNING id, created_at, action, action_name
 		), moving AS (
-			INSERT INTO fulfilment_move (id, created_at, action) SELECT id, created_at, action FROM created
+			INSERT INTO fulfilment_move (id, created_at, action, action_name) SELECT id, created_at, action, action_name FROM created
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
 			SELECT id, NULL, 'pending', 0, $1, $2 FROM created
@@ -277,9 +277,9 @@ func RetryRevocation(ctx context.Context, q DBTX, failed Fulfilment, actor, reas
 			WHERE EXISTS (SELECT 1 FROM fulfilment f WHERE f.provider = $2 AND f.payment_id = $3 AND f.action_name = $6
 				AND f.action = 'fulfil' AND NOT f.failed AND f.state = 'fulfilled')
 			ON CONFLICT (provider, payment_id, action_name, action) WHERE NOT failed DO NOTHING
-			RETURNING id, created_at, action
+			RETURNING id, created_at, action, action_name
 		), moving AS (
-			INSERT INTO fulfilment_move (id, created_at, action) SELECT id, created_at, action FROM created
+			INSERT INTO fulfilment_move (id, created_at, action, action_name) SELECT id, created_at, action, action_name FROM created
 		), logged AS (
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
 			SELECT id, NULL, 'pending', 0, $4, $5 FROM created

@@ -108,14 +108,14 @@ func GetStats(ctx context.Context, q DBTX) (Stats, error) {
 			return Stats{}, wrap("oldest "+string(s), err)
 		}
 	}
-	// Through fulfilment_state_idx, as the counts above: the backlog's
-	// rows, each one's action read by its id. Joined to the identities
-	// instead, with statistics taken while a backlog was pending, the
-	// planner read every identity into a hash: 370 ms at a million
-	// payments, for a backlog of four (migration 00050).
-	rows, err := q.Query(ctx, `SELECT (SELECT i.action_name FROM fulfilment_identity i WHERE i.id = m.id) AS action_name,
-			m.state, count(*), min(m.updated_at)
-		FROM fulfilment_move m WHERE m.state = ANY($1::text[]) GROUP BY 1, 2 ORDER BY 1, 2`, stateNames(Live))
+	// Through fulfilment_state_idx, as the counts above, on the moving
+	// rows alone, which carry their action's name (migration 00051).
+	// Joined to the identities, with statistics taken while a backlog was
+	// pending, the planner read every identity into a hash (370 ms at a
+	// million payments, for a backlog of four); the name read row by row
+	// by id cost 200 ms with 75,914 pending.
+	rows, err := q.Query(ctx, `SELECT action_name, state, count(*), min(updated_at)
+		FROM fulfilment_move WHERE state = ANY($1::text[]) GROUP BY 1, 2 ORDER BY 1, 2`, stateNames(Live))
 	if err != nil {
 		return Stats{}, wrap("live by action", err)
 	}
