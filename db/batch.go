@@ -456,10 +456,10 @@ func insertFulfilments(u, chosen string) string {
 			RETURNING id, event_pk, action_name, created_at, action, provider, payment_id
 		), moving AS (
 			-- Each identity made gets its moving state (migration 00050).
-			INSERT INTO fulfilment_move (id, state, created_at, action, action_name)
+			INSERT INTO fulfilment_move (id, state, created_at, action, provider, payment_id, action_name)
 			SELECT made.id, CASE WHEN EXISTS (SELECT 1 FROM due WHERE due.id = made.event_pk
 					AND due.action_name = made.action_name AND due.reversed) THEN $4 ELSE 'pending' END,
-				made.created_at, made.action, made.action_name
+				made.created_at, made.action, made.provider, made.payment_id, made.action_name
 			FROM made
 			RETURNING id, state
 		), created AS (

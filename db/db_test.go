@@ -552,9 +552,10 @@ func TestMigrations(t *testing.T) {
 		built("webhook_event_reverses", "(provider, reverses) WHERE (reverses IS NOT NULL)", "webhook_event_reversals")
 	})
 
-	// Rows made before the moving row carried its action's name get it
-	// from their identity (migration 00051), each its own.
-	t.Run("TheMoveTakesItsActionsName", func(t *testing.T) {
+	// Rows made before the moving row carried its payment and its
+	// action's name get them from their identity (migration 00051), each
+	// its own.
+	t.Run("TheMoveTakesItsPaymentAndActionsName", func(t *testing.T) {
 		t.Parallel()
 		d, m := migrated(t)
 		ctx := context.Background()
@@ -573,14 +574,15 @@ func TestMigrations(t *testing.T) {
 		_, err = m.Up(ctx)
 		require.NoError(t, err)
 		rows, err := d.Pool.Query(ctx, `SELECT m.action_name || ' ' || m.state FROM fulfilment_move m JOIN fulfilment_identity i USING (id)
-			WHERE m.action_name = i.action_name ORDER BY 1`)
+			WHERE (m.provider, m.payment_id, m.action_name) = (i.provider, i.payment_id, i.action_name) AND m.payment_id = 'pi_old' ORDER BY 1`)
 		require.NoError(t, err)
 		named, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
 		require.Equal(t, []string{"fulfil fulfilled", "licence pending", "seats failed"}, named)
-		var notNull bool
-		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT attnotnull FROM pg_attribute WHERE attrelid = 'fulfilment_move'::regclass AND attname = 'action_name'`).Scan(&notNull))
-		require.True(t, notNull)
+		var notNull int
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = 'fulfilment_move'::regclass
+			AND attname IN ('provider', 'payment_id', 'action_name') AND attnotnull AND NOT atthasdef`).Scan(&notNull))
+		require.Equal(t, 3, notNull, "the copies are required, with no default to fall back on")
 	})
 
 	t.Run("DownAndUpAgain", func(t *testing.T) {

@@ -91,7 +91,7 @@ func TestMovesLeaveTheIdentity(t *testing.T) {
 }
 
 // TestTheMoveNamesItsAction: every way a fulfilment is made gives its
-// moving row the identity's action name (migration 00051): intake's two
+// moving row the identity's payment and action name (migration 00051): intake's two
 // statements, a revocation, a revocation retried and a write to the
 // view. Neither row's name can change. Each action's backlog is counted
 // from the moving rows alone: however many are pending, the count reads
@@ -142,14 +142,16 @@ func TestTheMoveNamesItsAction(t *testing.T) {
 	require.NotEmpty(t, again)
 
 	require.Equal(t, 7, count(`SELECT count(*) FROM fulfilment_move`))
-	require.Zero(t, count(`SELECT count(*) FROM fulfilment_identity i JOIN fulfilment_move m USING (id) WHERE m.action_name IS DISTINCT FROM i.action_name`),
-		"a moving row that does not name its identity's action")
+	require.Zero(t, count(`SELECT count(*) FROM fulfilment_identity i JOIN fulfilment_move m USING (id) WHERE (m.provider, m.payment_id, m.action_name) IS DISTINCT FROM (i.provider, i.payment_id, i.action_name)`),
+		"a moving row that does not name its identity's payment and action")
 	require.Equal(t, 3, count(`SELECT count(*) FROM fulfilment_move WHERE action_name = 'course'`), "the fulfilment and both revocations")
 	require.Equal(t, 2, count(`SELECT count(*) FROM fulfilment_move WHERE action_name = 'course' AND action = 'revoke'`))
 
-	// Neither copy of the name changes.
+	// Neither copy of the payment or the name changes.
 	for _, stmt := range []string{
 		`UPDATE fulfilment_move SET action_name = 'other' WHERE id = $1`,
+		`UPDATE fulfilment_move SET payment_id = 'pi_other' WHERE id = $1`,
+		`UPDATE fulfilment_move SET provider = 'paddle' WHERE id = $1`,
 		`UPDATE fulfilment_identity SET action_name = 'other' WHERE id = $1`,
 		`UPDATE fulfilment SET action_name = 'other' WHERE id = $1`,
 	} {

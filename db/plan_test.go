@@ -305,6 +305,35 @@ func TestSweepTakeBackReadsRecentWork(t *testing.T) {
 	require.Greater(t, rowsRead(t, tx)-before, 5000, "the full catch-all reads every reversal: why it runs once an hour")
 }
 
+// TestTheWindowedRoundReadsTheMovingRows: the sweep's round over the
+// fulfilments settled in its window reads them from their moving rows
+// alone, each carrying its payment (migration 00051). With more in the
+// window than it asks one by one, it hashes them against every reversal
+// and reads no identity but those of the payments a reversal names.
+// Through the view, the planner probed each reversal's identity and then
+// its moving row: 5.0 s a round at ten million payments.
+func TestTheWindowedRoundReadsTheMovingRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// 5,000 refunded payments fulfilled a day ago, one of them settled
+	// again now (as a parked fulfilment is), and 2,000 others fulfilled
+	// now, none refunded.
+	tx := refunds(t, `
+		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key, created_at, updated_at)
+		SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0), now() - interval '1 day', now() - interval '1 day'
+		FROM webhook_event;
+		UPDATE fulfilment_move SET updated_at = now() WHERE payment_id = 'pi_rf_1';
+		WITH e AS (INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
+			SELECT 'stripe', 'evt_ok_' || g, 't', 'pi_ok_' || g, '\x7b7d'::bytea FROM generate_series(1, 2000) g RETURNING id, provider, payment_id)
+		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key)
+		SELECT id, provider, payment_id, 'fulfilled', guardian_idempotency_key(provider, payment_id, 0) FROM e`)
+	before := rowsRead(t, tx, "fulfilment_identity")
+	created, err := db.CreateRevocationsSettledSince(ctx, tx, "test", "a revocation", time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Len(t, created, 1, "the refunded payment settled in the window is taken back")
+	require.Less(t, rowsRead(t, tx, "fulfilment_identity")-before, 10, "identities read by a round over 2,001 settled rows beside 5,000 reversals")
+}
+
 // TestOverviewReadsFoldedOutcomes: the overview's last hour of dispatch
 // outcomes reads the folded minutes and the changes since the last fold,
 // not every outcome of the hour. It read every transition of the hour

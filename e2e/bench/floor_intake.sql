@@ -27,9 +27,10 @@ WITH ev AS (
     SELECT id, provider, payment_id, 'fulfil', guardian_action_key(provider, payment_id, 'fulfil', 0) FROM ev
     ORDER BY provider, payment_id
     ON CONFLICT (provider, payment_id, action_name, action) WHERE NOT failed DO NOTHING
-    RETURNING id, created_at, action, action_name
+    RETURNING id, created_at, action, provider, payment_id, action_name
 ), moving AS (
-    INSERT INTO fulfilment_move (id, created_at, action, action_name) SELECT id, created_at, action, action_name FROM created
+    INSERT INTO fulfilment_move (id, created_at, action, provider, payment_id, action_name)
+    SELECT id, created_at, action, provider, payment_id, action_name FROM created
 ), logged AS (
     INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason)
     SELECT id, NULL, 'pending', 0, 'intake', 'payment event received' FROM created

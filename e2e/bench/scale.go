@@ -115,8 +115,8 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 				INSERT INTO fulfilment_identity (id, event_pk, provider, payment_id, created_at, idempotency_key, action, failed)
 				SELECT id, event_pk, provider, pay, created_at, key, action, state = 'failed' FROM f
 			), moving AS (
-				INSERT INTO fulfilment_move (id, state, attempt, created_at, updated_at, dispatched_at, action, action_name)
-				SELECT id, state, 1, created_at, created_at, created_at, action, 'fulfil' FROM f
+				INSERT INTO fulfilment_move (id, state, attempt, created_at, updated_at, dispatched_at, action, provider, payment_id, action_name)
+				SELECT id, state, 1, created_at, created_at, created_at, action, provider, pay, 'fulfil' FROM f
 			)
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, created_at)
 			SELECT f.id, t.from_state, t.to_state, t.attempt, 'scale', 'history', f.created_at + t.n * interval '10 ms'
