@@ -166,11 +166,16 @@ func CreateRevocationsSettledSince(ctx context.Context, q DBTX, actor, reason st
 // relation they are read from, as f, and the condition on them.
 type weighed struct{ from, where string }
 
+// fulfilled is a fulfilled row's condition, on columns the view and the
+// moving row both have.
+const fulfilled = `f.action = 'fulfil' AND f.state = 'fulfilled'`
+
 // fulfilledRows is the fulfilled rows where scope holds, read through the
 // view: a payment's are found by the identity's index of its payment
-// (fulfilment_one_per_action, which holds the rows that have not failed).
+// (fulfilment_one_per_action, which holds the rows that have not failed,
+// and serves only a statement that says so).
 func fulfilledRows(scope string) weighed {
-	return weighed{`fulfilment f`, `f.action = 'fulfil' AND f.state = 'fulfilled' AND NOT f.failed AND (` + scope + `)`}
+	return weighed{`fulfilment f`, fulfilled + ` AND NOT f.failed AND (` + scope + `)`}
 }
 
 // settledRows is the rows fulfilled where scope holds, of the moving rows'
@@ -181,7 +186,7 @@ func fulfilledRows(scope string) weighed {
 // row: 5.0 s a round at ten million payments. A fulfilled row has not
 // failed.
 func settledRows(scope string) weighed {
-	return weighed{`fulfilment_move f`, `f.action = 'fulfil' AND f.state = 'fulfilled' AND (` + scope + `)`}
+	return weighed{`fulfilment_move f`, fulfilled + ` AND (` + scope + `)`}
 }
 
 // pendingFulfils is the pending rows' condition, its identity's columns

@@ -70,11 +70,7 @@ func indexCosts(ctx context.Context, pool *pgxpool.Pool, dbURL string, b batches
 		ix.written = true
 		if p := preds[ix.name]; p != "" && ix.table != "fulfilment_transition" {
 			var n int
-			floor := "provider = 'floor'"
-			if ix.table == "fulfilment_move" { // the payment is the identity's
-				floor = "id IN (SELECT id FROM fulfilment_identity WHERE provider = 'floor')"
-			}
-			check(pool.QueryRow(ctx, "SELECT count(*) FROM "+ix.table+" WHERE "+floor+" AND ("+p+")").Scan(&n))
+			check(pool.QueryRow(ctx, "SELECT count(*) FROM "+ix.table+" WHERE provider = 'floor' AND ("+p+")").Scan(&n))
 			ix.written = n > 0
 		}
 		indexes[i] = ix
