@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
@@ -74,20 +75,8 @@ func TestMovesLeaveTheIdentity(t *testing.T) {
 
 	// failed follows the state, once: no one frees an action by hand, nor
 	// takes a failed row's back.
-	refused := func(stmt, id string) {
-		t.Helper()
-		_, err := b.tx.Exec(b.ctx, `SAVEPOINT hand`)
-		require.NoError(t, err)
-		_, err = b.tx.Exec(b.ctx, stmt, id)
-		var pgErr *pgconn.PgError
-		require.ErrorAs(t, err, &pgErr, stmt)
-		require.Equal(t, "23514", pgErr.Code)
-		require.Contains(t, pgErr.Message, "failed follows the state")
-		_, err = b.tx.Exec(b.ctx, `ROLLBACK TO SAVEPOINT hand`)
-		require.NoError(t, err)
-	}
-	refused(`UPDATE fulfilment_identity SET failed = true WHERE id = $1`, done)
-	refused(`UPDATE fulfilment_identity SET failed = false WHERE id = $1`, declined)
+	refused(t, b.ctx, b.tx, `UPDATE fulfilment_identity SET failed = true WHERE id = $1`, done, "failed follows the state")
+	refused(t, b.ctx, b.tx, `UPDATE fulfilment_identity SET failed = false WHERE id = $1`, declined, "failed follows the state")
 }
 
 // TestTheMoveNamesItsAction: every way a fulfilment is made gives its
@@ -155,15 +144,7 @@ func TestTheMoveNamesItsAction(t *testing.T) {
 		`UPDATE fulfilment_identity SET action_name = 'other' WHERE id = $1`,
 		`UPDATE fulfilment SET action_name = 'other' WHERE id = $1`,
 	} {
-		_, err := tx.Exec(ctx, `SAVEPOINT rename`)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, stmt, again)
-		var pgErr *pgconn.PgError
-		require.ErrorAs(t, err, &pgErr, stmt)
-		require.Equal(t, "23514", pgErr.Code, stmt)
-		require.Contains(t, pgErr.Message, "immutable", stmt)
-		_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT rename`)
-		require.NoError(t, err)
+		refused(t, ctx, tx, stmt, again, "immutable")
 	}
 
 	// A backlog of 2,000 more, pending: each action's count reads none of
@@ -186,4 +167,20 @@ func TestTheMoveNamesItsAction(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]int{"fulfil": 1, "licence": 2001, "seats": 1, "mail": 1, "course": 1}, byAction)
+}
+
+// refused runs stmt on id inside a savepoint of tx and checks that a guard
+// refuses it (check_violation, with message in its text), then rolls back
+// to go on.
+func refused(t *testing.T, ctx context.Context, tx pgx.Tx, stmt, id, message string) {
+	t.Helper()
+	_, err := tx.Exec(ctx, `SAVEPOINT refused`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, stmt, id)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, stmt)
+	require.Equal(t, "23514", pgErr.Code, stmt)
+	require.Contains(t, pgErr.Message, message, stmt)
+	_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT refused`)
+	require.NoError(t, err)
 }
