@@ -334,6 +334,35 @@ func TestTheWindowedRoundReadsTheMovingRows(t *testing.T) {
 	require.Less(t, rowsRead(t, tx, "fulfilment_identity")-before, 10, "identities read by a round over 2,001 settled rows beside 5,000 reversals")
 }
 
+// TestTheRoundOverPendingReadsTheMovingRows: the sweep's round over every
+// pending row (db.MoveReversedPending for every payment), asking each for
+// its own reversals (a backlog of 499 beside 5,000 reversals), finds them,
+// their payments and actions in fulfilment_move alone: it reads no
+// identity but the moved row's. Joined to the identities, it read two for
+// each pending row (1,004).
+func TestTheRoundOverPendingReadsTheMovingRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// 5,000 refunded payments, one of them pending, among 498 pending ones
+	// not refunded.
+	tx := refunds(t, `
+		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key)
+		SELECT id, provider, payment_id, 'pending', guardian_idempotency_key(provider, payment_id, 0)
+		FROM webhook_event WHERE payment_id = 'pi_rf_1';
+		WITH e AS (INSERT INTO webhook_event (provider, event_id, event_type, payment_id, body)
+			SELECT 'stripe', 'evt_ok_' || g, 't', 'pi_ok_' || g, '\x7b7d'::bytea FROM generate_series(1, 498) g RETURNING id, provider, payment_id)
+		INSERT INTO fulfilment (event_pk, provider, payment_id, state, idempotency_key)
+		SELECT id, provider, payment_id, 'pending', guardian_idempotency_key(provider, payment_id, 0) FROM e`)
+	before := rowsRead(t, tx, "fulfilment_identity")
+	stopped, err := db.MoveReversedPending(ctx, tx, "test", nil, nil, state.Cancelled, "payment reversed before it went out: never sent")
+	require.NoError(t, err)
+	require.Len(t, stopped, 1, "the refunded payment's pending row")
+	require.Less(t, rowsRead(t, tx, "fulfilment_identity")-before, 10, "identities read by a round over 499 pending rows")
+	var moved string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT state FROM fulfilment_move WHERE payment_id = 'pi_rf_1'`).Scan(&moved))
+	require.Equal(t, "cancelled", moved)
+}
+
 // TestOverviewReadsFoldedOutcomes: the overview's last hour of dispatch
 // outcomes reads the folded minutes and the changes since the last fold,
 // not every outcome of the hour. It read every transition of the hour

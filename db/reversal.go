@@ -47,18 +47,25 @@ func Reversed(ctx context.Context, q DBTX, p Payment) (bool, error) {
 // moved rows' ids.
 func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []Payment, actions []string, to state.State, reason string) ([]string, error) {
 	providers, ids := paymentArrays(payments)
-	// A few payments' rows each ask for their own reversals; a round over
-	// every payment's, when its pending rows are many beside the
-	// reversals stored (holdsMany), joins them all at once
-	// (reversalsRead).
+	// A few payments' rows are found by the identity's index of the
+	// payment, and each asks for its own reversals; so do a round's over
+	// every payment, read from the moving rows alone (pendingRows). When
+	// they are many beside the reversals stored (holdsMany), the round
+	// joins them to every reversal at once (reversalsRead), in the
+	// identity's order of the payment: from the moving rows, the planner
+	// sorted them all for a merge with the reversals (270 against 147 ms
+	// for 100,000 pending beside 25,000 reversals).
+	pending, locked := weighed{`fulfilment_move s JOIN fulfilment_identity f ON f.id = s.id`, `s.state = 'pending' AND f.action = 'fulfil' AND NOT f.failed`}, "s"
 	reversed := `EXISTS (SELECT 1 FROM guardian_reversals_of(f.provider, f.payment_id) r WHERE f.action_name = ANY(r.revokes))`
 	if payments == nil {
-		many, err := holdsMany(ctx, q, weighed{`fulfilment f`, pendingFulfils("f", "f") + ` AND ($1::text[] IS NULL OR f.action_name = ANY($1))`}, actions)
+		many, err := holdsMany(ctx, q, weighed{pendingRows.from, pendingRows.where + ` AND ($1::text[] IS NULL OR f.action_name = ANY($1))`}, actions)
 		if err != nil {
 			return nil, wrap("move reversed pending", err)
 		}
 		if many {
 			reversed = `EXISTS (SELECT 1 FROM payment_reversal r WHERE r.provider = f.provider AND r.payment_id = f.payment_id AND f.action_name = ANY(r.revokes))`
+		} else {
+			pending, locked = pendingRows, "f"
 		}
 	}
 	rows, err := q.Query(ctx, `
@@ -67,16 +74,16 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 			-- identities are never written here, so a row failing
 			-- meanwhile, whose trigger writes its identity, waits on no
 			-- lock of this statement.
-			SELECT s.id,
+			SELECT `+locked+`.id,
 				(SELECT r.event_id FROM guardian_reversals_of(f.provider, f.payment_id) r
 				 WHERE f.action_name = ANY(r.revokes) ORDER BY r.id LIMIT 1) AS reversed_by
-			FROM fulfilment_move s JOIN fulfilment_identity f ON f.id = s.id
-			WHERE `+pendingFulfils("f", "s")+`
+			FROM `+pending.from+`
+			WHERE `+pending.where+`
 			  AND ($1::text[] IS NULL OR (f.provider, f.payment_id) IN (SELECT * FROM unnest($1::text[], $2::text[])))
 			  AND `+reversed+`
 			  AND ($6::text[] IS NULL OR f.action_name = ANY($6))
 			ORDER BY f.provider, f.payment_id
-			FOR UPDATE OF s
+			FOR UPDATE OF `+locked+`
 		), moved AS (
 			-- due's rows are pending and locked by this statement: joined
 			-- by the primary key alone, whatever the statistics say of
@@ -97,6 +104,15 @@ func MoveReversedPending(ctx context.Context, q DBTX, actor string, payments []P
 	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return out, wrap("move reversed pending", err)
 }
+
+// pendingRows is every pending fulfilment (direction fulfil), read from
+// fulfilment_move alone: the state's index finds them, and each carries
+// its payment and action's name (migration 00051), so a round over a
+// backlog that asks each row for its own reversals reads no identity. A
+// pending row has not failed (a failed row is final). Joined to its
+// identity, each pending row cost a read of it by id, a page at random
+// in a table as large as the history.
+var pendingRows = weighed{`fulfilment_move f`, `f.state = 'pending' AND f.action = 'fulfil'`}
 
 // CreateRevocations creates a pending revocation (a fulfilment row with
 // direction revoke) for each action of the given payments (nil: every
@@ -187,13 +203,6 @@ func fulfilledRows(scope string) weighed {
 // failed.
 func settledRows(scope string) weighed {
 	return weighed{`fulfilment_move f`, fulfilled + ` AND (` + scope + `)`}
-}
-
-// pendingFulfils is the pending rows' condition, its identity's columns
-// under alias identity and its moving state's under move: both f on the
-// view, apart where the moving rows alone are locked (MoveReversedPending).
-func pendingFulfils(identity, move string) string {
-	return move + `.state = 'pending' AND ` + identity + `.action = 'fulfil' AND NOT ` + identity + `.failed`
 }
 
 // fewRows is the most fulfilments a sweep's round asks one by one for
