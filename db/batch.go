@@ -434,9 +434,12 @@ func insertFulfilments(u, chosen string) string {
 			FROM u JOIN webhook_event e ON e.id = u.event_pk
 				LEFT JOIN purchase p ON p.provider = e.provider AND p.payment_id = e.payment_id
 				CROSS JOIN LATERAL unnest(coalesce(p.actions, '{fulfil}')) AS a(action_name)
+				-- OFFSET 0 keeps the subquery whole, asked once a row:
+				-- flattened, its EXISTS was copied into each place that
+				-- reads reversed, and each copy read the reversals again.
 				CROSS JOIN LATERAL (SELECT EXISTS (
 					SELECT 1 FROM guardian_reversals_of(e.provider, e.payment_id) r
-					WHERE a.action_name = ANY(r.revokes)) AS reversed) rv
+					WHERE a.action_name = ANY(r.revokes)) AS reversed OFFSET 0) rv
 			WHERE ` + chosen + `e.payment_id IS NOT NULL
 				AND (u.only_action = '' OR u.only_action = a.action_name)
 				-- An action already taken back is born as the domain says,

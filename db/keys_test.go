@@ -71,6 +71,46 @@ func TestKeysAreInlined(t *testing.T) {
 	require.NotContains(t, plan.String(), "guardian_", "a key function was not inlined:\n%s", plan.String())
 }
 
+// TestMakingAFulfilmentAsksForItsReversalsOnce: making a payment's
+// fulfilments asks once for each action whether a stored event took it
+// back (one probe of the reversals' index a row), by both ways of making
+// them. The question sat in a lateral subquery that Postgres flattened,
+// copying it into both places that read its answer: every row probed the
+// index twice.
+func TestMakingAFulfilmentAsksForItsReversalsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tx := dbtest.Tx(t)
+	ev := func(id, payment string) db.BatchEvent {
+		return db.BatchEvent{Deliveries: 1, EventParams: db.EventParams{Provider: "stripe", EventID: id, Type: "t", PaymentID: payment, Payload: []byte(`{}`)},
+			Purchase: &db.PurchaseRecord{Payment: db.Payment{Provider: "stripe", PaymentID: payment}, Actions: []string{"fulfil", "licence"}, Routes: "r"}}
+	}
+	probes := func() int {
+		t.Helper()
+		var n int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_stat_get_xact_numscans('webhook_event_reversals'::regclass)`).Scan(&n))
+		return n
+	}
+	stored, err := db.InsertEvents(ctx, tx, []db.BatchEvent{ev("evt_a", "pi_a"), ev("evt_b", "pi_b"), ev("evt_c", "pi_c")})
+	require.NoError(t, err)
+	before := probes()
+	var items []db.BatchFulfilment
+	for _, s := range stored {
+		items = append(items, db.BatchFulfilment{EventPK: s.ID, Actor: "test"})
+	}
+	born, err := db.InsertFulfilments(ctx, tx, items, db.Birth{Reason: "test"})
+	require.NoError(t, err)
+	require.Len(t, born, 6)
+	require.Equal(t, 6, probes()-before, "probes of the reversals to make six fulfilments")
+
+	before = probes()
+	_, born, err = db.RecordPlainBatch(ctx, tx, []db.BatchEvent{ev("evt_d", "pi_d"), ev("evt_e", "pi_e"), ev("evt_f", "pi_f")},
+		[]string{"test", "test", "test"}, db.Birth{Reason: "test"})
+	require.NoError(t, err)
+	require.Len(t, born, 6)
+	require.Equal(t, 6, probes()-before, "probes of the reversals to take in three payments of two actions each")
+}
+
 // TestMakingFulfilmentsCallsNoKeyFunction: both ways intake makes
 // fulfilments (InsertFulfilments, and RecordPlainBatch's plain batch)
 // compute each key inline. Postgres counts the calls of a function it did
