@@ -101,22 +101,22 @@ func fillScale(ctx context.Context, pool *pgxpool.Pool, lo, hi int) {
 			// their transitions.
 			{`WITH f AS MATERIALIZED (
 				SELECT guardian_uuid7() AS id, e.id AS event_pk, p.provider, p.pay, s.state, p.at AS created_at,
-					guardian_idempotency_key(p.provider, p.pay, 0) AS key, 'fulfil' AS action
+					guardian_idempotency_key(p.provider, p.pay, 0) AS key, 'fulfil' AS action, 'fulfil' AS action_name
 				FROM scale_payment p
 				JOIN webhook_event e ON e.event_id = 'evt_' || substr(md5('c' || p.g), 1, 24) AND e.provider = p.provider
 				CROSS JOIN LATERAL (SELECT CASE WHEN p.g % 100000 = 7 THEN 'needs_reconciliation' WHEN p.g % 500 = 3 THEN 'failed'
 					WHEN p.g % 1000 = 5 THEN 'cancelled' ELSE 'fulfilled' END AS state) s
 				UNION ALL
-				SELECT guardian_uuid7(), e.id, p.provider, p.pay, 'fulfilled', e.first_seen_at, guardian_revoke_key(p.provider, p.pay, 0), 'revoke'
+				SELECT guardian_uuid7(), e.id, p.provider, p.pay, 'fulfilled', e.first_seen_at, guardian_revoke_key(p.provider, p.pay, 0), 'revoke', 'fulfil'
 				FROM scale_payment p
 				JOIN webhook_event e ON e.event_id = 'evt_' || substr(md5('r' || p.g), 1, 24) AND e.provider = p.provider
 				WHERE p.g % 100 = 13 AND p.g % 500 <> 3 AND p.g % 1000 <> 5 AND p.g % 100000 <> 7
 			), identity AS (
-				INSERT INTO fulfilment_identity (id, event_pk, provider, payment_id, created_at, idempotency_key, action, failed)
-				SELECT id, event_pk, provider, pay, created_at, key, action, state = 'failed' FROM f
+				INSERT INTO fulfilment_identity (id, event_pk, provider, payment_id, created_at, idempotency_key, action, action_name, failed)
+				SELECT id, event_pk, provider, pay, created_at, key, action, action_name, state = 'failed' FROM f
 			), moving AS (
 				INSERT INTO fulfilment_move (id, state, attempt, created_at, updated_at, dispatched_at, action, provider, payment_id, action_name)
-				SELECT id, state, 1, created_at, created_at, created_at, action, provider, pay, 'fulfil' FROM f
+				SELECT id, state, 1, created_at, created_at, created_at, action, provider, pay, action_name FROM f
 			)
 			INSERT INTO fulfilment_transition (fulfilment_id, from_state, to_state, attempt, actor, reason, created_at)
 			SELECT f.id, t.from_state, t.to_state, t.attempt, 'scale', 'history', f.created_at + t.n * interval '10 ms'
